@@ -1,0 +1,7 @@
+"""``python -m rlscope`` runs the command line."""
+
+import sys
+
+from rlscope.cli import main
+
+sys.exit(main())

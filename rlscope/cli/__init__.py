@@ -1,0 +1,75 @@
+"""The ``rlscope`` command line: one module per command, each with ``main(argv) -> int``.
+
+Errors that are the user's (a bad path, a bad option) are ``RLScopeError``s: printed as
+one ``rlscope: ...`` line on stderr with the error's exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from rlscope.errors import RLScopeError
+
+__all__ = ["main", "COMMANDS"]
+
+# command -> (module, one-line summary); modules are imported only when their command runs
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("rlscope.cli.info", "print a run directory's tables, rows, steps and time range"),
+    "compact": ("rlscope.cli.compact", "merge a run directory's segments without losing a row"),
+    "simulate": ("rlscope.cli.simulate", "write a simulated run (ledger model) with its ground truth"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: rlscope COMMAND [options]   (rlscope COMMAND --help for details)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+class _OneLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"rlscope: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _setup_logging() -> None:
+    logger = logging.getLogger("rlscope")
+    if not any(getattr(h, "_rlscope_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLineFormatter())
+        handler._rlscope_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``rlscope`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from rlscope import __version__
+
+        print(f"rlscope {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"rlscope: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    _setup_logging()
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.main(rest))
+    except RLScopeError as exc:
+        print(f"rlscope: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rlscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1

@@ -1,0 +1,20 @@
+"""Shared argparse helpers: a parser whose usage errors are one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from rlscope.errors import UsageError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` instead of printing usage and calling ``sys.exit``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def parser_for(command: str, doc: str | None) -> ArgumentParser:
+    """A parser for ``rlscope COMMAND`` whose help is the command module's docstring."""
+    return ArgumentParser(prog=f"rlscope {command}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

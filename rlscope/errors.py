@@ -1,0 +1,25 @@
+"""Errors that rlscope reports to users as one line, never as a traceback."""
+
+from __future__ import annotations
+
+__all__ = ["RLScopeError", "RunDirError", "MetaError", "UsageError"]
+
+
+class RLScopeError(Exception):
+    """Base class: the CLI prints ``rlscope: <message>`` and exits with ``exit_code``."""
+
+    exit_code = 1
+
+
+class RunDirError(RLScopeError):
+    """The run directory is missing, is not a directory, or holds no rlscope data."""
+
+
+class MetaError(RLScopeError):
+    """``meta.json`` is missing, unreadable or not the object rlscope expects."""
+
+
+class UsageError(RLScopeError):
+    """The command line asks for something that cannot be done (bad option value)."""
+
+    exit_code = 2

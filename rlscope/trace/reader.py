@@ -1,0 +1,239 @@
+"""Reading a run directory: whole tables, chosen columns, or only what is new since a cursor.
+
+Each table folder is opened as a pyarrow dataset over its valid segments. A segment that
+cannot be read (truncated, corrupt, a column of the wrong type) is skipped with one
+warning naming the file; the rest of the run is still read. Segments are immutable once
+renamed into place, so what is learnt from a segment's footer is cached by name and a
+live refresh only opens the segments it has not seen.
+
+A compacted segment records in its footer which original segments (and how many rows of
+each) it holds. Readers use that to never count a row twice: an original still lying
+beside its compacted copy is ignored, and an incremental read skips the rows of originals
+it has already returned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from rlscope.errors import RunDirError
+from rlscope.trace.schema import TABLES
+from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta
+
+__all__ = ["RunReader", "Cursor", "SegmentInfo", "ORIGINS_KEY"]
+
+log = logging.getLogger("rlscope")
+
+ORIGINS_KEY = b"rlscope.origins"
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What a segment's footer says: its rows and, if compacted, the originals it replaces."""
+
+    name: str
+    path: str
+    rows: int
+    origins: tuple[tuple[str, int], ...]
+
+
+@dataclass
+class Cursor:
+    """Which segments (by original name) a live reader has already returned, per table."""
+
+    seen: dict[str, set[str]] = field(default_factory=dict)
+
+    def seen_in(self, table: str) -> set[str]:
+        return self.seen.setdefault(table, set())
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a segment column can be read as the schema's type without losing meaning."""
+    if actual == expected or pa.types.is_null(actual):
+        return True
+    if pa.types.is_dictionary(actual):
+        return _compatible(actual.value_type, expected)
+    if pa.types.is_integer(expected):
+        return pa.types.is_integer(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_integer(actual) or pa.types.is_floating(actual)
+    if pa.types.is_string(expected):
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual)
+    if pa.types.is_list(expected):
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _compatible(
+            actual.value_type, expected.value_type
+        )
+    return False
+
+
+class RunReader:
+    """Read the tables of one run directory (a local path or a pyarrow filesystem URI).
+
+    ``RunReader(run_dir)`` checks that the directory exists and holds rlscope data and
+    reads ``meta.json`` (a missing or invalid one is an error naming the file; pass
+    ``require_meta=False`` to read the tables anyway). ``read(table, columns)`` returns a
+    ``pyarrow.Table`` of the schema's columns; ``read_new(table, cursor)`` returns only the
+    rows added since the cursor last saw the table, and advances it.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str] | RunLocation, *, require_meta: bool = True):
+        self.location = locate(run_dir)
+        self._check_directory()
+        self.meta: dict = read_meta(self.location) if require_meta else {}
+        self._segments: dict[str, SegmentInfo | None] = {}
+        self.warnings: list[str] = []
+
+    # -- discovery ---------------------------------------------------------------------
+
+    def _check_directory(self) -> None:
+        loc = self.location
+        try:
+            info = loc.fs.get_file_info(loc.path)
+        except OSError as exc:
+            raise RunDirError(f"{loc.path}: cannot access ({exc})") from None
+        if info.type == pafs.FileType.NotFound:
+            raise RunDirError(f"{loc.path}: no such run directory")
+        if info.type != pafs.FileType.Directory:
+            raise RunDirError(f"{loc.path}: is a file, expected a run directory")
+        try:
+            entries = loc.fs.get_file_info(pafs.FileSelector(loc.path))
+        except OSError as exc:
+            raise RunDirError(f"{loc.path}: cannot list ({exc})") from None
+        if not entries:
+            raise RunDirError(f"{loc.path}: empty directory, not an rlscope run directory")
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning(message)
+
+    def segments(self, table: str) -> list[SegmentInfo]:
+        """Valid segments of ``table`` in name order, with compaction leftovers removed."""
+        if table not in TABLES:
+            raise RunDirError(f"unknown table {table!r}; tables are {', '.join(TABLES)}")
+        loc = self.location
+        folder = loc.join(table)
+        info = loc.fs.get_file_info(folder)
+        if info.type == pafs.FileType.NotFound:
+            return []
+        if info.type != pafs.FileType.Directory:
+            if folder not in self._segments:
+                self._segments[folder] = None
+                self._warn(f"{folder}: is a file, expected a folder of segments; table {table} skipped")
+            return []
+        entries = loc.fs.get_file_info(pafs.FileSelector(folder))
+        names = sorted(e.base_name for e in entries if e.is_file and is_segment_name(e.base_name))
+        infos = [s for s in (self._segment(table, folder, n) for n in names) if s is not None]
+        replaced = {origin for s in infos for origin, _ in s.origins if origin != s.name}
+        return [s for s in infos if s.name not in replaced]
+
+    def _segment(self, table: str, folder: str, name: str) -> SegmentInfo | None:
+        path = f"{folder}/{name}"
+        if path in self._segments:
+            return self._segments[path]
+        result: SegmentInfo | None = None
+        try:
+            with self.location.fs.open_input_file(path) as fh:
+                pf = pq.ParquetFile(fh)
+                schema = pf.schema_arrow
+                rows = pf.metadata.num_rows
+                kv = pf.metadata.metadata or {}
+        except (OSError, pa.ArrowException) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._warn(f"{path}: unreadable segment skipped ({reason})")
+        else:
+            problem = self._schema_problem(table, schema)
+            if problem:
+                self._warn(f"{path}: segment skipped, {problem}")
+            else:
+                origins = tuple((str(n), int(r)) for n, r in json.loads(kv[ORIGINS_KEY])) if ORIGINS_KEY in kv else ()
+                result = SegmentInfo(name, path, rows, origins or ((name, rows),))
+        self._segments[path] = result
+        return result
+
+    @staticmethod
+    def _schema_problem(table: str, schema: pa.Schema) -> str | None:
+        expected = TABLES[table]
+        for fld in expected:
+            idx = schema.get_field_index(fld.name)
+            if idx < 0:
+                if not fld.nullable:
+                    return f"required column {fld.name!r} is missing"
+                continue
+            actual = schema.field(idx).type
+            if not _compatible(actual, fld.type):
+                return f"column {fld.name!r} has type {actual}, expected {fld.type}"
+        return None
+
+    # -- reading -----------------------------------------------------------------------
+
+    def tables(self) -> list[str]:
+        """Names of the tables that have at least one readable segment."""
+        return [t for t in TABLES if self.segments(t)]
+
+    def row_count(self, table: str) -> int:
+        """Rows in ``table``, from segment footers alone (no data read)."""
+        return sum(s.rows for s in self.segments(table))
+
+    def dataset(self, table: str, segments: Sequence[SegmentInfo] | None = None) -> ds.Dataset:
+        """The table (or the given segments of it) as a pyarrow dataset with rlscope's schema."""
+        segs = self.segments(table) if segments is None else segments
+        return ds.dataset(
+            [s.path for s in segs], schema=TABLES[table], format="parquet", filesystem=self.location.fs
+        )
+
+    def read(
+        self,
+        table: str,
+        columns: Iterable[str] | None = None,
+        filter: pc.Expression | None = None,
+    ) -> pa.Table:
+        """Read ``table`` (only ``columns`` if given); an absent table reads as zero rows."""
+        cols = self._columns(table, columns)
+        segs = self.segments(table)
+        if not segs:
+            return TABLES[table].empty_table().select(cols)
+        return self.dataset(table, segs).to_table(columns=cols, filter=filter)
+
+    def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
+        """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor."""
+        cols = self._columns(table, columns)
+        seen = cursor.seen_in(table)
+        parts: list[pa.Table] = []
+        for seg in self.segments(table):
+            if seg.name in seen or all(o in seen for o, _ in seg.origins):
+                seen.add(seg.name)
+                continue
+            data = self.dataset(table, [seg]).to_table(columns=cols)
+            offset = 0
+            for origin, rows in seg.origins:
+                if origin not in seen:
+                    parts.append(data.slice(offset, rows))
+                offset += rows
+            seen.add(seg.name)
+            seen.update(o for o, _ in seg.origins)
+        if not parts:
+            return TABLES[table].empty_table().select(cols)
+        return pa.concat_tables(parts)
+
+    @staticmethod
+    def _columns(table: str, columns: Iterable[str] | None) -> list[str]:
+        if table not in TABLES:
+            raise RunDirError(f"unknown table {table!r}; tables are {', '.join(TABLES)}")
+        names = TABLES[table].names
+        if columns is None:
+            return list(names)
+        cols = list(columns)
+        unknown = [c for c in cols if c not in names]
+        if unknown:
+            raise RunDirError(f"table {table} has no column {unknown[0]!r}")
+        return cols

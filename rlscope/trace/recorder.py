@@ -1,0 +1,450 @@
+"""The Recorder: how any training loop writes a run directory without slowing down or crashing.
+
+The caller's thread only appends a reference to a bounded in-memory queue; a background
+thread turns queued rows into Arrow tables and writes one segment per table per flush.
+When the queue is full the oldest rows are dropped and counted, so memory is bounded and
+the caller never waits. Nothing raises into the caller: a failure becomes a counter in
+``Recorder.status()`` (also written to ``_status/<writer>.json`` when possible) and one
+logged warning per kind of failure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlscope.trace.schema import (
+    GPU,
+    IS_WEIGHT_CAP,
+    LOGPROB,
+    LOGPROB_BIN_EDGES,
+    LOGPROB_QUANTILES,
+    SPANS,
+    TRAJECTORIES,
+)
+from rlscope.errors import MetaError
+from rlscope.trace.store import conform, locate, new_writer_id, read_meta, write_meta, write_segment
+
+__all__ = ["Recorder", "logprob_histogram_row"]
+
+log = logging.getLogger("rlscope")
+
+_MAX_TEXT = 1024  # longest text value kept for a non-numeric metric
+
+
+def _coerce(value: Any) -> tuple[float | None, str | None]:
+    """A metric value as (number, text): numbers keep NaN/inf, everything else becomes text."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool):
+        return float(value), None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value), None
+        except OverflowError:  # an int too large for a double
+            return (math.inf if value > 0 else -math.inf), None
+    if isinstance(value, str):
+        return None, value[:_MAX_TEXT]
+    try:  # numpy scalars, 0-d arrays, torch scalars, Decimal, ...
+        return float(value), None
+    except (TypeError, ValueError, OverflowError):
+        return None, repr(value)[:_MAX_TEXT]
+
+
+def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", when: float | None = None) -> dict:
+    """Summarise per-token ``log p_trainer - log p_rollout`` as one ``logprob`` table row."""
+    d = np.asarray(deltas, dtype=np.float64).ravel()
+    d = d[np.isfinite(d)]
+    absd = np.abs(d)
+    counts, _ = np.histogram(absd, bins=LOGPROB_BIN_EDGES)
+    empty = d.size == 0
+    return {
+        "step": int(step),
+        "time": time.time() if when is None else when,
+        "source": source,
+        "n_tokens": int(d.size),
+        "abs_counts": counts.astype(np.int64).tolist(),
+        "quantiles": None if empty else np.quantile(d, LOGPROB_QUANTILES).tolist(),
+        "mean": None if empty else float(d.mean()),
+        "abs_mean": None if empty else float(absd.mean()),
+        "abs_max": None if empty else float(absd.max()),
+        "is_clipped": int(np.count_nonzero(d > math.log(IS_WEIGHT_CAP))),
+    }
+
+
+def _existing_meta(loc: Any) -> dict[str, Any]:
+    """meta.json of a run being resumed, so a restart adds to it instead of replacing it."""
+    try:
+        return read_meta(loc)
+    except MetaError:
+        return {}
+
+
+class _Span:
+    """Context manager returned by ``Recorder.span``; records start and end wall time."""
+
+    __slots__ = ("_rec", "_row")
+
+    def __init__(self, rec: Recorder, row: dict):
+        self._rec, self._row = rec, row
+
+    def __enter__(self) -> _Span:
+        self._row["start"] = time.time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._row["end"] = time.time()
+        self._rec._enqueue("spans", self._row, 1)
+
+
+class Recorder:
+    """Record one run into ``run_dir``: step metrics, phase spans, trajectories, GPU samples,
+    and trainer-vs-rollout log-prob deltas.
+
+    ``meta`` (model size, GPU type and count, topology, batch size, ...) is merged into
+    ``meta.json``; see ``docs/run-directory.md`` for the keys analyzers use. Use it as a
+    context manager, or call ``close()``; an unclosed Recorder is flushed at interpreter exit.
+
+    Every ``log_*`` call returns at once: rows are queued and written by a background
+    thread every ``flush_interval`` seconds or when ``flush_rows`` rows are pending. At most
+    ``max_queue_rows`` rows wait in memory; beyond that the oldest are dropped and counted
+    in ``status()["dropped_rows"]``. No method raises because of the run directory, the
+    disk or odd values; failures are counted in ``status()`` and logged once.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        meta: Mapping[str, Any] | None = None,
+        *,
+        flush_interval: float = 5.0,
+        flush_rows: int = 100_000,
+        max_queue_rows: int = 2_000_000,
+        host: str | None = None,
+    ):
+        self.run_dir = os.fspath(run_dir)
+        self.host = host or socket.gethostname()
+        self.writer_id = new_writer_id()
+        self.flush_interval = flush_interval
+        self.flush_rows = flush_rows
+        self.max_queue_rows = max_queue_rows
+        self._queue: deque[tuple[str, Any, int]] = deque()
+        self._queued_rows = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._flushed = threading.Condition(self._lock)
+        self._flush_requests = 0
+        self._flush_done = 0
+        self._seq = 0
+        self._closed = False
+        self._counters: dict[str, int] = {
+            "rows_queued": 0,
+            "rows_written": 0,
+            "dropped_rows": 0,
+            "write_errors": 0,
+            "bad_rows": 0,
+            "segments_written": 0,
+        }
+        self._last_error: str | None = None
+        self._warned: set[str] = set()
+        self._loc = None
+        try:
+            self._loc = locate(self.run_dir)
+            write_meta(self._loc, {**_existing_meta(self._loc), **dict(meta or {})})
+        except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
+            self._fail("meta", exc)
+        self._thread = threading.Thread(target=self._run, name=f"rlscope-writer-{self.writer_id}", daemon=True)
+        self._thread.start()
+        _live_recorders.add(self)
+
+    # -- caller-side API: enqueue only ---------------------------------------------------
+
+    def log_step(self, step: int, metrics: Mapping[str, Any], *, attempt: int = 0) -> None:
+        """Queue one step's metrics (any key; numbers, numpy scalars, NaN/inf, None or text)."""
+        try:
+            self._enqueue("steps", (step, attempt, time.time(), dict(metrics)), len(metrics) or 1)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("bad_rows", exc, count="bad_rows")
+
+    def log_trajectories(self, step: int, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pa.Table) -> None:
+        """Queue per-trajectory rows (dicts, a dict of columns, or a pyarrow/pandas table).
+
+        Keys follow the ``trajectories`` schema (``docs/run-directory.md``); unknown keys are ignored.
+        """
+        try:
+            if isinstance(rows, pa.Table):
+                n, payload = rows.num_rows, rows
+            elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+                payload = pa.Table.from_pandas(rows, preserve_index=False)
+                n = payload.num_rows
+            elif isinstance(rows, Mapping):
+                payload = dict(rows)
+                n = max((len(v) for v in payload.values()), default=0)
+            else:
+                payload = list(rows)
+                n = len(payload)
+            self._enqueue("trajectories", (step, payload), max(n, 1))
+        except Exception as exc:  # noqa: BLE001
+            self._fail("bad_rows", exc, count="bad_rows")
+
+    def span(self, step: int, phase: str, role: str = "trainer", host: str | None = None) -> _Span:
+        """``with rec.span(step, "gen", role="rollout"):`` records the phase's start and end."""
+        return _Span(self, {"step": step, "phase": phase, "role": role, "host": host or self.host})
+
+    def log_span(self, step: int, phase: str, start: float, end: float, role: str = "trainer", host: str | None = None) -> None:
+        """Record a phase span whose start and end (unix seconds) were measured elsewhere."""
+        self._enqueue("spans", {"step": step, "phase": phase, "role": role, "host": host or self.host, "start": start, "end": end}, 1)
+
+    def log_gpu(self, samples: Iterable[Mapping[str, Any]]) -> None:
+        """Queue NVML samples: dicts with ``time``, ``gpu``, ``util_pct``, ... (see the ``gpu`` schema)."""
+        try:
+            rows = list(samples)
+            self._enqueue("gpu", rows, max(len(rows), 1))
+        except Exception as exc:  # noqa: BLE001
+            self._fail("bad_rows", exc, count="bad_rows")
+
+    def log_logprob_delta(self, step: int, deltas: Any, *, source: str = "recorder") -> None:
+        """Queue per-token ``log p_trainer - log p_rollout``; the writer builds the histogram."""
+        try:
+            arr = np.array(deltas, dtype=np.float32, copy=True).ravel()
+            # weigh the array by its memory (a row of 8 columns ~ 64 bytes) for the queue bound
+            self._enqueue("logprob", (step, arr, source, time.time()), 1 + arr.nbytes // 64)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("bad_rows", exc, count="bad_rows")
+
+    def _enqueue(self, table: str, payload: Any, rows: int) -> None:
+        with self._lock:
+            if self._closed:
+                self._counters["dropped_rows"] += rows
+                return
+            self._queue.append((table, payload, rows))
+            self._queued_rows += rows
+            self._counters["rows_queued"] += rows
+            while self._queued_rows > self.max_queue_rows and len(self._queue) > 1:
+                _, _, dropped = self._queue.popleft()
+                self._queued_rows -= dropped
+                self._counters["dropped_rows"] += dropped
+            wake = self._queued_rows >= self.flush_rows
+        if wake:
+            self._wake.set()
+
+    # -- flushing ----------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Write everything queued so far; True if it was written within ``timeout`` seconds."""
+        with self._lock:
+            if not self._thread.is_alive():
+                return False
+            self._flush_requests += 1
+            target = self._flush_requests
+        self._wake.set()
+        with self._flushed:
+            return self._flushed.wait_for(lambda: self._flush_done >= target or not self._thread.is_alive(), timeout) and (
+                self._flush_done >= target
+            )
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Flush and stop the writer thread; later ``log_*`` calls are counted as dropped."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+        self._wake.set()
+        self._thread.join(timeout)
+        _live_recorders.discard(self)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def status(self) -> dict[str, Any]:
+        """Counters: rows queued, written and dropped, write errors, bad rows, last error."""
+        with self._lock:
+            return {**self._counters, "queued_rows": self._queued_rows, "last_error": self._last_error, "writer": self.writer_id}
+
+    # -- background writer ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            with self._lock:
+                batch = list(self._queue)
+                self._queue.clear()
+                self._queued_rows = 0
+                target = self._flush_requests
+                closed = self._closed
+            if batch:
+                self._write(batch)
+            with self._flushed:
+                self._flush_done = max(self._flush_done, target)
+                self._flushed.notify_all()
+            if closed:
+                return
+
+    def _write(self, batch: list[tuple[str, Any, int]]) -> None:
+        by_table: dict[str, list[tuple[Any, int]]] = {}
+        for table, payload, rows in batch:
+            by_table.setdefault(table, []).append((payload, rows))
+        for table, items in by_table.items():
+            try:
+                data = _BUILDERS[table](self, [p for p, _ in items])
+            except Exception as exc:  # noqa: BLE001
+                self._fail(f"build-{table}", exc, count="bad_rows", rows=sum(r for _, r in items))
+                continue
+            if data.num_rows == 0:
+                continue
+            try:
+                if self._loc is None:
+                    raise OSError(f"run directory {self.run_dir} could not be opened")
+                self._seq += 1
+                write_segment(self._loc, table, data, writer_id=self.writer_id, seq=self._seq)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(f"write-{table}", exc, count="write_errors")
+                with self._lock:
+                    self._counters["dropped_rows"] += data.num_rows
+                continue
+            with self._lock:
+                self._counters["rows_written"] += data.num_rows
+                self._counters["segments_written"] += 1
+        self._write_status()
+
+    def _write_status(self) -> None:
+        if self._loc is None or not self._loc.is_local:
+            return
+        try:
+            folder = os.path.join(self._loc.path, "_status")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"{self.writer_id}.json")
+            tmp = path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(self.status(), fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # the status file is a convenience; the counters stay in memory
+
+    def _fail(self, kind: str, exc: BaseException, *, count: str | None = None, rows: int = 1) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if count:
+                self._counters[count] += rows if count == "bad_rows" else 1
+            self._last_error = f"{kind}: {message}"
+            first = kind not in self._warned
+            self._warned.add(kind)
+        if first:
+            log.warning("rlscope recorder (%s): %s: %s; training continues, see Recorder.status()", self.run_dir, kind, message)
+
+
+def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) -> pa.Table:
+    steps: list[int] = []
+    attempts: list[int] = []
+    times: list[float] = []
+    keys: list[str] = []
+    values: list[float | None] = []
+    texts: list[str | None] = []
+    for step, attempt, when, metrics in payloads:
+        try:
+            s, a = int(step), int(attempt)
+        except (TypeError, ValueError, OverflowError) as exc:
+            rec._fail("bad_step", exc, count="bad_rows", rows=len(metrics))
+            continue
+        for key, value in metrics.items():
+            v, t = _coerce(value)
+            steps.append(s)
+            attempts.append(a)
+            times.append(when)
+            keys.append(str(key))
+            values.append(v)
+            texts.append(t)
+    return pa.table(
+        {
+            "step": pa.array(steps, pa.int64()),
+            "attempt": pa.array(attempts, pa.int32()),
+            "time": pa.array(times, pa.float64()),
+            "key": pa.array(keys, pa.string()),
+            "value": pa.array(values, pa.float64()),
+            "text": pa.array(texts, pa.string()),
+        }
+    )
+
+
+def _rows_table(rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    names = schema.names
+    cleaned = [{k: row.get(k) for k in names} for row in rows]
+    return pa.Table.from_pylist(cleaned, schema=schema)
+
+
+def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
+    parts = []
+    for step, rows in payloads:
+        if isinstance(rows, pa.Table):
+            table = rows
+        elif isinstance(rows, dict):
+            table = pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names})
+        else:
+            table = _rows_table(rows, TRAJECTORIES)
+        table = conform(table, TRAJECTORIES)
+        table = table.set_column(0, "step", pa.array([int(step)] * table.num_rows, pa.int64()))
+        parts.append(table)
+    return pa.concat_tables(parts)
+
+
+def _build_spans(rec: Recorder, rows: list[dict]) -> pa.Table:
+    return _rows_table([r for r in rows if "end" in r], SPANS)
+
+
+def _build_gpu(rec: Recorder, batches: list[list[Mapping[str, Any]]]) -> pa.Table:
+    rows = [dict(r, host=r.get("host") or rec.host) for batch in batches for r in batch]
+    return _rows_table(rows, GPU)
+
+
+def _build_logprob(rec: Recorder, payloads: list[tuple[int, np.ndarray, str, float]]) -> pa.Table:
+    rows = [logprob_histogram_row(step, arr, source=source, when=when) for step, arr, source, when in payloads]
+    return pa.Table.from_pylist(rows, schema=LOGPROB)
+
+
+_BUILDERS = {
+    "steps": _build_steps,
+    "spans": _build_spans,
+    "trajectories": _build_trajectories,
+    "gpu": _build_gpu,
+    "logprob": _build_logprob,
+}
+
+_live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for rec in list(_live_recorders):
+        with contextlib.suppress(Exception):
+            rec.close(timeout=10.0)
+
+
+def iter_status(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The status files that recorders left in ``run_dir/_status``."""
+    folder = os.path.join(os.fspath(run_dir), "_status")
+    if not os.path.isdir(folder):
+        return
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json"):
+            with contextlib.suppress(OSError, ValueError):
+                with open(os.path.join(folder, name)) as fh:
+                    yield json.load(fh)

@@ -1,0 +1,121 @@
+"""Arrow schemas of the run-directory tables, and the fixed log-prob histogram bins.
+
+Every column except the first (``step`` or ``time``) is nullable so that collectors can
+write what they know and leave the rest empty. A segment missing a column (written by an
+older rlscope) reads back with that column null; ``SCHEMA_VERSION`` is bumped when a
+column changes meaning or type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TABLES",
+    "STEPS",
+    "SPANS",
+    "TRAJECTORIES",
+    "GPU",
+    "LOGPROB",
+    "LOGPROB_BIN_EDGES",
+    "LOGPROB_QUANTILES",
+    "IS_WEIGHT_CAP",
+]
+
+SCHEMA_VERSION = 1
+
+STEPS = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("attempt", pa.int32()),  # 0, 1, ... when a restarted run logs a step again
+        pa.field("time", pa.float64()),  # unix seconds when the metrics were logged
+        pa.field("key", pa.string()),
+        pa.field("value", pa.float64()),  # numeric value (NaN and inf kept); null for text
+        pa.field("text", pa.string()),  # the value when it is not a number
+    ]
+)
+
+SPANS = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("phase", pa.string()),  # verl stage name: gen, reward, old_log_prob, ...
+        pa.field("role", pa.string()),  # trainer, rollout, reward, ...
+        pa.field("host", pa.string()),
+        pa.field("start", pa.float64()),  # unix seconds
+        pa.field("end", pa.float64()),
+    ]
+)
+
+TRAJECTORIES = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("traj_id", pa.string()),
+        pa.field("group", pa.int64()),  # prompt index: the G samples of one prompt share it
+        pa.field("data_source", pa.string()),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("response_tokens", pa.int64()),
+        pa.field("turns", pa.int32()),
+        pa.field("preemptions", pa.int32()),
+        pa.field("gen_s", pa.float64()),
+        pa.field("tool_s", pa.float64()),  # environment / tool wait inside the trajectory
+        pa.field("reward_s", pa.float64()),
+        pa.field("submit_time", pa.float64()),  # seconds since the step's rollout began
+        pa.field("finish_time", pa.float64()),
+        pa.field("engine", pa.string()),  # rollout engine (replica) that served it
+        pa.field("policy_version_start", pa.int64()),
+        pa.field("policy_version_end", pa.int64()),
+        pa.field("trainer_version", pa.int64()),  # policy version of the update that consumed it
+        pa.field("aborted", pa.bool_()),
+        pa.field("partial", pa.bool_()),
+        pa.field("reward", pa.float64()),
+        pa.field("reward_status", pa.string()),  # ok | error
+        pa.field("reward_error", pa.string()),  # error code from the reward service, if any
+    ]
+)
+
+GPU = pa.schema(
+    [
+        pa.field("time", pa.float64(), nullable=False),  # unix seconds
+        pa.field("host", pa.string()),
+        pa.field("gpu", pa.int32()),
+        pa.field("role", pa.string()),
+        pa.field("util_pct", pa.float64()),  # NVML utilization.gpu, 0-100
+        pa.field("mem_used_bytes", pa.int64()),
+        pa.field("mem_total_bytes", pa.int64()),
+        pa.field("power_w", pa.float64()),
+        pa.field("sm_clock_mhz", pa.float64()),
+    ]
+)
+
+# |log p_trainer - log p_rollout| histogram: bin 0 is [0, 1e-7), then 4 bins per decade up to
+# 1e2, and a last bin [1e2, inf). Fixed edges make histograms of different steps addable.
+LOGPROB_BIN_EDGES: np.ndarray = np.concatenate(
+    [[0.0], np.logspace(-7, 2, 9 * 4 + 1), [np.inf]]
+)
+LOGPROB_QUANTILES: tuple[float, ...] = (0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999)
+IS_WEIGHT_CAP = 2.0  # truncated importance sampling: w = min(p_trainer / p_rollout, 2)
+
+LOGPROB = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("time", pa.float64()),
+        pa.field("source", pa.string()),  # who measured it, e.g. "recorder", "verl-hook"
+        pa.field("n_tokens", pa.int64()),
+        pa.field("abs_counts", pa.list_(pa.int64())),  # len(LOGPROB_BIN_EDGES) - 1 counts
+        pa.field("quantiles", pa.list_(pa.float64())),  # signed delta at LOGPROB_QUANTILES
+        pa.field("mean", pa.float64()),
+        pa.field("abs_mean", pa.float64()),
+        pa.field("abs_max", pa.float64()),
+        pa.field("is_clipped", pa.int64()),  # tokens whose IS weight exp(delta) exceeds the cap
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "steps": STEPS,
+    "spans": SPANS,
+    "trajectories": TRAJECTORIES,
+    "gpu": GPU,
+    "logprob": LOGPROB,
+}

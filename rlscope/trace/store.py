@@ -1,0 +1,189 @@
+"""Writing the run directory: ``meta.json`` and Parquet segments that appear atomically.
+
+A segment is written under a hidden temporary name in its table folder and renamed into
+place, so a reader never sees half a file and a killed writer loses only what it had not
+yet renamed. Segment names sort by creation time and carry a writer id, so several
+writers (one per host, say) can share a run directory without coordinating.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from rlscope.errors import MetaError, RunDirError
+from rlscope.trace.schema import SCHEMA_VERSION, TABLES
+
+__all__ = [
+    "RunLocation",
+    "locate",
+    "new_writer_id",
+    "write_segment",
+    "write_meta",
+    "read_meta",
+    "conform",
+    "segment_name",
+    "tmp_path_for",
+    "is_segment_name",
+    "COMPACT_JOURNAL",
+]
+
+META_FILE = "meta.json"
+COMPACT_JOURNAL = "_compact.json"
+_SEGMENT_PREFIX = "part-"
+_SEGMENT_SUFFIX = ".parquet"
+
+
+@dataclass(frozen=True)
+class RunLocation:
+    """A run directory on some pyarrow filesystem (local unless a URI said otherwise)."""
+
+    fs: pafs.FileSystem
+    path: str
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.path.rstrip("/"), *parts])
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def locate(run_dir: str | os.PathLike[str] | RunLocation) -> RunLocation:
+    """Resolve a local path or a pyarrow filesystem URI (``file://``, ``s3://``, ...)."""
+    if isinstance(run_dir, RunLocation):
+        return run_dir
+    text = os.fspath(run_dir)
+    if "://" in text:
+        try:
+            fs, path = pafs.FileSystem.from_uri(text)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise RunDirError(f"{text}: cannot open this filesystem URI ({exc})") from None
+        return RunLocation(fs, path.rstrip("/") or "/")
+    return RunLocation(pafs.LocalFileSystem(), os.path.abspath(text))
+
+
+def new_writer_id() -> str:
+    """A short id unique to one writer process, used in its segment names."""
+    host = "".join(c for c in socket.gethostname() if c.isalnum())[:12] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def is_segment_name(name: str) -> bool:
+    return name.startswith(_SEGMENT_PREFIX) and name.endswith(_SEGMENT_SUFFIX)
+
+
+def segment_name(writer_id: str, seq: int) -> str:
+    """``part-<ns timestamp>-<seq>-<writer>.parquet``: sorts by creation time across writers."""
+    return f"{_SEGMENT_PREFIX}{time.time_ns():020d}-{seq:06d}-{writer_id}{_SEGMENT_SUFFIX}"
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Reorder and cast ``table`` to ``schema``; columns it lacks become nulls, extras are dropped."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            if col.type != field.type:
+                col = col.cast(field.type)
+            columns.append(col)
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _write_atomic_bytes(loc: RunLocation, dest: str, data: bytes) -> None:
+    tmp = tmp_path_for(dest)
+    if loc.is_local:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    else:
+        with loc.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        loc.fs.move(tmp, dest)
+
+
+def tmp_path_for(dest: str) -> str:
+    head, _, name = dest.rpartition("/")
+    return f"{head}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+
+
+def write_segment(
+    run_dir: str | os.PathLike[str] | RunLocation,
+    table_name: str,
+    table: pa.Table,
+    *,
+    writer_id: str,
+    seq: int,
+) -> str:
+    """Write ``table`` as one new segment of ``table_name``; return the segment's path."""
+    loc = locate(run_dir)
+    schema = TABLES[table_name]
+    data = conform(table, schema)
+    folder = loc.join(table_name)
+    loc.fs.create_dir(folder, recursive=True)
+    dest = f"{folder}/{segment_name(writer_id, seq)}"
+    sink = pa.BufferOutputStream()
+    pq.write_table(data, sink, compression="zstd")
+    _write_atomic_bytes(loc, dest, sink.getvalue().to_pybytes())
+    return dest
+
+
+def write_meta(run_dir: str | os.PathLike[str] | RunLocation, meta: Mapping[str, Any]) -> None:
+    """Write ``meta.json`` atomically, adding ``schema_version`` and ``created`` if absent."""
+    loc = locate(run_dir)
+    loc.fs.create_dir(loc.path, recursive=True)
+    doc = {"schema_version": SCHEMA_VERSION, "created": time.time(), **dict(meta)}
+    text = json.dumps(doc, indent=2, sort_keys=True, default=_json_default, allow_nan=False)
+    _write_atomic_bytes(loc, loc.join(META_FILE), (text + "\n").encode())
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    return str(obj)
+
+
+def read_meta(run_dir: str | os.PathLike[str] | RunLocation) -> dict[str, Any]:
+    """Read and check ``meta.json``; raise ``MetaError`` with a one-line reason if it is bad."""
+    loc = locate(run_dir)
+    path = loc.join(META_FILE)
+    info = loc.fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise MetaError(f"{path}: missing (is {loc.path} an rlscope run directory?)")
+    if info.type != pafs.FileType.File:
+        raise MetaError(f"{path}: is not a file")
+    try:
+        with loc.fs.open_input_stream(path) as fh:
+            doc = json.loads(fh.read().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetaError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise MetaError(f"{path}: cannot read ({exc})") from None
+    if not isinstance(doc, dict):
+        raise MetaError(f"{path}: expected a JSON object, found {type(doc).__name__}")
+    version = doc.get("schema_version")
+    if not isinstance(version, int):
+        raise MetaError(f"{path}: schema_version is missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise MetaError(
+            f"{path}: schema_version {version} is newer than this rlscope reads "
+            f"({SCHEMA_VERSION}); upgrade rlscope"
+        )
+    return doc
