@@ -25,4 +25,4 @@ if all(
     _os.path.isfile(_os.path.join(_root, *parts))
     for parts in (("pyproject.toml",), ("collectors", "__init__.py"), ("dashboards", "__init__.py"))
 ):
-    __path__.append(_root)  # noqa: F821 - __path__ is defined for packages
+    __path__.append(_root)

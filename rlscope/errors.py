@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["RLScopeError", "RunDirError", "MetaError", "UsageError"]
+__all__ = ["MetaError", "RLScopeError", "RunDirError", "UsageError"]
 
 
 class RLScopeError(Exception):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from rlscope.errors import RLScopeError
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["COMMANDS", "main"]
 
 # command -> (module, one-line summary); modules are imported only when their command runs
 COMMANDS: dict[str, tuple[str, str]] = {

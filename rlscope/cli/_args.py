@@ -17,4 +17,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def parser_for(command: str, doc: str | None) -> ArgumentParser:
     """A parser for ``rlscope COMMAND`` whose help is the command module's docstring."""
-    return ArgumentParser(prog=f"rlscope {command}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return ArgumentParser(
+        prog=f"rlscope {command}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )

@@ -5,4 +5,4 @@ from rlscope.trace.recorder import Recorder
 from rlscope.trace.schema import SCHEMA_VERSION, TABLES
 from rlscope.trace.store import read_meta, write_meta, write_segment
 
-__all__ = ["Cursor", "Recorder", "RunReader", "SCHEMA_VERSION", "TABLES", "read_meta", "write_meta", "write_segment"]
+__all__ = ["SCHEMA_VERSION", "TABLES", "Cursor", "Recorder", "RunReader", "read_meta", "write_meta", "write_segment"]

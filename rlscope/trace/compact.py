@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from rlscope.trace.reader import ORIGINS_KEY, RunReader
 from rlscope.trace.schema import TABLES
-from rlscope.trace.store import RunLocation, tmp_path_for, new_writer_id, segment_name
+from rlscope.trace.store import RunLocation, new_writer_id, segment_name, tmp_path_for
 
 __all__ = ["CompactResult", "compact_run"]
 

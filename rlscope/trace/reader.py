@@ -30,7 +30,7 @@ from rlscope.errors import RunDirError
 from rlscope.trace.schema import TABLES
 from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta
 
-__all__ = ["RunReader", "Cursor", "SegmentInfo", "ORIGINS_KEY"]
+__all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo"]
 
 log = logging.getLogger("rlscope")
 
@@ -187,9 +187,7 @@ class RunReader:
     def dataset(self, table: str, segments: Sequence[SegmentInfo] | None = None) -> ds.Dataset:
         """The table (or the given segments of it) as a pyarrow dataset with rlscope's schema."""
         segs = self.segments(table) if segments is None else segments
-        return ds.dataset(
-            [s.path for s in segs], schema=TABLES[table], format="parquet", filesystem=self.location.fs
-        )
+        return ds.dataset([s.path for s in segs], schema=TABLES[table], format="parquet", filesystem=self.location.fs)
 
     def read(
         self,

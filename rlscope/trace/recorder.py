@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rlscope.errors import MetaError
 from rlscope.trace.schema import (
     GPU,
     IS_WEIGHT_CAP,
@@ -36,7 +37,6 @@ from rlscope.trace.schema import (
     SPANS,
     TRAJECTORIES,
 )
-from rlscope.errors import MetaError
 from rlscope.trace.store import conform, locate, new_writer_id, read_meta, write_meta, write_segment
 
 __all__ = ["Recorder", "logprob_histogram_row"]
@@ -142,8 +142,8 @@ class Recorder:
         self.flush_interval = flush_interval
         self.flush_rows = flush_rows
         self.max_queue_rows = max_queue_rows
-        self._queue: deque[tuple[str, Any, int]] = deque()
-        self._queued_rows = 0
+        self._queue: deque[tuple[str, Any, int, int]] = deque()
+        self._queued_weight = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
@@ -205,9 +205,15 @@ class Recorder:
         """``with rec.span(step, "gen", role="rollout"):`` records the phase's start and end."""
         return _Span(self, {"step": step, "phase": phase, "role": role, "host": host or self.host})
 
-    def log_span(self, step: int, phase: str, start: float, end: float, role: str = "trainer", host: str | None = None) -> None:
+    def log_span(
+        self, step: int, phase: str, start: float, end: float, role: str = "trainer", host: str | None = None
+    ) -> None:
         """Record a phase span whose start and end (unix seconds) were measured elsewhere."""
-        self._enqueue("spans", {"step": step, "phase": phase, "role": role, "host": host or self.host, "start": start, "end": end}, 1)
+        self._enqueue(
+            "spans",
+            {"step": step, "phase": phase, "role": role, "host": host or self.host, "start": start, "end": end},
+            1,
+        )
 
     def log_gpu(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Queue NVML samples: dicts with ``time``, ``gpu``, ``util_pct``, ... (see the ``gpu`` schema)."""
@@ -221,24 +227,26 @@ class Recorder:
         """Queue per-token ``log p_trainer - log p_rollout``; the writer builds the histogram."""
         try:
             arr = np.array(deltas, dtype=np.float32, copy=True).ravel()
-            # weigh the array by its memory (a row of 8 columns ~ 64 bytes) for the queue bound
-            self._enqueue("logprob", (step, arr, source, time.time()), 1 + arr.nbytes // 64)
+            # one output row, but weighed by its memory (a queued row ~ 64 bytes) for the bound
+            self._enqueue("logprob", (step, arr, source, time.time()), 1, weight=1 + arr.nbytes // 64)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
-    def _enqueue(self, table: str, payload: Any, rows: int) -> None:
+    def _enqueue(self, table: str, payload: Any, rows: int, weight: int | None = None) -> None:
+        """Queue ``rows`` rows; ``weight`` (default: rows) is what counts towards the bound."""
+        weight = rows if weight is None else weight
         with self._lock:
             if self._closed:
                 self._counters["dropped_rows"] += rows
                 return
-            self._queue.append((table, payload, rows))
-            self._queued_rows += rows
+            self._queue.append((table, payload, rows, weight))
+            self._queued_weight += weight
             self._counters["rows_queued"] += rows
-            while self._queued_rows > self.max_queue_rows and len(self._queue) > 1:
-                _, _, dropped = self._queue.popleft()
-                self._queued_rows -= dropped
+            while self._queued_weight > self.max_queue_rows and len(self._queue) > 1:
+                _, _, dropped, dropped_weight = self._queue.popleft()
+                self._queued_weight -= dropped_weight
                 self._counters["dropped_rows"] += dropped
-            wake = self._queued_rows >= self.flush_rows
+            wake = self._queued_weight >= self.flush_rows
         if wake:
             self._wake.set()
 
@@ -253,9 +261,9 @@ class Recorder:
             target = self._flush_requests
         self._wake.set()
         with self._flushed:
-            return self._flushed.wait_for(lambda: self._flush_done >= target or not self._thread.is_alive(), timeout) and (
-                self._flush_done >= target
-            )
+            return self._flushed.wait_for(
+                lambda: self._flush_done >= target or not self._thread.is_alive(), timeout
+            ) and (self._flush_done >= target)
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Flush and stop the writer thread; later ``log_*`` calls are counted as dropped."""
@@ -277,7 +285,12 @@ class Recorder:
     def status(self) -> dict[str, Any]:
         """Counters: rows queued, written and dropped, write errors, bad rows, last error."""
         with self._lock:
-            return {**self._counters, "queued_rows": self._queued_rows, "last_error": self._last_error, "writer": self.writer_id}
+            return {
+                **self._counters,
+                "queued_rows": sum(item[2] for item in self._queue),
+                "last_error": self._last_error,
+                "writer": self.writer_id,
+            }
 
     # -- background writer ----------------------------------------------------------------
 
@@ -288,7 +301,7 @@ class Recorder:
             with self._lock:
                 batch = list(self._queue)
                 self._queue.clear()
-                self._queued_rows = 0
+                self._queued_weight = 0
                 target = self._flush_requests
                 closed = self._closed
             if batch:
@@ -299,9 +312,9 @@ class Recorder:
             if closed:
                 return
 
-    def _write(self, batch: list[tuple[str, Any, int]]) -> None:
+    def _write(self, batch: list[tuple[str, Any, int, int]]) -> None:
         by_table: dict[str, list[tuple[Any, int]]] = {}
-        for table, payload, rows in batch:
+        for table, payload, rows, _ in batch:
             by_table.setdefault(table, []).append((payload, rows))
         for table, items in by_table.items():
             try:
@@ -349,7 +362,9 @@ class Recorder:
             first = kind not in self._warned
             self._warned.add(kind)
         if first:
-            log.warning("rlscope recorder (%s): %s: %s; training continues, see Recorder.status()", self.run_dir, kind, message)
+            log.warning(
+                "rlscope recorder (%s): %s: %s; training continues, see Recorder.status()", self.run_dir, kind, message
+            )
 
 
 def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) -> pa.Table:

@@ -26,20 +26,18 @@ from rlscope.trace.schema import SCHEMA_VERSION, TABLES
 
 __all__ = [
     "RunLocation",
+    "conform",
+    "is_segment_name",
     "locate",
     "new_writer_id",
-    "write_segment",
-    "write_meta",
     "read_meta",
-    "conform",
     "segment_name",
     "tmp_path_for",
-    "is_segment_name",
-    "COMPACT_JOURNAL",
+    "write_meta",
+    "write_segment",
 ]
 
 META_FILE = "meta.json"
-COMPACT_JOURNAL = "_compact.json"
 _SEGMENT_PREFIX = "part-"
 _SEGMENT_SUFFIX = ".parquet"
 
@@ -183,7 +181,6 @@ def read_meta(run_dir: str | os.PathLike[str] | RunLocation) -> dict[str, Any]:
         raise MetaError(f"{path}: schema_version is missing or not an integer")
     if version > SCHEMA_VERSION:
         raise MetaError(
-            f"{path}: schema_version {version} is newer than this rlscope reads "
-            f"({SCHEMA_VERSION}); upgrade rlscope"
+            f"{path}: schema_version {version} is newer than this rlscope reads ({SCHEMA_VERSION}); upgrade rlscope"
         )
     return doc

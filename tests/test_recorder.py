@@ -1,0 +1,238 @@
+"""The Recorder: every kind of value kept, every failure counted, the caller never blocked or raised at."""
+
+from __future__ import annotations
+
+import decimal
+import math
+import threading
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from rlscope import Recorder, RunReader
+from rlscope.trace.recorder import logprob_histogram_row
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, LOGPROB_QUANTILES
+
+
+def _values(run: str) -> dict[tuple[int, str], tuple[float | None, str | None]]:
+    t = RunReader(run).read("steps").to_pylist()
+    return {(r["step"], r["key"]): (r["value"], r["text"]) for r in t}
+
+
+def test_metric_values_of_every_kind_keep_their_step(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run, meta={"model": {"active_params": 8e9}}) as rec:
+        rec.log_step(
+            np.int64(3),
+            {
+                "int": 7,
+                "float": 0.25,
+                "np32": np.float32(1.5),
+                "np64": np.float64(2.5),
+                "npint": np.int32(4),
+                "zero_d": np.array(5.0),
+                "bool": True,
+                "nan": float("nan"),
+                "inf": float("inf"),
+                "ninf": -math.inf,
+                "none": None,
+                "text": "hello",
+                "decimal": decimal.Decimal("0.5"),
+                "huge": 10**400,
+                "obj": object(),
+            },
+        )
+    v = _values(run)
+    assert v[(3, "int")] == (7.0, None)
+    assert v[(3, "float")] == (0.25, None)
+    assert v[(3, "np32")] == (1.5, None)
+    assert v[(3, "np64")] == (2.5, None)
+    assert v[(3, "npint")] == (4.0, None)
+    assert v[(3, "zero_d")] == (5.0, None)
+    assert v[(3, "bool")] == (1.0, None)
+    assert math.isnan(v[(3, "nan")][0])
+    assert v[(3, "inf")] == (math.inf, None)
+    assert v[(3, "ninf")] == (-math.inf, None)
+    assert v[(3, "none")] == (None, None)
+    assert v[(3, "text")] == (None, "hello")
+    assert v[(3, "decimal")] == (0.5, None)
+    assert v[(3, "huge")] == (math.inf, None)
+    assert v[(3, "obj")][0] is None and v[(3, "obj")][1].startswith("<object object")
+    assert RunReader(run).meta["model"] == {"active_params": 8e9}
+
+
+def test_attempts_keep_a_restarted_step(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_step(5, {"a": 1.0})
+        rec.log_step(5, {"a": 2.0}, attempt=1)
+    rows = RunReader(run).read("steps", ["step", "attempt", "value"]).to_pylist()
+    assert sorted((r["attempt"], r["value"]) for r in rows) == [(0, 1.0), (1, 2.0)]
+
+
+def test_resuming_a_run_merges_meta(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 64}}):
+        pass
+    with Recorder(run, meta={"topology": "async"}):
+        pass
+    meta = RunReader(run).meta
+    assert meta["gpu"] == {"type": "H100", "count": 64} and meta["topology"] == "async"
+
+
+def test_trajectories_in_every_accepted_shape(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [{"traj_id": "a", "response_tokens": 10, "unknown_key": 1}])
+        rec.log_trajectories(1, {"traj_id": ["b", "c"], "response_tokens": [20, 30]})
+        rec.log_trajectories(2, pd.DataFrame({"traj_id": ["d"], "response_tokens": [40]}))
+        rec.log_trajectories(3, pa.table({"traj_id": ["e"], "response_tokens": pa.array([50], pa.int32())}))
+    rows = RunReader(run).read("trajectories", ["step", "traj_id", "response_tokens"]).to_pylist()
+    assert sorted((r["step"], r["traj_id"], r["response_tokens"]) for r in rows) == [
+        (0, "a", 10),
+        (1, "b", 20),
+        (1, "c", 30),
+        (2, "d", 40),
+        (3, "e", 50),
+    ]
+
+
+def test_spans_record_start_and_end(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run, host="node-1") as rec:
+        with rec.span(0, "gen", role="rollout"):
+            pass
+        rec.log_span(0, "update_actor", 10.0, 12.5)
+    rows = {r["phase"]: r for r in RunReader(run).read("spans").to_pylist()}
+    assert rows["gen"]["role"] == "rollout" and rows["gen"]["host"] == "node-1"
+    assert rows["gen"]["end"] >= rows["gen"]["start"] > 0
+    assert (rows["update_actor"]["start"], rows["update_actor"]["end"], rows["update_actor"]["role"]) == (
+        10.0,
+        12.5,
+        "trainer",
+    )
+
+
+def test_logprob_histogram_counts_quantiles_and_clipping():
+    # 1,000 tokens at +1e-3, 10 at -0.5 and 2 at +1.0 (IS weight e^1 = 2.7 > 2: clipped)
+    deltas = np.concatenate([np.full(1000, 1e-3), np.full(10, -0.5), np.full(2, 1.0), [np.nan]])
+    row = logprob_histogram_row(7, deltas)
+    assert row["n_tokens"] == 1012  # NaN dropped
+    assert sum(row["abs_counts"]) == 1012
+    edges = LOGPROB_BIN_EDGES
+
+    def bin_of(x: float) -> int:
+        return int(np.searchsorted(edges, x, side="right") - 1)
+
+    assert row["abs_counts"][bin_of(1e-3 * 1.0001)] == 1000
+    assert row["abs_counts"][bin_of(0.5)] == 10
+    assert row["abs_counts"][bin_of(1.0)] == 2
+    assert row["is_clipped"] == 2
+    assert row["abs_max"] == 1.0
+    assert row["quantiles"][LOGPROB_QUANTILES.index(0.5)] == pytest.approx(1e-3)
+    assert row["quantiles"][LOGPROB_QUANTILES.index(0.001)] == pytest.approx(-0.5)
+    assert row["abs_mean"] == pytest.approx((1000 * 1e-3 + 10 * 0.5 + 2 * 1.0) / 1012)
+
+
+def test_logprob_delta_is_histogrammed_by_the_writer(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_logprob_delta(2, np.full(100, 0.01, dtype=np.float32))
+        rec.log_logprob_delta(3, [])
+    rows = {r["step"]: r for r in RunReader(run).read("logprob").to_pylist()}
+    assert rows[2]["n_tokens"] == 100 and rows[2]["abs_mean"] == pytest.approx(0.01, rel=1e-6)
+    assert rows[3]["n_tokens"] == 0 and rows[3]["quantiles"] is None
+
+
+def test_full_queue_drops_the_oldest_rows_and_counts_them(tmp_path):
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=3600, flush_rows=10**9, max_queue_rows=100)
+    for step in range(50):
+        rec.log_step(step, {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0})  # 4 rows each
+    assert rec.status()["dropped_rows"] == 4 * 25
+    assert rec.status()["queued_rows"] == 100
+    rec.close()
+    steps = sorted(set(RunReader(run).read("steps", ["step"]).column("step").to_pylist()))
+    assert steps == list(range(25, 50))  # the newest rows survive
+
+
+def test_many_threads_log_concurrently_without_losing_rows(tmp_path):
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=0.01)
+
+    def work(offset: int) -> None:
+        for i in range(200):
+            rec.log_step(offset + i, {"x": float(i)})
+
+    threads = [threading.Thread(target=work, args=(t * 1000,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rec.close()
+    assert rec.status()["rows_written"] == 800
+    assert RunReader(run).row_count("steps") == 800
+
+
+def test_unwritable_run_directory_is_counted_not_raised(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the run directory should be")
+    rec = Recorder(str(blocker / "run"), flush_interval=0.01)
+    for step in range(3):
+        rec.log_step(step, {"a": 1.0})
+        rec.log_trajectories(step, [{"traj_id": "x"}])
+    assert rec.flush() is True
+    rec.close()
+    status = rec.status()
+    assert status["write_errors"] >= 2 and status["rows_written"] == 0
+    assert status["dropped_rows"] == 6
+    warnings = [r for r in caplog.records if r.name == "rlscope"]
+    assert len({r.getMessage().split(":")[1] for r in warnings}) == len(warnings)  # once per kind
+
+
+def test_vanishing_run_directory_mid_run_is_counted(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    rec = Recorder(str(run), flush_interval=3600)
+    rec.log_step(0, {"a": 1.0})
+    assert rec.flush()
+    shutil.rmtree(run)
+    run.write_text("now a file")
+    rec.log_step(1, {"a": 1.0})
+    rec.close()
+    assert rec.status()["write_errors"] == 1 and rec.status()["rows_written"] == 1
+
+
+def test_bad_arguments_become_counters(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_step(0, None)  # type: ignore[arg-type]
+        rec.log_step("not-a-step", {"a": 1.0})  # type: ignore[arg-type]
+        rec.log_trajectories(0, 42)  # type: ignore[arg-type]
+        rec.log_gpu(None)  # type: ignore[arg-type]
+        rec.log_logprob_delta(0, object())
+        rec.log_step(1, {"ok": 1.0})
+    status = rec.status()
+    assert status["bad_rows"] >= 5
+    assert _values(run) == {(1, "ok"): (1.0, None)}
+
+
+def test_logging_after_close_is_dropped_and_counted(tmp_path):
+    rec = Recorder(str(tmp_path / "run"))
+    rec.close()
+    rec.log_step(0, {"a": 1.0, "b": 2.0})
+    assert rec.status()["dropped_rows"] == 2
+    assert rec.flush() is False
+
+
+def test_status_file_is_written_for_info(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_step(0, {"a": 1.0})
+    from rlscope.trace.recorder import iter_status
+
+    statuses = list(iter_status(run))
+    assert len(statuses) == 1 and statuses[0]["rows_written"] == 1

@@ -1,0 +1,223 @@
+"""The run-directory store and reader: atomic segments, incremental reads, compaction, bad input."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rlscope.cli import main
+from rlscope.errors import MetaError, RunDirError
+from rlscope.trace.compact import compact_run
+from rlscope.trace.reader import Cursor, RunReader
+from rlscope.trace.schema import STEPS, TABLES
+from rlscope.trace.store import write_meta, write_segment
+
+
+def _steps(step_values: list[int], key: str = "timing_s/gen") -> pa.Table:
+    n = len(step_values)
+    return pa.table({"step": step_values, "key": [key] * n, "value": [float(s) for s in step_values]})
+
+
+def _run(tmp_path, segments: list[list[int]]) -> str:
+    run = str(tmp_path / "run")
+    write_meta(run, {"framework": "test"})
+    for seq, steps in enumerate(segments):
+        write_segment(run, "steps", _steps(steps), writer_id="w", seq=seq)
+    return run
+
+
+def test_segments_conform_to_schema_and_read_selected_columns(tmp_path):
+    run = _run(tmp_path, [[0, 1], [2]])
+    reader = RunReader(run)
+    table = reader.read("steps")
+    assert table.schema == STEPS
+    assert sorted(table.column("step").to_pylist()) == [0, 1, 2]
+    assert table.column("attempt").null_count == 3  # absent in the input: nulls, not an error
+    only = reader.read("steps", ["step"])
+    assert only.column_names == ["step"]
+    assert reader.read("gpu").num_rows == 0  # a table nobody wrote reads as empty
+
+
+def test_no_temporary_files_are_left_and_names_sort_by_creation(tmp_path):
+    run = _run(tmp_path, [[0], [1], [2]])
+    names = sorted(os.listdir(os.path.join(run, "steps")))
+    assert len(names) == 3 and all(n.startswith("part-") and n.endswith(".parquet") for n in names)
+    reader = RunReader(run)
+    firsts = [pq.read_table(s.path).column("step")[0].as_py() for s in reader.segments("steps")]
+    assert firsts == [0, 1, 2]
+
+
+def test_incremental_read_returns_only_new_segments(tmp_path):
+    run = _run(tmp_path, [[0, 1]])
+    reader = RunReader(run)
+    cursor = Cursor()
+    assert reader.read_new("steps", cursor).column("step").to_pylist() == [0, 1]
+    assert reader.read_new("steps", cursor).num_rows == 0
+    write_segment(run, "steps", _steps([2, 3]), writer_id="w", seq=9)
+    assert reader.read_new("steps", cursor, ["step"]).column("step").to_pylist() == [2, 3]
+    assert reader.read_new("steps", cursor).num_rows == 0
+
+
+def test_compaction_keeps_every_row_once_even_for_a_live_reader(tmp_path):
+    run = _run(tmp_path, [[0], [1], [2], [3]])
+    reader = RunReader(run)
+    cursor = Cursor()
+    assert reader.read_new("steps", cursor).num_rows == 4
+    write_segment(run, "steps", _steps([4]), writer_id="w", seq=10)  # not yet seen by the cursor
+    results = {r.table: r for r in compact_run(run)}
+    assert (results["steps"].segments_before, results["steps"].segments_after, results["steps"].rows) == (5, 1, 5)
+    assert len(os.listdir(os.path.join(run, "steps"))) == 1
+    # the live reader gets exactly the one row it had not seen, not the merged copies
+    assert reader.read_new("steps", cursor).column("step").to_pylist() == [4]
+    fresh = RunReader(run)
+    assert sorted(fresh.read("steps").column("step").to_pylist()) == [0, 1, 2, 3, 4]
+    # compacting a compacted table changes nothing
+    assert {r.table: r.segments_after for r in compact_run(run)}["steps"] == 1
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2, 3, 4]
+
+
+def test_crash_between_compaction_rename_and_delete_counts_no_row_twice(tmp_path):
+    run = _run(tmp_path, [[0], [1], [2]])
+    folder = os.path.join(run, "steps")
+    originals = {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+    compact_run(run)
+    # the state a crash after the rename and the first delete leaves: merged copy + two originals
+    for name in list(originals)[1:]:
+        with open(os.path.join(folder, name), "wb") as fh:
+            fh.write(originals[name])
+    assert len(os.listdir(folder)) == 3
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2]
+    compact_run(run)  # the next compaction removes the leftovers
+    assert len(os.listdir(folder)) == 1
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2]
+
+
+def test_filesystem_uri_reads_like_a_path(tmp_path):
+    run = _run(tmp_path, [[0, 1, 2]])
+    reader = RunReader("file://" + run)
+    assert reader.read("steps", ["step"]).num_rows == 3
+    assert reader.meta["framework"] == "test"
+    write_segment("file://" + run, "steps", _steps([3]), writer_id="u", seq=1)
+    assert RunReader(run).row_count("steps") == 4
+
+
+def test_truncated_and_corrupt_segments_are_skipped_with_a_warning_naming_the_file(tmp_path, caplog):
+    run = _run(tmp_path, [[0], [1]])
+    folder = os.path.join(run, "steps")
+    victim = sorted(os.listdir(folder))[0]
+    data = open(os.path.join(folder, victim), "rb").read()
+    with open(os.path.join(folder, victim), "wb") as fh:
+        fh.write(data[: len(data) // 2])
+    with open(os.path.join(folder, "part-99999999999999999999-000000-x.parquet"), "wb") as fh:
+        fh.write(b"this is not parquet at all")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        reader = RunReader(run)
+        assert reader.read("steps").column("step").to_pylist() == [1]
+    assert len(reader.warnings) == 2
+    assert any(victim in w for w in reader.warnings)
+    assert all("\n" not in w and "unreadable segment skipped" in w for w in reader.warnings)
+    assert any(victim in r.getMessage() for r in caplog.records)
+
+
+def test_a_column_of_the_wrong_type_skips_that_segment(tmp_path):
+    run = _run(tmp_path, [[0]])
+    bad = pa.table({"step": ["three"], "key": ["k"], "value": [1.0]})
+    pq.write_table(bad, os.path.join(run, "steps", "part-99999999999999999999-000001-bad.parquet"))
+    reader = RunReader(run)
+    assert reader.read("steps").column("step").to_pylist() == [0]
+    assert reader.warnings == [
+        f"{run}/steps/part-99999999999999999999-000001-bad.parquet: segment skipped, "
+        "column 'step' has type string, expected int64"
+    ]
+
+
+def test_narrower_compatible_types_are_widened(tmp_path):
+    run = _run(tmp_path, [[0]])
+    narrow = pa.table({"step": pa.array([5], pa.int32()), "key": ["k"], "value": pa.array([1.5], pa.float32())})
+    pq.write_table(narrow, os.path.join(run, "steps", "part-99999999999999999999-000001-n.parquet"))
+    table = RunReader(run).read("steps")
+    assert sorted(table.column("step").to_pylist()) == [0, 5]
+    assert table.schema.field("step").type == pa.int64()
+
+
+@pytest.mark.parametrize(
+    ("setup", "error", "fragment"),
+    [
+        ("missing", RunDirError, "no such run directory"),
+        ("file", RunDirError, "is a file, expected a run directory"),
+        ("empty", RunDirError, "empty directory"),
+        ("no-meta", MetaError, "meta.json: missing"),
+        ("bad-json", MetaError, "meta.json: not valid JSON"),
+        ("json-list", MetaError, "expected a JSON object"),
+        ("no-version", MetaError, "schema_version is missing"),
+        ("future", MetaError, "newer than this rlscope reads"),
+    ],
+)
+def test_bad_run_directories_give_one_line_errors(tmp_path, capsys, setup, error, fragment):
+    run = tmp_path / "run"
+    if setup == "file":
+        run.write_text("x")
+    elif setup != "missing":
+        run.mkdir()
+    if setup not in ("missing", "file", "empty"):
+        write_segment(str(run), "steps", _steps([0]), writer_id="w", seq=0)
+    meta = {
+        "bad-json": "{not json",
+        "json-list": "[1, 2]",
+        "no-version": json.dumps({"framework": "x"}),
+        "future": json.dumps({"schema_version": 999}),
+    }
+    if setup in meta:
+        (run / "meta.json").write_text(meta[setup])
+    with pytest.raises(error, match=fragment):
+        RunReader(str(run))
+    assert main(["info", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rlscope: ") and fragment in err
+    assert "Traceback" not in err
+
+
+def test_a_file_where_a_table_folder_should_be_is_a_warning(tmp_path):
+    run = _run(tmp_path, [[0]])
+    with open(os.path.join(run, "gpu"), "w") as fh:
+        fh.write("oops")
+    reader = RunReader(run)
+    assert reader.read("gpu").num_rows == 0
+    assert reader.read("steps").num_rows == 1
+    assert reader.warnings == [f"{run}/gpu: is a file, expected a folder of segments; table gpu skipped"]
+
+
+def test_unknown_table_or_column_is_a_clear_error(tmp_path):
+    reader = RunReader(_run(tmp_path, [[0]]))
+    with pytest.raises(RunDirError, match="unknown table 'stepz'"):
+        reader.read("stepz")
+    with pytest.raises(RunDirError, match="has no column 'nope'"):
+        reader.read("steps", ["step", "nope"])
+
+
+def test_info_reports_tables_rows_and_steps(tmp_path, capsys):
+    run = _run(tmp_path, [[0, 1], [2, 2]])
+    assert main(["info", run, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    steps = summary["tables"]["steps"]
+    assert (steps["segments"], steps["rows"], steps["steps"], steps["first_step"], steps["last_step"]) == (
+        2,
+        4,
+        3,
+        0,
+        2,
+    )
+    assert set(summary["tables"]) == {"steps"}
+    assert main(["info", run]) == 0
+    out = capsys.readouterr().out
+    assert "steps" in out and "0..2" in out
+
+
+def test_every_table_has_a_non_nullable_first_column():
+    for name, schema in TABLES.items():
+        assert not schema.field(0).nullable, name
