@@ -19,6 +19,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("rlscope.cli.info", "print a run directory's tables, rows, steps and time range"),
     "compact": ("rlscope.cli.compact", "merge a run directory's segments without losing a row"),
+    "collect": ("rlscope.cli.collect", "sample GPU counters (NVML) into a run directory"),
     "simulate": ("rlscope.cli.simulate", "write a simulated run (ledger model) with its ground truth"),
 }
 

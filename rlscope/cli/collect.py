@@ -1,0 +1,51 @@
+"""Collect GPU counters (NVML) into a run directory until interrupted.
+
+usage: rlscope collect gpu --run-dir RUN_DIR [--interval 0.5] [--role ROLE] [--duration SECONDS]
+
+Samples utilisation, memory, power and SM clock of every GPU on this host. Run one per
+node, or start one per node of a Ray cluster from Python with
+rlscope.collectors.ray_launch.start_gpu_samplers(run_dir). Exits with code 4 and a
+one-line reason when no GPU can be read (no nvidia-ml-py, no driver, no device).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rlscope.cli._args import parser_for
+from rlscope.errors import UsageError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = parser_for("collect", __doc__)
+    parser.add_argument("what", choices=["gpu"], help="what to collect")
+    parser.add_argument("--run-dir", required=True, metavar="RUN_DIR")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    parser.add_argument("--role", default="unknown", help="role of this host's GPUs: trainer, rollout, ...")
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        raise UsageError(f"--interval must be positive, got {args.interval}")
+
+    from rlscope.collectors.gpu_sampler import GpuSampler
+    from rlscope.collectors.nvml import NvmlBackend
+    from rlscope.trace.recorder import Recorder
+
+    backend = NvmlBackend()  # raises NoGpuError (exit 4) before anything is written
+    with Recorder(args.run_dir, flush_interval=max(1.0, args.interval * 4)) as rec:
+        sampler = GpuSampler(rec, interval=args.interval, role=args.role, backend=lambda: backend)
+        sampler.start()
+        print(f"sampling {backend.device_count()} GPU(s) every {args.interval} s into {args.run_dir}; Ctrl-C stops")
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sampler.stop()
+        print(f"{sampler.samples} samples written, {sampler.errors} read errors")
+    return 0
