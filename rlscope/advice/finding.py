@@ -1,0 +1,70 @@
+"""What an analyzer concludes: a Finding with a stable id, a severity, its numbers and what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Finding", "Severity"]
+
+
+class Severity(str, Enum):
+    """How urgent a finding is; compares by urgency (``INFO < WARN < CRITICAL``)."""
+
+    INFO = "info"
+    WARN = "warn"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank <= other.rank
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank > other.rank
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank >= other.rank
+
+
+_RANK = {Severity.INFO: 0, Severity.WARN: 1, Severity.CRITICAL: 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One conclusion about a run, with the numbers that justify it.
+
+    ``id`` is stable across releases: it names the runbook section (and alert anchor) in
+    :mod:`rlscope.advice.catalogue`. ``evidence`` holds the measured or predicted numbers
+    the title and recommendation were written from, so reports can show and re-check them.
+    """
+
+    id: str
+    severity: Severity
+    title: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    recommendation: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (severity as its string value)."""
+        return {
+            "id": self.id,
+            "severity": self.severity.value,
+            "title": self.title,
+            "evidence": dict(self.evidence),
+            "recommendation": self.recommendation,
+        }

@@ -1,0 +1,114 @@
+"""Analyzers: one module per question about a run, each returning data and Findings.
+
+=================  ==============================================================
+module             question
+=================  ==============================================================
+``anatomy``        Where does each step's wall-clock go, and how does it drift?
+``longtail``       How much of each rollout waits for the slowest 10% of trajectories?
+``mfu``            Whole-step MFU, and which cause each lost point goes to.
+``topology``       What would colocated / separated / overlapped / async take, at which split?
+``sync_balance``   Are rollout engines evenly loaded; how long does weight sync stall training?
+``staleness``      How stale are consumed samples, and is dropping stale ones length-biased?
+``gpu_idle``       How much of each step do the GPUs of each role sit idle, in which phase?
+``mismatch``       How far apart are trainer and rollout log-probs, for this precision?
+``rewards``        Is a reward source failing, or legitimately scoring zero?
+=================  ==============================================================
+
+Every module has ``analyze(run, ...)`` taking a ``RunReader``, a run-directory path or
+``RunFrames`` (read once with :func:`load`), and returning a frozen dataclass of pandas
+frames and numbers plus ``findings``; none prints or plots. The formulas are plain
+functions in each module, so a dashboard or a what-if notebook can call them directly.
+
+:func:`analyze_run` runs them all on one read of the run and gathers the findings, most
+severe first (``gpu_idle``, ``mismatch`` and ``rewards`` read their own tables, so they run
+only when the frames came from a reader or a path). Analyzers that lack their evidence (no
+trajectories, no GPU count in ``meta.json``) return empty frames and no findings rather
+than failing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from rlscope.advice.finding import Finding
+from rlscope.analyzers import (
+    anatomy,
+    gpu_idle,
+    longtail,
+    mfu,
+    mismatch,
+    rewards,
+    staleness,
+    sync_balance,
+    topology,
+)
+from rlscope.analyzers._data import RunFacts, RunFrames, load
+from rlscope.trace.reader import RunReader
+
+__all__ = [
+    "Diagnosis",
+    "RunFacts",
+    "RunFrames",
+    "analyze_run",
+    "anatomy",
+    "gpu_idle",
+    "load",
+    "longtail",
+    "mfu",
+    "mismatch",
+    "rewards",
+    "staleness",
+    "sync_balance",
+    "topology",
+]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The results of every analyzer on one run, and all their findings (most severe first)."""
+
+    anatomy: anatomy.AnatomyResult
+    longtail: longtail.LongTailResult
+    mfu: mfu.MFUResult
+    topology: topology.TopologyResult
+    sync_balance: sync_balance.SyncBalanceResult
+    staleness: staleness.StalenessResult
+    gpu_idle: gpu_idle.GpuIdleResult | None = None
+    mismatch: mismatch.MismatchResult | None = None
+    rewards: rewards.RewardResult | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        results = (
+            self.anatomy,
+            self.longtail,
+            self.mfu,
+            self.topology,
+            self.sync_balance,
+            self.staleness,
+            self.gpu_idle,
+            self.mismatch,
+            self.rewards,
+        )
+        found = [f for r in results if r is not None for f in r.findings]
+        return sorted(found, key=lambda f: -f.severity.rank)
+
+
+def analyze_run(run: RunReader | RunFrames | str | os.PathLike[str]) -> Diagnosis:
+    """Run every analyzer on ``run``, reading its tables once."""
+    frames = load(run)
+    a = anatomy.analyze(frames)
+    t = longtail.analyze(frames)
+    reader = frames.reader
+    return Diagnosis(
+        anatomy=a,
+        longtail=t,
+        mfu=mfu.analyze(frames, a, t),
+        topology=topology.analyze(frames, a, t),
+        sync_balance=sync_balance.analyze(frames, a),
+        staleness=staleness.analyze(frames),
+        gpu_idle=gpu_idle.analyze(reader) if reader else None,
+        mismatch=mismatch.analyze(reader) if reader else None,
+        rewards=rewards.analyze(reader) if reader else None,
+    )

@@ -1,0 +1,196 @@
+"""Step anatomy: where does each step's wall-clock go, and how does that change over the run?
+
+Evidence: verl's per-step stage timers ``timing_s/<stage>`` (older ``timing/<stage>``
+spellings are canonicalised). Stages map to phases (:data:`PHASES`): ``gen`` (with REMAX's
+``gen_max``), ``reward``, ``old_log_prob``, ``ref``, ``values``, ``adv``, ``update_critic``,
+``update_actor``; ``update_weights`` / ``param_sync`` / ``sync_rollout_weights`` are weight
+sync; ``switch`` / ``switch_to_rollout`` / ``switch_to_trainer`` are switching a pool between
+trainer and engine; ``wait*`` and ``switch_wait`` are waiting; ``testing`` is validation and
+``save_checkpoint`` checkpointing. ``other`` is ``timing_s/step`` minus the named phases
+(zero when there is no step timer, whose time is then the sum of the phases). Timers nested
+inside a stage (``generate_sequences``, ``reshard``) and unknown timers are not added, so
+nothing is counted twice; unknown time shows up in ``other``.
+
+When generation overlaps the trainer's step (one-step overlap, async streaming: see
+``RunFacts.overlapped``), ``gen`` is the rollout's own duration beside the step: it is kept
+as a column but not part of the step's sum, and its share (gen / step) may exceed 1. Step
+time no trainer timer covers is then counted as waiting for samples, up to the rollout's
+length, and only the remainder as ``other``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rlscope.advice.catalogue import finding
+from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.thresholds import (
+    GENERATION_SHARE_GROWTH_WARN,
+    GENERATION_SHARE_INFO,
+    SWITCHING_WARN,
+    UNTRACKED_TIME_WARN,
+)
+from rlscope.analyzers._data import RunFrames, load, recent, trend
+from rlscope.trace.reader import RunReader
+
+__all__ = ["GROUPS", "PHASES", "AnatomyResult", "analyze", "group_seconds", "phase_seconds"]
+
+_PREFIX = "timing_s/"
+
+# phase -> verl stage timers whose seconds it sums (waiting also takes every ``wait*`` timer)
+PHASES: dict[str, tuple[str, ...]] = {
+    "gen": ("gen", "gen_max"),
+    "reward": ("reward",),
+    "old_log_prob": ("old_log_prob",),
+    "ref": ("ref",),
+    "values": ("values",),
+    "adv": ("adv",),
+    "update_critic": ("update_critic",),
+    "update_actor": ("update_actor",),
+    "weight_sync": ("update_weights", "param_sync", "sync_rollout_weights"),
+    "switching": ("switch", "switching", "switch_to_rollout", "switch_to_trainer"),
+    "waiting": ("switch_wait",),
+    "validation": ("testing",),
+    "checkpoint": ("save_checkpoint",),
+}
+
+# coarse groups the MFU waterfall and the topology model use; "rest" is everything else
+GROUPS: dict[str, tuple[str, ...]] = {
+    "generation": ("gen",),
+    "forward": ("old_log_prob", "ref", "values"),
+    "training": ("update_actor", "update_critic"),
+    "weight_sync": ("weight_sync",),
+    "switching": ("switching",),
+    "rest": ("reward", "adv", "waiting", "validation", "checkpoint", "other"),
+}
+
+
+def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFrame:
+    """Seconds per phase, ``other`` and ``step`` for every step that has a stage timer.
+
+    ``other`` is clipped at zero and ``step`` raised to the phase sum when timers overlap
+    or were taken outside the step timer. With ``overlapped``, ``gen`` runs beside the step
+    and is left out of the sum.
+    """
+    cols = {c[len(_PREFIX) :]: c for c in steps.columns if c.startswith(_PREFIX)}
+    out = pd.DataFrame(index=steps.index)
+    for phase, stages in PHASES.items():
+        names = [cols[s] for s in stages if s in cols]
+        if phase == "waiting":
+            names += [c for s, c in cols.items() if s.startswith("wait")]
+        out[phase] = steps[names].sum(axis=1, min_count=1) if names else float("nan")
+    timed = out.notna().any(axis=1)
+    if "step" in cols:
+        timed |= steps[cols["step"]].notna()
+    out = out[timed].fillna(0.0)
+    named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
+    step = steps.loc[out.index, cols["step"]] if "step" in cols else named
+    step = step.fillna(named).clip(lower=named)
+    rest = step - named
+    if overlapped:  # untimed trainer time up to the rollout's length is waiting for samples
+        waited = rest.clip(upper=out["gen"])
+        out["waiting"] += waited
+        rest -= waited
+    out["other"] = rest
+    out["step"] = step
+    return out
+
+
+def group_seconds(seconds: pd.DataFrame) -> pd.DataFrame:
+    """Phase seconds summed into :data:`GROUPS`, plus ``step``."""
+    out = pd.DataFrame({g: seconds[list(p)].sum(axis=1) for g, p in GROUPS.items()}, index=seconds.index)
+    out["step"] = seconds["step"]
+    return out
+
+
+@dataclass(frozen=True)
+class AnatomyResult:
+    """Per-step phase seconds and shares, their trend, and findings.
+
+    ``seconds``: index step, one column per phase, ``other`` and ``step``. ``shares``: the
+    same columns (without ``step``) divided by ``step``. ``trend``: index phase, columns
+    ``first``, ``last`` (mean share over the first / last quarter of steps), ``change`` and
+    ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged.
+    ``overlapped``: generation ran beside the step (see the module docstring).
+    """
+
+    seconds: pd.DataFrame
+    shares: pd.DataFrame
+    trend: pd.DataFrame
+    step_timer: bool
+    overlapped: bool = False
+    findings: list[Finding] = field(default_factory=list)
+
+
+def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResult:
+    """Break every step into phases, trend the shares, and flag what dominates or grows."""
+    frames = load(run)
+    overlapped = frames.facts.overlapped
+    seconds = phase_seconds(frames.steps, overlapped=overlapped)
+    shares = seconds.drop(columns="step").div(seconds["step"].where(seconds["step"] > 0), axis=0)
+    trends = {p: trend(shares[p]) for p in shares.columns}
+    table = pd.DataFrame(
+        {
+            "first": [t.first for t in trends.values()],
+            "last": [t.last for t in trends.values()],
+            "change": [t.change for t in trends.values()],
+            "slope_per_step": [t.slope_per_step for t in trends.values()],
+        },
+        index=pd.Index(list(trends), name="phase"),
+    )
+    step_timer = f"{_PREFIX}step" in frames.steps.columns
+    result = AnatomyResult(seconds, shares, table, step_timer, overlapped)
+    if not seconds.empty:
+        result.findings.extend(_findings(result))
+    return result
+
+
+def _findings(r: AnatomyResult) -> list[Finding]:
+    now = recent(r.seconds).mean()
+    share = now.drop("step") / now["step"] if now["step"] > 0 else now.drop("step") * 0.0
+    out: list[Finding] = []
+    gen = r.trend.loc["gen"]
+    if not r.overlapped and share["gen"] >= GENERATION_SHARE_INFO:
+        out.append(
+            finding(
+                "generation-dominates",
+                Severity.INFO,
+                {"generation_share": share["gen"], "generation_s": now["gen"], "step_s": now["step"]},
+                f"generation takes {now['gen']:.0f} s of {now['step']:.0f} s steps ({share['gen']:.0%}) over the "
+                "last quarter of the run: decode throughput and the long tail are the levers, not training",
+            )
+        )
+    if not r.overlapped and gen["change"] >= GENERATION_SHARE_GROWTH_WARN:
+        out.append(
+            finding(
+                "generation-share-growing",
+                Severity.WARN,
+                {"first": gen["first"], "last": gen["last"], "slope_per_step": gen["slope_per_step"]},
+                f"generation share rose {gen['change'] * 100:.0f} points ({gen['first']:.0%} -> {gen['last']:.0%}): "
+                "the balanced rollout:train split has moved towards rollout; re-run the topology what-if",
+            )
+        )
+    if r.step_timer and share["other"] >= UNTRACKED_TIME_WARN:
+        out.append(
+            finding(
+                "untracked-time",
+                Severity.WARN,
+                {"other_share": share["other"], "other_s": now["other"], "step_s": now["step"]},
+                f"{now['other']:.1f} s of each {now['step']:.0f} s step is in no stage timer: "
+                "add spans around data loading, logging and hooks to find it",
+            )
+        )
+    if share["switching"] >= SWITCHING_WARN:
+        out.append(
+            finding(
+                "switching-costly",
+                Severity.WARN,
+                {"switching_share": share["switching"], "switching_s": now["switching"], "step_s": now["step"]},
+                f"memory switching takes {now['switching']:.1f} s per step ({share['switching']:.0%}), above the "
+                f"{SWITCHING_WARN:.0%} a healthy colocated run needs: check pinned-memory offload",
+            )
+        )
+    return out

@@ -1,0 +1,169 @@
+"""Long tail: how much of each rollout is spent waiting for the slowest trajectories?
+
+Evidence: the ``trajectories`` table's ``finish_time`` (seconds since the step's rollout
+began; aborted trajectories are left out, they finish in a later step). Per step:
+
+- rollout time = max(finish_time);
+- t90 = the time by which 90% of the trajectories have finished: the k-th smallest finish
+  time with k = ceil(0.9 n) (10 trajectories finishing at 1..10 s give t90 = 9 s);
+- T_thr = t90 (the throughput part), T_tail = max - t90;
+- tail share f = T_tail / (T_thr + T_tail): the share of rollout time taken by the slowest 10%.
+
+Without trajectories the split is estimated from verl's ``response_length/mean``,
+``response_length/max``, ``response_length/clip_ratio`` and ``timing_s/gen`` (``estimated``
+is then True). Estimator: if all sequences decode together at a constant step time, finish
+time is proportional to length, so f = 1 - L90 / L_max; with lengths taken as exponential
+around their mean, L90 = mean * ln 10 (capped at L_max), and when at least 10% of responses
+hit the length limit L90 = L_max and f = 0. It is rough (one wave, no queueing): the 8B
+example (mean 8K, max 32K) gives f = 0.42 against 0.33 measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from rlscope.advice.catalogue import finding
+from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
+from rlscope.analyzers._data import RunFrames, Trend, load, recent, trend
+from rlscope.trace.reader import RunReader
+
+__all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_split"]
+
+_COLUMNS = ["n", "rollout_s", "t_thr_s", "t_tail_s", "tail_share"]
+
+
+@dataclass(frozen=True)
+class TailSplit:
+    """One rollout split into its throughput part (``t_thr_s`` = t90) and its tail."""
+
+    rollout_s: float
+    t_thr_s: float
+    t_tail_s: float
+
+    @property
+    def tail_share(self) -> float:
+        return self.t_tail_s / self.rollout_s if self.rollout_s > 0 else 0.0
+
+
+def tail_split(finish_times: Iterable[float]) -> TailSplit:
+    """Split one step's trajectory finish times (seconds since rollout start) at t90."""
+    t = np.sort(np.asarray([x for x in finish_times if x is not None], dtype=float))
+    t = t[np.isfinite(t)]
+    if t.size == 0:
+        return TailSplit(math.nan, math.nan, math.nan)
+    k = (9 * t.size + 9) // 10  # ceil(0.9 n) in integers: 0.9 * 70 is 63.00000000000001
+    t90, last = float(t[k - 1]), float(t[-1])
+    return TailSplit(last, t90, last - t90)
+
+
+def estimate_tail_share(mean_len: float, max_len: float, clip_ratio: float | None = None) -> float:
+    """Tail share from response lengths alone (see the module docstring for the model)."""
+    if not (mean_len > 0 and max_len > 0):
+        return math.nan
+    if clip_ratio is not None and clip_ratio >= 0.1:
+        return 0.0
+    l90 = min(max_len, mean_len * math.log(10))
+    return 1.0 - l90 / max_len
+
+
+@dataclass(frozen=True)
+class LongTailResult:
+    """Per-step tail split, its trend and the recent (last-quarter) mean.
+
+    ``per_step``: index step; ``n`` (trajectories, NaN when estimated), ``rollout_s``,
+    ``t_thr_s``, ``t_tail_s``, ``tail_share``. ``t_thr_s``, ``t_tail_s``, ``tail_share``:
+    means over the last quarter of steps (share = mean tail / mean rollout). ``estimated``:
+    True when derived from response lengths rather than trajectories.
+    """
+
+    per_step: pd.DataFrame
+    estimated: bool
+    trend: Trend
+    t_thr_s: float
+    t_tail_s: float
+    tail_share: float
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _measured(trajectories: pd.DataFrame) -> pd.DataFrame:
+    df = trajectories[trajectories["finish_time"].notna()]
+    if "aborted" in df:
+        df = df[~df["aborted"].eq(True)]
+    rows = {}
+    for step, group in df.groupby("step"):
+        s = tail_split(group["finish_time"])
+        rows[step] = (len(group), s.rollout_s, s.t_thr_s, s.t_tail_s, s.tail_share)
+    return pd.DataFrame.from_dict(rows, orient="index", columns=_COLUMNS).rename_axis("step")
+
+
+def _estimated(steps: pd.DataFrame) -> pd.DataFrame:
+    need = ["response_length/mean", "response_length/max", "timing_s/gen"]
+    if not set(need) <= set(steps.columns):
+        return pd.DataFrame(columns=_COLUMNS, index=pd.Index([], name="step"))
+    df = steps.dropna(subset=need)
+    clip = df["response_length/clip_ratio"] if "response_length/clip_ratio" in df else pd.Series(np.nan, df.index)
+    f = [
+        estimate_tail_share(m, x, None if math.isnan(c) else c)
+        for m, x, c in zip(df["response_length/mean"], df["response_length/max"], clip, strict=True)
+    ]
+    out = pd.DataFrame({"n": np.nan, "rollout_s": df["timing_s/gen"], "tail_share": f}, index=df.index)
+    out["t_tail_s"] = out["rollout_s"] * out["tail_share"]
+    out["t_thr_s"] = out["rollout_s"] - out["t_tail_s"]
+    return out[_COLUMNS].rename_axis("step")
+
+
+def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResult:
+    """Split every rollout into throughput and tail, trend the tail share, and flag a heavy tail."""
+    frames = load(run)
+    traj = frames.trajectories
+    measured = "finish_time" in traj and traj["finish_time"].notna().any()
+    per_step = _measured(traj) if measured else _estimated(frames.steps)
+    per_step = per_step.dropna(subset=["rollout_s"]).sort_index()
+    now = recent(per_step)
+    t_thr, t_tail = float(now["t_thr_s"].mean()), float(now["t_tail_s"].mean())
+    share = t_tail / (t_thr + t_tail) if t_thr + t_tail > 0 else math.nan
+    result = LongTailResult(per_step, not measured, trend(per_step["tail_share"]), t_thr, t_tail, share)
+    result.findings.extend(_findings(result))
+    return result
+
+
+def _findings(r: LongTailResult) -> list[Finding]:
+    out: list[Finding] = []
+    how = " (estimated from response lengths; log trajectories to measure it)" if r.estimated else ""
+    if r.tail_share >= LONG_TAIL_WARN:
+        severity = Severity.CRITICAL if r.tail_share >= LONG_TAIL_CRITICAL and not r.estimated else Severity.WARN
+        rollout = r.t_thr_s + r.t_tail_s
+        out.append(
+            finding(
+                "long-tail-dominates",
+                severity,
+                {
+                    "tail_share": r.tail_share,
+                    "t_tail_s": r.t_tail_s,
+                    "t_thr_s": r.t_thr_s,
+                    "rollout_s": rollout,
+                    "estimated": r.estimated,
+                },
+                f"the slowest 10% of trajectories hold the rollout for {r.t_tail_s:.0f} s of {rollout:.0f} s{how}; "
+                f"more GPUs shrink only the other {r.t_thr_s:.0f} s. Async streaming or partial rollout stops the "
+                "trainer waiting for them; a lower max response length or turn limit shortens them",
+            )
+        )
+    if r.trend.change >= LONG_TAIL_GROWTH_WARN:
+        out.append(
+            finding(
+                "long-tail-growing",
+                Severity.WARN,
+                {"first": r.trend.first, "last": r.trend.last, "slope_per_step": r.trend.slope_per_step},
+                f"the tail share rose {r.trend.change * 100:.0f} points over the run "
+                f"({r.trend.first:.0%} -> {r.trend.last:.0%}): the gain from async streaming is growing{how}",
+            )
+        )
+    return out

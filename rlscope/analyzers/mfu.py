@@ -1,0 +1,315 @@
+"""Whole-step MFU and its waterfall: of the GPUs' peak over the whole step, where did each point go?
+
+Evidence: step anatomy (phase seconds), tokens per step (verl's ``perf/total_num_tokens``,
+else the ``trajectories`` prompt + response tokens, else ``prompt_length/mean`` +
+``response_length/mean`` times ``batch_size * group_size`` from ``meta.json``), the active
+parameter count N and the GPUs (count, peak bf16 FLOP/s) from ``meta.json``, the long-tail
+split of generation, and verl's ``perf/mfu/*`` for a cross-check.
+
+FLOPs per token ~ 12 N: generation 2N, old logprob 2N, ref 2N, actor update 6N; a critic
+of N_c parameters adds values 2N_c and critic update 6N_c. A stage counts only when its
+timer was logged (no ``timing_s/ref``: no ref model, 10 N). Attention FLOPs are left out.
+
+Whole-step MFU = useful FLOPs / (step time * n GPUs * peak) = sum_i(T_i eta_i) / sum_i(T_i)
+for colocated phases. The waterfall starts from 100% (every GPU at peak for the whole step)
+and charges every lost GPU-second to exactly one cause, so the points sum to 100 - MFU:
+
+- decode: generation's throughput part, less the FLOPs all of generation does;
+- long_tail: the tail of generation (GPUs waiting for the slowest trajectories);
+- forward: old / ref logprob and values, less their FLOPs; training: actor and critic updates;
+- weight_sync, switching: time with no useful FLOPs;
+- idle_other: the rest of the step (reward, advantages, waiting, untimed time, and in pooled
+  topologies the time a pool waits for the other).
+
+In pooled topologies (separated / async with a known split) generation runs on the n_r
+rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is
+``(1 - fully_async/rollouter/idle_ratio) * step`` when logged, else the rollout time from trajectories,
+else ``timing_s/gen``; async streaming hides the tail, so it is charged no tail.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rlscope.advice.catalogue import finding
+from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
+from rlscope.analyzers import anatomy as _anatomy
+from rlscope.analyzers import longtail as _longtail
+from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
+from rlscope.analyzers.topology import ROLLOUTER_IDLE
+from rlscope.trace.reader import RunReader
+
+__all__ = [
+    "CAUSES",
+    "VERL_MFU_KEYS",
+    "LedgerEntry",
+    "MFUResult",
+    "Waterfall",
+    "analyze",
+    "flops_per_token",
+    "ledger",
+    "mfu_from_etas",
+    "tokens_per_step",
+    "waterfall",
+]
+
+CAUSES = ("decode", "long_tail", "forward", "training", "weight_sync", "switching", "idle_other")
+
+# verl's per-stage MFU keys and the anatomy phase each one measures
+VERL_MFU_KEYS = {
+    "perf/mfu/actor": "update_actor",
+    "perf/mfu/critic": "update_critic",
+    "perf/mfu/actor_infer": "old_log_prob",
+    "perf/mfu/ref": "ref",
+}
+
+_FORWARD = ("old_log_prob", "ref", "values")
+_TRAINING = ("update_actor", "update_critic")
+
+
+def flops_per_token(active_params: float, critic_params: float | None = None) -> dict[str, float]:
+    """FLOPs per token of each verl stage: gen, old_log_prob, ref 2N; update_actor 6N; critic 2N_c / 6N_c."""
+    n = float(active_params)
+    out = {"gen": 2 * n, "old_log_prob": 2 * n, "ref": 2 * n, "update_actor": 6 * n}
+    if critic_params:
+        out.update(values=2 * float(critic_params), update_critic=6 * float(critic_params))
+    return out
+
+
+def mfu_from_etas(seconds: Mapping[str, float], etas: Mapping[str, float]) -> float:
+    """Time-weighted MFU of colocated phases: sum_i(T_i eta_i) / sum_i(T_i) (phases without eta count 0)."""
+    total = sum(seconds.values())
+    return sum(t * etas.get(k, 0.0) for k, t in seconds.items()) / total
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """GPU-seconds charged to one cause, and the GPU-seconds of peak-rate work done in them."""
+
+    cause: str
+    gpu_s: float
+    useful_gpu_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Waterfall:
+    """``mfu`` (fraction) and ``lost``: points (of 100) per cause in :data:`CAUSES` order."""
+
+    mfu: float
+    lost: pd.Series
+
+
+def waterfall(entries: Iterable[LedgerEntry], budget_gpu_s: float) -> Waterfall:
+    """Charge every GPU-second of ``budget_gpu_s`` (n GPUs x step time) to one cause.
+
+    GPU-seconds not in any entry go to ``idle_other``. If the entries exceed the budget
+    (overlapping timers), the budget grows to their sum so that the points still add up.
+    """
+    entries = list(entries)
+    lost = pd.Series(0.0, index=pd.Index(CAUSES, name="cause"))
+    budget = max(budget_gpu_s, sum(e.gpu_s for e in entries))
+    if budget <= 0:
+        return Waterfall(math.nan, lost * math.nan)
+    useful = 0.0
+    for e in entries:
+        lost[e.cause] += 100.0 * (e.gpu_s - e.useful_gpu_s) / budget
+        useful += e.useful_gpu_s
+    lost["idle_other"] += 100.0 * (budget - sum(e.gpu_s for e in entries)) / budget
+    return Waterfall(useful / budget, lost)
+
+
+def ledger(
+    seconds: Mapping[str, float],
+    flops: Mapping[str, float],
+    *,
+    tail_s: float,
+    peak: float,
+    n_rollout: int,
+    n_train: int,
+    rollout_s: float | None = None,
+) -> list[LedgerEntry]:
+    """One step's ledger from anatomy phase ``seconds`` and per-stage ``flops``.
+
+    Colocated: ``n_rollout = n_train = n`` and generation lasts ``seconds["gen"]``. Pooled:
+    generation runs ``rollout_s`` on ``n_rollout`` GPUs, the rest on ``n_train`` GPUs.
+    """
+    gen_s = seconds["gen"] if rollout_s is None else rollout_s
+    fwd = sum(flops.get(s, 0.0) for s in _FORWARD) / peak
+    train = sum(flops.get(s, 0.0) for s in _TRAINING) / peak
+    return [
+        LedgerEntry("decode", n_rollout * (gen_s - tail_s), flops.get("gen", 0.0) / peak),
+        LedgerEntry("long_tail", n_rollout * tail_s),
+        LedgerEntry("forward", n_train * sum(seconds[s] for s in _FORWARD), fwd),
+        LedgerEntry("training", n_train * sum(seconds[s] for s in _TRAINING), train),
+        LedgerEntry("weight_sync", n_train * seconds["weight_sync"]),
+        LedgerEntry("switching", n_train * seconds["switching"]),
+    ]
+
+
+def tokens_per_step(frames: RunFrames) -> pd.Series:
+    """Prompt + response tokens per step, from the best source the run has (see module docstring)."""
+    steps, traj = frames.steps, frames.trajectories
+    if "perf/total_num_tokens" in steps:
+        return steps["perf/total_num_tokens"].dropna()
+    if not traj.empty and traj["response_tokens"].notna().any():
+        per = traj["prompt_tokens"].fillna(0) + traj["response_tokens"].fillna(0)
+        return per.groupby(traj["step"]).sum().astype(float)
+    seqs = frames.facts.sequences_per_step
+    if seqs and {"prompt_length/mean", "response_length/mean"} <= set(steps.columns):
+        return ((steps["prompt_length/mean"] + steps["response_length/mean"]) * seqs).dropna()
+    return pd.Series(dtype=float)
+
+
+@dataclass(frozen=True)
+class MFUResult:
+    """MFU per step and the waterfall of the last quarter of the run.
+
+    ``per_step``: index step; ``step_s``, ``tokens``, ``flops`` (useful), ``mfu``, and the
+    stage efficiencies ``eta_gen`` (over all of generation), ``eta_thr`` (over its throughput
+    part), ``eta_forward``, ``eta_training``. ``mfu``: recent whole-step MFU (fraction).
+    ``waterfall``: points lost per cause (sums to 100 - 100 * mfu). ``cross_check``: index
+    verl key; ``stage``, ``verl``, ``rlscope``, ``ratio`` (verl / rlscope), recent means.
+    """
+
+    per_step: pd.DataFrame
+    mfu: float
+    waterfall: pd.Series
+    cross_check: pd.DataFrame
+    findings: list[Finding] = field(default_factory=list)
+
+
+def analyze(
+    run: RunReader | RunFrames | str | os.PathLike[str],
+    anatomy: _anatomy.AnatomyResult | None = None,
+    longtail: _longtail.LongTailResult | None = None,
+) -> MFUResult:
+    """Compute MFU per step, the recent waterfall, and cross-check verl's own MFU."""
+    frames = load(run)
+    anatomy = anatomy or _anatomy.analyze(frames)
+    longtail = longtail or _longtail.analyze(frames)
+    facts = frames.facts
+    tokens = tokens_per_step(frames)
+    steps = anatomy.seconds.index.intersection(tokens.index)
+    empty = MFUResult(pd.DataFrame(), math.nan, pd.Series(math.nan, index=list(CAUSES)), pd.DataFrame())
+    if not (facts.active_params and facts.peak_flops and facts.n_gpus) or steps.empty:
+        return empty
+    per_token = flops_per_token(facts.active_params, facts.critic_params)
+    n_train = facts.train_gpus if facts.is_pooled else facts.n_gpus
+    rows, ledgers, stage_eta = {}, {}, {}
+    for step in steps:
+        sec = anatomy.seconds.loc[step]
+        flops = {s: f * tokens[step] for s, f in per_token.items() if sec.get(s, 0.0) > 0}
+        ledgers[step] = _step_ledger(facts, frames.steps, longtail, step, sec, flops)
+        fall = waterfall(ledgers[step], facts.n_gpus * sec["step"])
+        rows[step] = _efficiencies(ledgers[step]) | {
+            "step_s": sec["step"],
+            "tokens": tokens[step],
+            "flops": sum(flops.values()),
+            "mfu": fall.mfu,
+        }
+        stage_eta[step] = {
+            s: flops[s] / (n_train * sec[s] * facts.peak_flops) for s in VERL_MFU_KEYS.values() if s in flops
+        }
+    per_step = pd.DataFrame.from_dict(rows, orient="index").rename_axis("step")
+    window = recent(per_step).index
+    budget = float(facts.n_gpus * per_step.loc[window, "step_s"].sum())
+    fall = waterfall([e for s in window for e in ledgers[s]], budget)
+    ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
+    check = _cross_check(frames.steps.reindex(window), ours)
+    result = MFUResult(per_step, fall.mfu, fall.lost, check)
+    result.findings.extend(_findings(result))
+    return result
+
+
+def _step_ledger(
+    facts: RunFacts,
+    steps: pd.DataFrame,
+    longtail: _longtail.LongTailResult,
+    step: int,
+    sec: pd.Series,
+    flops: Mapping[str, float],
+) -> list[LedgerEntry]:
+    tail = longtail.per_step["tail_share"].get(step, 0.0)
+    tail = 0.0 if math.isnan(tail) else tail
+    peak = float(facts.peak_flops or math.nan)
+    if not facts.is_pooled:
+        n = int(facts.n_gpus or 0)
+        return ledger(sec, flops, tail_s=tail * sec["gen"], peak=peak, n_rollout=n, n_train=n)
+    idle = steps[ROLLOUTER_IDLE].get(step, math.nan) if ROLLOUTER_IDLE in steps else math.nan
+    if not math.isnan(idle):
+        rollout_s = (1 - idle) * sec["step"]
+    else:
+        rollout_s = longtail.per_step["rollout_s"].get(step, sec["gen"])
+    tail_s = 0.0 if facts.kind == "async_streaming" else tail * rollout_s
+    return ledger(
+        sec,
+        flops,
+        tail_s=tail_s,
+        peak=peak,
+        n_rollout=int(facts.rollout_gpus or 0),
+        n_train=int(facts.train_gpus or 0),
+        rollout_s=rollout_s,
+    )
+
+
+def _efficiencies(entries: list[LedgerEntry]) -> dict[str, float]:
+    by = {e.cause: e for e in entries}
+
+    def eta(*causes: str) -> float:
+        gpu_s = sum(by[c].gpu_s for c in causes)
+        return sum(by[c].useful_gpu_s for c in causes) / gpu_s if gpu_s > 0 else math.nan
+
+    return {
+        "eta_gen": eta("decode", "long_tail"),
+        "eta_thr": eta("decode"),
+        "eta_forward": eta("forward"),
+        "eta_training": eta("training"),
+    }
+
+
+def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+    """verl's per-stage MFU against rlscope's stage efficiency (recent means; zeros are unset)."""
+    rows = {}
+    for key, stage in VERL_MFU_KEYS.items():
+        if key not in steps or stage not in ours:
+            continue
+        verl = float(steps[key].where(steps[key] > 0).mean())
+        mine = float(ours[stage].mean())
+        if verl > 0 and mine > 0:
+            rows[key] = (stage, verl, mine, verl / mine)
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
+
+
+def _findings(r: MFUResult) -> list[Finding]:
+    out: list[Finding] = []
+    if not math.isnan(r.mfu):
+        top = str(r.waterfall.idxmax())
+        points = {f"lost_{c}": float(p) for c, p in r.waterfall.items()}
+        out.append(
+            finding(
+                "mfu-waterfall",
+                Severity.INFO,
+                {"mfu": r.mfu, "top_cause": top, "top_points": float(r.waterfall[top]), **points},
+                "100% -> "
+                + " ".join(f"-{p:.1f} {c}" for c, p in r.waterfall.items() if p >= 0.05)
+                + f" = {r.mfu:.1%}: attack {top} first, and judge every change by step time, not MFU",
+            )
+        )
+    for key, row in r.cross_check.iterrows():
+        if not 1 / MFU_CROSSCHECK_RATIO <= row["ratio"] <= MFU_CROSSCHECK_RATIO:
+            out.append(
+                finding(
+                    "mfu-cross-check-mismatch",
+                    Severity.WARN,
+                    {"verl_key": key, "stage": row["stage"], "verl": row["verl"], "rlscope": row["rlscope"]},
+                    f"verl's {key} is {row['ratio']:.1f}x rlscope's estimate: check the active parameter count, "
+                    "GPU peak FLOP/s and GPU count in meta.json",
+                )
+            )
+    return out

@@ -1,0 +1,152 @@
+"""Engine balance and sync bubble: do the rollout engines share the work, and how long does the trainer stall on weight sync?
+
+Evidence: the ``trajectories`` table's ``engine`` column with ``response_tokens`` (else
+``gen_s``) as each trajectory's load; the anatomy's weight-sync and update seconds.
+
+Engine balance, per step: load of an engine = sum of its trajectories' loads; CV = population
+standard deviation / mean of the per-engine loads; utilisation = mean / max (a synchronous
+rollout waits for the heaviest engine). Dressage example: 8 engines whose heaviest runs 2600
+equivalent steps where 1600 would be balanced: utilisation 1600/2600 = 61.5%, throughput
+800 -> 492 steps/s.
+
+Sync bubble = T_sync / (k T_mb + T_sync) for k mini-batch updates of T_mb seconds per sync.
+Over a window of steps that is total sync seconds over total update + sync seconds, which
+also holds when a sync happens only every few steps. It is a finding only for pooled
+topologies, where the training pool stalls during sync; a colocated step also holds the
+whole rollout, and the anatomy reports weight sync as its share of that.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from rlscope.advice.catalogue import finding
+from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
+from rlscope.analyzers import anatomy as _anatomy
+from rlscope.analyzers._data import RunFrames, load, recent
+from rlscope.trace.reader import RunReader
+
+__all__ = ["EngineBalance", "SyncBalanceResult", "analyze", "engine_balance", "sync_bubble"]
+
+
+@dataclass(frozen=True)
+class EngineBalance:
+    """Per-engine load spread of one rollout: ``utilisation`` = mean / max, ``cv`` = std / mean."""
+
+    n_engines: int
+    mean_load: float
+    max_load: float
+    cv: float
+
+    @property
+    def utilisation(self) -> float:
+        return self.mean_load / self.max_load if self.max_load > 0 else math.nan
+
+
+def engine_balance(loads: Mapping[str, float] | pd.Series) -> EngineBalance:
+    """Balance of one rollout from each engine's total load (tokens, steps or seconds)."""
+    x = np.asarray(list(loads.values()) if isinstance(loads, Mapping) else loads, dtype=float)
+    mean = float(x.mean()) if x.size else math.nan
+    cv = float(x.std() / mean) if mean > 0 else math.nan
+    return EngineBalance(int(x.size), mean, float(x.max()) if x.size else math.nan, cv)
+
+
+def sync_bubble(t_sync_s: float, t_mb_s: float, k: float) -> float:
+    """Share of trainer time spent syncing weights: T_sync / (k T_mb + T_sync)."""
+    return t_sync_s / (k * t_mb_s + t_sync_s)
+
+
+@dataclass(frozen=True)
+class SyncBalanceResult:
+    """Per-step engine balance and the recent sync bubble.
+
+    ``engines``: index step; ``n_engines``, ``mean_load``, ``max_load``, ``cv``,
+    ``utilisation`` (empty without an ``engine`` column). ``load_unit``: ``response_tokens``
+    or ``gen_s``. ``bubble``: recent sync bubble (NaN without weight-sync timers), with
+    ``t_sync_s`` per sync, ``k`` steps per sync and ``t_mb_s`` update seconds per step.
+    """
+
+    engines: pd.DataFrame
+    load_unit: str | None
+    bubble: float
+    t_sync_s: float
+    k: float
+    t_mb_s: float
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _engines(traj: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    columns = ["n_engines", "mean_load", "max_load", "cv", "utilisation"]
+    if traj.empty or "engine" not in traj or traj["engine"].isna().all():
+        return pd.DataFrame(columns=columns), None
+    unit = "response_tokens" if traj["response_tokens"].notna().any() else "gen_s"
+    df = traj[traj["engine"].notna()]
+    loads = df.groupby(["step", "engine"])[unit].sum()
+    rows = {}
+    for step, per_engine in loads.groupby(level="step"):
+        b = engine_balance(per_engine.to_numpy())
+        rows[step] = (b.n_engines, b.mean_load, b.max_load, b.cv, b.utilisation)
+    return pd.DataFrame.from_dict(rows, orient="index", columns=columns).rename_axis("step"), unit
+
+
+def analyze(
+    run: RunReader | RunFrames | str | os.PathLike[str], anatomy: _anatomy.AnatomyResult | None = None
+) -> SyncBalanceResult:
+    """Measure engine load balance per step and the weight-sync bubble of recent steps."""
+    frames = load(run)
+    anatomy = anatomy or _anatomy.analyze(frames)
+    engines, unit = _engines(frames.trajectories)
+    bubble = t_sync = k = t_mb = math.nan
+    if not anatomy.seconds.empty:
+        g = recent(_anatomy.group_seconds(anatomy.seconds))
+        syncs = int((g["weight_sync"] > 0).sum())
+        if syncs:
+            t_sync, k, t_mb = g["weight_sync"].sum() / syncs, len(g) / syncs, g["training"].mean()
+            bubble = sync_bubble(t_sync, t_mb, k)
+    result = SyncBalanceResult(engines, unit, bubble, t_sync, k, t_mb)
+    result.findings.extend(_findings(result, pooled=frames.facts.is_pooled))
+    return result
+
+
+def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
+    out: list[Finding] = []
+    if not r.engines.empty:
+        now = recent(r.engines).mean()
+        if now["cv"] >= ENGINE_CV_WARN:
+            util = now["mean_load"] / now["max_load"]
+            out.append(
+                finding(
+                    "engine-imbalanced",
+                    Severity.CRITICAL if now["cv"] >= ENGINE_CV_CRITICAL else Severity.WARN,
+                    {
+                        "cv": now["cv"],
+                        "utilisation": util,
+                        "mean_load": now["mean_load"],
+                        "max_load": now["max_load"],
+                        "n_engines": now["n_engines"],
+                        "load_unit": r.load_unit,
+                    },
+                    f"the heaviest of {now['n_engines']:.0f} engines carries {now['max_load']:,.0f} {r.load_unit} "
+                    f"against a mean of {now['mean_load']:,.0f}: the rollout waits for it with engines "
+                    f"{util:.0%} utilised; per-step load balancing would cut the load-bound rollout by up to {1 - util:.0%}",
+                )
+            )
+    if pooled and r.bubble >= SYNC_BUBBLE_WARN:
+        out.append(
+            finding(
+                "sync-bubble",
+                Severity.CRITICAL if r.bubble >= SYNC_BUBBLE_CRITICAL else Severity.WARN,
+                {"bubble": r.bubble, "t_sync_s": r.t_sync_s, "k": r.k, "t_mb_s": r.t_mb_s},
+                f"each weight sync stalls the trainer {r.t_sync_s:.1f} s per {r.k:.0f} step(s) of {r.t_mb_s:.1f} s "
+                f"updates ({r.bubble:.0%}): use delta or multi-source sync, or sync every {2 * r.k:.0f} steps "
+                f"({sync_bubble(r.t_sync_s, r.t_mb_s, 2 * r.k):.0%}, at the price of staler samples)",
+            )
+        )
+    return out

@@ -1,0 +1,355 @@
+"""Topology what-if: how long would a step take colocated, separated, overlapped or async, at which split?
+
+Evidence: the measured throughput part T_thr and tail T_tail of generation (long-tail
+analyzer), forward + training time T_t and weight-sync time T_sync (step anatomy), and the
+GPU count and current split from ``meta.json``. Times measured on a pool of n_r (or n_t) GPUs
+are scaled to all n GPUs (T_thr * n_r / n); the tail does not scale with GPUs.
+
+With n GPUs, n_r for rollout and n_t = n - n_r for training:
+
+- colocated: T = T_thr + T_tail + T_t + T_switch + T_sync
+- separated, sync: T = T_thr n/n_r + T_tail + T_t n/n_t + T_sync
+- one-step overlap: T = max(T_thr n/n_r + T_tail, T_t n/n_t) + T_sync
+- async streaming: T = max(T_thr n/n_r, T_t n/n_t) (the tail and the sync are overlapped)
+
+The best split of each pooled topology is the integer n_r with the shortest step. With tail
+share f = T_tail / (T_thr + T_tail), async over colocated is T_gen + T_t over T_thr + T_t, i.e.
+1 / (1 - f T_gen / (T_gen + T_t)) at the continuous balanced split (8B: 810 / 614 = 1.32x).
+Overlapping rollout R with learner L is bounded by (R + L) / max(R, L).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rlscope.advice.catalogue import finding
+from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.thresholds import (
+    ASYNC_SPEEDUP_INFO,
+    ASYNC_SPEEDUP_WARN,
+    IDLE_RATIO_HIGH,
+    IDLE_RATIO_LOW,
+    SPLIT_GAIN_MIN,
+)
+from rlscope.analyzers import anatomy as _anatomy
+from rlscope.analyzers import longtail as _longtail
+from rlscope.analyzers._data import TOPOLOGIES, RunFrames, load, recent
+from rlscope.trace.reader import RunReader
+
+__all__ = [
+    "POOLED",
+    "ROLLOUTER_IDLE",
+    "TOPOLOGIES",
+    "TRAINER_IDLE",
+    "Split",
+    "StepModel",
+    "TopologyResult",
+    "analyze",
+    "async_speedup",
+    "balanced_ratio",
+    "best_split",
+    "measure",
+    "overlap_bound",
+    "split_table",
+    "step_time",
+    "tail_sensitivity",
+]
+
+POOLED = TOPOLOGIES[1:]
+# verl fully_async's idle ratios (canonical names; older releases drop the prefix)
+ROLLOUTER_IDLE = "fully_async/rollouter/idle_ratio"
+TRAINER_IDLE = "fully_async/trainer/idle_ratio"
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The what-if inputs, as if measured colocated on all ``n_gpus`` GPUs."""
+
+    t_thr_s: float
+    t_tail_s: float
+    t_train_s: float
+    n_gpus: int
+    t_sync_s: float = 0.0
+    t_switch_s: float = 0.0
+
+    @property
+    def t_gen_s(self) -> float:
+        return self.t_thr_s + self.t_tail_s
+
+    @property
+    def tail_share(self) -> float:
+        return self.t_tail_s / self.t_gen_s if self.t_gen_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Split:
+    """A rollout:train split and the step time a topology predicts for it."""
+
+    n_rollout: int
+    n_train: int
+    step_s: float
+
+
+def step_time(model: StepModel, topology: str, n_rollout: int | None = None) -> float:
+    """Predicted step seconds of ``topology`` (one of :data:`TOPOLOGIES`) at ``n_rollout`` GPUs."""
+    m, n = model, model.n_gpus
+    if topology == "colocated":
+        return m.t_thr_s + m.t_tail_s + m.t_train_s + m.t_switch_s + m.t_sync_s
+    if topology not in POOLED:
+        raise ValueError(f"unknown topology {topology!r}; expected one of {', '.join(TOPOLOGIES)}")
+    if n_rollout is None or not 0 < n_rollout < n:
+        raise ValueError(f"{topology} needs 0 < n_rollout < {n}, got {n_rollout}")
+    gen = m.t_thr_s * n / n_rollout
+    train = m.t_train_s * n / (n - n_rollout)
+    if topology == "separated_sync":
+        return gen + m.t_tail_s + train + m.t_sync_s
+    if topology == "one_step_overlap":
+        return max(gen + m.t_tail_s, train) + m.t_sync_s
+    return max(gen, train)
+
+
+def split_table(model: StepModel) -> pd.DataFrame:
+    """Step seconds of every pooled topology at every integer split (index ``n_rollout``)."""
+    splits = range(1, model.n_gpus)
+    table = pd.DataFrame(
+        {t: [step_time(model, t, r) for r in splits] for t in POOLED},
+        index=pd.Index(splits, name="n_rollout"),
+    )
+    table.insert(0, "n_train", model.n_gpus - table.index)
+    return table
+
+
+def best_split(model: StepModel, topology: str) -> Split:
+    """The integer split with the shortest predicted step (the fewest rollout GPUs on a tie)."""
+    column = split_table(model)[topology]
+    n_r = int(column.idxmin())
+    return Split(n_r, model.n_gpus - n_r, float(column.loc[n_r]))
+
+
+def balanced_ratio(t_gen_s: float, t_train_s: float) -> float:
+    """n_r / n_t that equalises the two sides, from times measured on the same GPUs."""
+    return t_gen_s / t_train_s
+
+
+def overlap_bound(rollout_s: float, learner_s: float) -> float:
+    """Upper bound on the speedup from overlapping rollout and learner: (R + L) / max(R, L)."""
+    return (rollout_s + learner_s) / max(rollout_s, learner_s)
+
+
+def async_speedup(tail_share: float, t_gen_s: float, t_train_s: float) -> float:
+    """Async streaming over colocated: 1 / (1 - f T_gen / (T_gen + T_train))."""
+    return 1.0 / (1.0 - tail_share * t_gen_s / (t_gen_s + t_train_s))
+
+
+def tail_sensitivity(t_thr_s: float, t_train_s: float, tail_shares: Iterable[float]) -> pd.DataFrame:
+    """Colocated vs async step time as the tail share f grows, T_thr and T_train held fixed.
+
+    T_tail = T_thr f / (1 - f); async is T_thr + T_train at the continuous balanced split.
+    """
+    f = pd.Index(list(tail_shares), name="tail_share", dtype=float)
+    tail = t_thr_s * f / (1 - f)
+    colocated = t_thr_s + tail + t_train_s
+    asynchronous = t_thr_s + t_train_s
+    return pd.DataFrame(
+        {"t_tail_s": tail, "colocated_s": colocated, "async_s": asynchronous, "speedup": colocated / asynchronous},
+        index=f,
+    )
+
+
+@dataclass(frozen=True)
+class TopologyResult:
+    """What each topology predicts for this run.
+
+    ``model``: the inputs (None when the run lacks the GPU count or timings). ``current``:
+    the run's topology, one of :data:`TOPOLOGIES`; ``n_rollout``/``n_train`` its split if
+    pooled. ``what_if``: index topology; ``n_rollout``, ``n_train`` (best split; NaN for
+    colocated), ``step_s``, ``speedup`` over the current topology's predicted step.
+    ``splits``: :func:`split_table`. ``async_speedup`` and ``overlap_bound`` as defined above.
+    ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``.
+    """
+
+    model: StepModel | None
+    current: str
+    n_rollout: int | None
+    n_train: int | None
+    what_if: pd.DataFrame
+    splits: pd.DataFrame
+    async_speedup: float
+    overlap_bound: float
+    step_measured_s: float = math.nan
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def step_now_s(self) -> float:
+        """The model's step time for the current topology and split (NaN if the split is unknown)."""
+        if self.model is None or (self.current != "colocated" and self.n_rollout is None):
+            return math.nan
+        return step_time(self.model, self.current, self.n_rollout)
+
+
+def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longtail.LongTailResult) -> StepModel | None:
+    """The what-if inputs from the last quarter of the run, scaled to all GPUs.
+
+    Generation is the ``gen`` timer split by the long-tail share. Under async streaming no
+    rollout has a step's shape: the throughput part is the rollout pool's busy time per
+    trainer step, (1 - rollouter idle ratio) * step (else the trajectories' t90), and the
+    tail the trajectories' T_tail.
+    """
+    facts = frames.facts
+    if not facts.n_gpus or anatomy.seconds.empty:
+        return None
+    groups = recent(_anatomy.group_seconds(anatomy.seconds)).mean()
+    t_train = groups["forward"] + groups["training"]
+    if facts.kind == "async_streaming":
+        idle = recent(frames.steps[ROLLOUTER_IDLE].dropna()).mean() if ROLLOUTER_IDLE in frames.steps else math.nan
+        t_thr = longtail.t_thr_s if math.isnan(idle) else (1 - idle) * groups["step"]
+        t_tail = 0.0 if math.isnan(longtail.t_tail_s) else longtail.t_tail_s
+    else:
+        t_tail = groups["generation"] * (0.0 if math.isnan(longtail.tail_share) else longtail.tail_share)
+        t_thr = groups["generation"] - t_tail
+    if not (t_thr > 0 and t_train > 0):
+        return None
+    n = facts.n_gpus
+    if facts.is_pooled:
+        t_thr *= facts.rollout_gpus / n
+        t_train *= facts.train_gpus / n
+    return StepModel(
+        float(t_thr), float(t_tail), float(t_train), int(n), float(groups["weight_sync"]), float(groups["switching"])
+    )
+
+
+def analyze(
+    run: RunReader | RunFrames | str | os.PathLike[str],
+    anatomy: _anatomy.AnatomyResult | None = None,
+    longtail: _longtail.LongTailResult | None = None,
+) -> TopologyResult:
+    """Predict every topology and split from the measured phases and recommend a better one.
+
+    Pass the anatomy and long-tail results if already computed (the facade does).
+    """
+    frames = load(run)
+    anatomy = anatomy or _anatomy.analyze(frames)
+    longtail = longtail or _longtail.analyze(frames)
+    facts = frames.facts
+    current = facts.kind
+    n_r, n_t = (facts.rollout_gpus, facts.train_gpus) if facts.is_pooled else (None, None)
+    model = measure(frames, anatomy, longtail)
+    if model is None:
+        empty = pd.DataFrame(columns=["n_rollout", "n_train", "step_s", "speedup"])
+        result = TopologyResult(None, current, n_r, n_t, empty, pd.DataFrame(), math.nan, math.nan)
+        result.findings.extend(_idle_findings(frames.steps))
+        return result
+    rows = {"colocated": (math.nan, math.nan, step_time(model, "colocated"))}
+    for topology in POOLED:
+        best = best_split(model, topology)
+        rows[topology] = (best.n_rollout, best.n_train, best.step_s)
+    what_if = pd.DataFrame.from_dict(rows, orient="index", columns=["n_rollout", "n_train", "step_s"])
+    what_if.index.name = "topology"
+    result = TopologyResult(
+        model,
+        current,
+        n_r,
+        n_t,
+        what_if,
+        split_table(model),
+        async_speedup(model.tail_share, model.t_gen_s, model.t_train_s),
+        overlap_bound(model.t_gen_s, model.t_train_s),
+        float(recent(anatomy.seconds["step"]).mean()),
+    )
+    what_if["speedup"] = result.step_now_s / what_if["step_s"]
+    result.findings.extend(_findings(result))
+    result.findings.extend(_idle_findings(frames.steps))
+    return result
+
+
+def _findings(r: TopologyResult) -> list[Finding]:
+    assert r.model is not None
+    out: list[Finding] = []
+    now = r.step_now_s
+    if r.current != "colocated" and r.n_rollout is not None and r.n_train is not None:
+        best = r.what_if.loc[r.current]
+        if 1 - best["step_s"] / now >= SPLIT_GAIN_MIN:
+            k = int(best["n_rollout"]) - r.n_rollout
+            src, dst = ("training", "rollout") if k > 0 else ("rollout", "training")
+            out.append(
+                finding(
+                    "split-imbalanced",
+                    Severity.WARN,
+                    {
+                        "n_rollout": r.n_rollout,
+                        "n_train": r.n_train,
+                        "best_rollout": int(best["n_rollout"]),
+                        "best_train": int(best["n_train"]),
+                        "step_now_s": now,
+                        "step_measured_s": r.step_measured_s,
+                        "step_best_s": best["step_s"],
+                        "speedup": now / best["step_s"],
+                    },
+                    f"move {abs(k)} GPUs from {src} to {dst}: predicted step {now:.0f} s -> {best['step_s']:.0f} s",
+                )
+            )
+    if r.current == "separated_sync" and r.n_rollout is not None:
+        overlap = r.what_if.loc["one_step_overlap"]
+        colocated = r.what_if.loc["colocated", "step_s"]
+        out.append(
+            finding(
+                "separated-sync",
+                Severity.WARN,
+                {"step_now": now, "step_overlap_s": overlap["step_s"], "step_colocated_s": colocated},
+                f"one-step overlap at {int(overlap['n_rollout'])}:{int(overlap['n_train'])} predicts {now:.0f} s -> "
+                f"{overlap['step_s']:.0f} s ({now / overlap['step_s']:.2f}x); colocated predicts {colocated:.0f} s",
+            )
+        )
+    if r.current != "async_streaming":
+        best = r.what_if.loc["async_streaming"]
+        speedup = now / best["step_s"]
+        if speedup >= ASYNC_SPEEDUP_INFO:
+            m = r.model
+            out.append(
+                finding(
+                    "async-recommended",
+                    Severity.WARN if speedup >= ASYNC_SPEEDUP_WARN else Severity.INFO,
+                    {
+                        "best_rollout": int(best["n_rollout"]),
+                        "best_train": int(best["n_train"]),
+                        "step_now": now,
+                        "step_measured_s": r.step_measured_s,
+                        "step_async": best["step_s"],
+                        "speedup": speedup,
+                        "tail_share": m.tail_share,
+                        "t_tail_s": m.t_tail_s,
+                        "overlap_bound": r.overlap_bound,
+                    },
+                    f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
+                    f"{now:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x): the trainer stops waiting for the "
+                    f"{m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}); samples become up to one step stale",
+                )
+            )
+    return out
+
+
+def _idle_findings(steps: pd.DataFrame) -> list[Finding]:
+    keys = [ROLLOUTER_IDLE, TRAINER_IDLE]
+    if not set(keys) <= set(steps.columns):
+        return []
+    rollouter, trainer = recent(steps[keys].dropna()).median()  # robust to the warm-up and drift steps
+    if rollouter >= IDLE_RATIO_HIGH and trainer <= IDLE_RATIO_LOW:
+        target, why = "trainer", "the rollouter waits for the trainer"
+    elif trainer >= IDLE_RATIO_HIGH and rollouter <= IDLE_RATIO_LOW:
+        target, why = "rollouter", "the trainer waits for samples"
+    else:
+        return []
+    return [
+        finding(
+            "async-idle-imbalanced",
+            Severity.WARN,
+            {"rollouter_idle": rollouter, "trainer_idle": trainer, "target": target},
+            f"{why} (rollouter idle {rollouter:.0%}, trainer idle {trainer:.0%}): move GPUs to the {target} "
+            "a node at a time until both idle ratios are low",
+        )
+    ]

@@ -1,0 +1,431 @@
+"""Each analyzer on small run directories written with the Recorder, with hand-computed expectations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlscope import Recorder, RunReader
+from rlscope.advice import CATALOGUE, Severity
+from rlscope.analyzers import (
+    RunFrames,
+    analyze_run,
+    anatomy,
+    load,
+    longtail,
+    mfu,
+    staleness,
+    sync_balance,
+    topology,
+)
+
+H100_64 = {"model": {"active_params": 8e9}, "gpu": {"type": "NVIDIA H100 80GB HBM3", "count": 64}}
+# the 8B colocated step of DOMAIN.md: gen 602 (406 + 196 tail), forward 72 (36 + 36), training 136
+EIGHT_B_STEP = {
+    "timing_s/gen": 602,
+    "timing_s/old_log_prob": 36,
+    "timing_s/ref": 36,
+    "timing_s/update_actor": 136,
+    "timing_s/step": 810,
+    "perf/total_num_tokens": 8192 * (512 + 8192),
+}
+# 10 trajectories: the 9th finishes at 406 s (t90), the last at 602 s
+EIGHT_B_FINISH = [100, 150, 200, 250, 300, 350, 380, 400, 406, 602]
+
+
+def make_run(path, meta, steps, trajectories=None):
+    with Recorder(path, meta=meta) as rec:
+        for step, metrics in steps.items():
+            rec.log_step(step, metrics)
+        for step, rows in (trajectories or {}).items():
+            rec.log_trajectories(step, rows)
+    return str(path)
+
+
+def finish_rows(times, **extra):
+    return [{"traj_id": str(i), "finish_time": t, **extra} for i, t in enumerate(times)]
+
+
+def ids(result):
+    return [f.id for f in result.findings]
+
+
+@pytest.fixture
+def eight_b(tmp_path):
+    steps = dict.fromkeys(range(4), EIGHT_B_STEP)
+    return make_run(
+        tmp_path / "8b",
+        {**H100_64, "topology": "colocated"},
+        steps,
+        dict.fromkeys(range(4), finish_rows(EIGHT_B_FINISH)),
+    )
+
+
+# -- anatomy ---------------------------------------------------------------------------
+
+
+def test_anatomy_phases_other_and_shares(tmp_path):
+    metrics = {
+        "timing_s/gen": 60,
+        "timing_s/generate_sequences": 55,  # nested inside gen: not added
+        "timing_s/reward": 5,
+        "timing_s/old_log_prob": 10,
+        "timing_s/ref": 5,
+        "timing_s/adv": 1,
+        "timing_s/update_actor": 15,
+        "timing_s/update_weights": 2,
+        "timing_s/step": 100,
+        "actor/pg_loss": 0.1,
+    }
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, {1: metrics, 2: metrics}))
+    row = r.seconds.loc[1]
+    # named phases 60 + 5 + 10 + 5 + 1 + 15 + 2 = 98 of 100: other = 2
+    assert row["other"] == pytest.approx(2) and row["weight_sync"] == 2 and row["step"] == 100
+    assert r.shares.loc[1, "gen"] == pytest.approx(0.6) and r.shares.loc[1].sum() == pytest.approx(1.0)
+    assert r.step_timer
+    assert ids(r) == ["generation-dominates"]  # 60% >= 60%; other 2% < 10%
+
+
+def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
+    metrics = {"timing/gen": 21.47, "timing/ref": 4.36, "timing/values": 5.8, "timing/adv": 0.109}
+    metrics |= {"timing/update_critic": 15.664, "timing/update_actor": 20.314}
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, {0: metrics}))
+    # no step timer: step = sum of phases = 67.717, other = 0
+    assert not r.step_timer
+    assert r.seconds.loc[0, "step"] == pytest.approx(67.717) and r.seconds.loc[0, "other"] == 0
+    assert r.seconds.loc[0, "update_critic"] == pytest.approx(15.664)
+
+
+def test_anatomy_trend_untracked_time_and_switching(tmp_path):
+    # gen grows 40, 50, ..., 110 s while the rest stays 40 s: gen share 40/80 = 0.5, 50/90 = 0.556
+    # in the first quarter (mean 0.528) and 100/140 = 0.714, 110/150 = 0.733 in the last (mean 0.724)
+    steps = {s: {"timing_s/gen": 40 + 10 * s, "timing_s/update_actor": 40} for s in range(8)}
+    r = anatomy.analyze(make_run(tmp_path / "grow", {}, steps))
+    assert r.trend.loc["gen", "first"] == pytest.approx((0.5 + 50 / 90) / 2)
+    assert r.trend.loc["gen", "last"] == pytest.approx((100 / 140 + 110 / 150) / 2)
+    assert "generation-share-growing" in ids(r)
+    # 20 s of a 100 s step outside any timer; 8 s switching
+    steps = {0: {"timing_s/gen": 50, "timing_s/update_actor": 22, "timing_s/switch": 8, "timing_s/step": 100}}
+    r = anatomy.analyze(make_run(tmp_path / "untracked", {}, steps))
+    found = {f.id: f for f in r.findings}
+    assert found["untracked-time"].evidence["other_s"] == pytest.approx(20)
+    assert found["switching-costly"].evidence["switching_share"] == pytest.approx(0.08)
+
+
+def test_anatomy_overlapped_generation_is_beside_the_step(tmp_path):
+    # one-step overlap: a 200 s rollout runs beside a 120 s trainer step timed at 50 + 10 s;
+    # the 60 s no timer covers is the trainer waiting for samples (at most the rollout's 200 s)
+    steps = {0: {"timing_s/gen": 200, "timing_s/update_actor": 50, "timing_s/old_log_prob": 10, "timing_s/step": 120}}
+    r = anatomy.analyze(make_run(tmp_path / "r", {"topology": "one_step_overlap"}, steps))
+    row = r.seconds.loc[0]
+    assert r.overlapped and (row["step"], row["waiting"], row["other"]) == (120, 60, 0)
+    assert r.shares.loc[0, "gen"] == pytest.approx(200 / 120)
+    assert "generation-dominates" not in ids(r)
+
+
+def test_anatomy_restarted_step_uses_the_latest_attempt(tmp_path):
+    with Recorder(tmp_path / "r") as rec:
+        rec.log_step(3, {"timing_s/gen": 90, "timing_s/step": 200})
+        rec.log_step(3, {"timing_s/gen": 30, "timing_s/step": 60}, attempt=1)
+    r = anatomy.analyze(str(tmp_path / "r"))
+    assert r.seconds.loc[3, "gen"] == 30 and r.seconds.loc[3, "other"] == 30
+
+
+# -- long tail -------------------------------------------------------------------------
+
+
+def test_longtail_measured_from_trajectories(tmp_path):
+    # finish 1..9 and 20 s: t90 = 9, tail 11, f = 11/20 = 0.55 (>= 0.5: critical); the aborted
+    # trajectory (finish 100) is continued next step and left out
+    rows = [*finish_rows([1, 2, 3, 4, 5, 6, 7, 8, 9, 20]), {"traj_id": "x", "finish_time": 100, "aborted": True}]
+    r = longtail.analyze(make_run(tmp_path / "r", {}, {}, {0: rows, 1: rows}))
+    assert not r.estimated
+    assert r.per_step.loc[0].to_dict() == {"n": 10, "rollout_s": 20, "t_thr_s": 9, "t_tail_s": 11, "tail_share": 0.55}
+    (f,) = r.findings
+    assert f.id == "long-tail-dominates" and f.severity is Severity.CRITICAL
+    assert f.evidence["t_tail_s"] == 11 and "11 s of 20 s" in f.recommendation
+
+
+def test_longtail_growing(tmp_path):
+    # step s: nine finish by 10 s, the last at 10 + 10 s: f = 10 s / (10 + 10 s); s = 0 -> 0, s = 3 -> 0.75
+    traj = {s: finish_rows([1, 2, 3, 4, 5, 6, 7, 8, 10, 10 + 10 * s]) for s in range(4)}
+    r = longtail.analyze(make_run(tmp_path / "r", {}, {}, traj))
+    assert r.trend.first == 0 and r.trend.last == pytest.approx(0.75)
+    assert {"long-tail-dominates", "long-tail-growing"} <= set(ids(r))
+
+
+def test_longtail_estimated_from_response_lengths(tmp_path):
+    steps = {0: {"response_length/mean": 8000, "response_length/max": 32000, "timing_s/gen": 602}}
+    r = longtail.analyze(make_run(tmp_path / "r", {}, steps))
+    # f = 1 - 8000 ln 10 / 32000 = 0.4243; T_tail = 0.4243 * 602 = 255.4 s
+    assert r.estimated and r.tail_share == pytest.approx(0.4243, abs=1e-4)
+    assert r.t_tail_s == pytest.approx(255.4, abs=0.1)
+    (f,) = r.findings
+    assert f.severity is Severity.WARN and f.evidence["estimated"] and "estimated" in f.recommendation
+
+
+def test_longtail_without_evidence_is_empty(tmp_path):
+    r = longtail.analyze(make_run(tmp_path / "r", {}, {0: {"actor/pg_loss": 0.1}}))
+    assert r.per_step.empty and r.findings == []
+
+
+# -- MFU -------------------------------------------------------------------------------
+
+
+def test_mfu_8b_run(eight_b):
+    r = mfu.analyze(eight_b)
+    # 12 * 8e9 * 71,303,168 / (810 * 64 * 989e12) = 13.35%
+    assert r.mfu == pytest.approx(0.1335, abs=5e-4)
+    row = r.per_step.loc[0]
+    assert row["eta_forward"] == pytest.approx(0.5, abs=0.01) and row["eta_training"] == pytest.approx(0.4, abs=0.01)
+    assert row["eta_thr"] == pytest.approx(0.044, abs=0.001)  # "decode MFU 4% on the throughput part"
+    # the tail is 196 of 810 s on all 64 GPUs: 24.20 points, whatever the FLOPs
+    assert r.waterfall["long_tail"] == pytest.approx(100 * 196 / 810)
+    assert r.waterfall.sum() == pytest.approx(100 - 100 * r.mfu)
+    assert r.waterfall.idxmax() == "decode"
+    assert r.cross_check.empty and ids(r) == ["mfu-waterfall"]
+
+
+def test_mfu_without_ref_and_tokens_from_trajectories(tmp_path):
+    # no ref timer: 10 N per token; tokens from trajectories: 4 * (100 + 900) = 4000
+    steps = {0: {"timing_s/gen": 10, "timing_s/old_log_prob": 2, "timing_s/update_actor": 8, "timing_s/step": 20}}
+    rows = [{"traj_id": str(i), "prompt_tokens": 100, "response_tokens": 900} for i in range(4)]
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
+    r = mfu.analyze(make_run(tmp_path / "r", meta, steps, {0: rows}))
+    row = r.per_step.loc[0]
+    assert row["tokens"] == 4000 and row["flops"] == 10 * 1e9 * 4000
+    # 4e13 FLOPs / (20 s * 1 GPU * 1e12) = 2.0: a toy peak; the point is the arithmetic
+    assert row["mfu"] == pytest.approx(2.0)
+
+
+def test_mfu_cross_check_with_verl(tmp_path):
+    steps = {s: EIGHT_B_STEP | {"perf/mfu/actor": 0.1} for s in range(2)}
+    r = mfu.analyze(make_run(tmp_path / "r", H100_64, steps))
+    # verl 0.1 vs rlscope 6N * tokens / (136 s * 64 * peak) = 0.3976: ratio 0.25, outside [0.5, 2]
+    assert r.cross_check.loc["perf/mfu/actor", "ratio"] == pytest.approx(0.1 / 0.3976, abs=1e-3)
+    assert "mfu-cross-check-mismatch" in ids(r)
+    steps = {0: EIGHT_B_STEP | {"perf/mfu/actor": 0.35}}
+    assert "mfu-cross-check-mismatch" not in ids(mfu.analyze(make_run(tmp_path / "ok", H100_64, steps)))
+
+
+def test_mfu_needs_model_and_gpus(tmp_path):
+    r = mfu.analyze(make_run(tmp_path / "r", {}, {0: EIGHT_B_STEP}))
+    assert r.per_step.empty and r.findings == []
+
+
+# -- topology --------------------------------------------------------------------------
+
+
+def test_topology_8b_colocated_recommends_async(eight_b):
+    r = topology.analyze(eight_b)
+    assert r.model == topology.StepModel(406, 196, 208, 64)
+    assert r.what_if.loc["async_streaming", ["n_rollout", "n_train"]].tolist() == [42, 22]
+    assert r.what_if.loc["one_step_overlap", "n_rollout"] == 46
+    assert r.async_speedup == pytest.approx(810 / 614)
+    (f,) = r.findings
+    assert f.id == "async-recommended" and f.severity is Severity.INFO  # 1.31x < 1.5x
+    assert f.recommendation.startswith("switching to async streaming at 42:22 predicts 810 s -> 619 s (1.31x)")
+
+
+def test_topology_separated_sync_at_46_18(tmp_path):
+    # measured on the pools: generation on 46 GPUs 406 * 64/46 + 196 = 760.87 s (t90 564.87),
+    # training on 18 GPUs 208 * 64/18 = 739.56 s; step 1500.43 s. Scaled back: T_thr 406, T_t 208.
+    gen46, train18 = 406 * 64 / 46 + 196, 208 * 64 / 18
+    steps = {0: {"timing_s/gen": gen46, "timing_s/update_actor": train18, "timing_s/step": gen46 + train18}}
+    finish = [100, 200, 300, 400, 450, 500, 520, 540, 406 * 64 / 46, gen46]
+    meta = {**H100_64, "topology": "separated", "split": "46:18"}
+    r = topology.analyze(make_run(tmp_path / "r", meta, steps, {0: finish_rows(finish)}))
+    m = r.model
+    assert (m.t_thr_s, m.t_tail_s, m.t_train_s) == (pytest.approx(406), pytest.approx(196), pytest.approx(208))
+    assert r.current == "separated_sync" and r.step_now_s == pytest.approx(1500.43, abs=0.01)
+    found = {f.id: f for f in r.findings}
+    # best separated-sync split 37:27 = 1391.31 s (see the formula tests): move 9 GPUs to training
+    assert (
+        found["split-imbalanced"].recommendation
+        == "move 9 GPUs from rollout to training: predicted step 1500 s -> 1391 s"
+    )
+    assert "one-step overlap at 46:18 predicts 1500 s -> 761 s (1.97x)" in found["separated-sync"].recommendation
+    # 1500.43 / 618.67 = 2.43x >= 1.5x
+    assert found["async-recommended"].severity is Severity.WARN
+    assert found["async-recommended"].evidence["speedup"] == pytest.approx(2.425, abs=1e-3)
+
+
+def test_topology_colocate_async_has_no_split_to_move(tmp_path):
+    # verl's colocate_async shares all GPUs: the what-if is computed, nothing is recommended
+    meta = {**H100_64, "topology": "colocate_async", "split": {"rollout": 64, "train": 64}}
+    r = topology.analyze(make_run(tmp_path / "r", meta, {0: EIGHT_B_STEP}, {0: finish_rows(EIGHT_B_FINISH)}))
+    assert r.current == "async_streaming" and r.n_rollout is None and r.model is not None
+    assert r.findings == [] and r.what_if["speedup"].isna().all()
+
+
+def test_topology_async_idle_ratios(tmp_path):
+    steps = {s: {"rollouter/idle_ratio": 0.3, "trainer/idle_ratio": 0.02} for s in range(3)}
+    r = topology.analyze(make_run(tmp_path / "r", {"topology": "separate_async"}, steps))
+    (f,) = r.findings
+    assert f.id == "async-idle-imbalanced" and f.evidence["target"] == "trainer"
+    assert r.model is None
+
+
+# -- engine balance and sync bubble ------------------------------------------------------
+
+
+def test_engine_imbalance_and_sync_bubble(tmp_path):
+    # engine e0 carries 2600 tokens, e1..e7 1400 each (two trajectories per engine):
+    # mean (2600 + 7 * 1400) / 8 = 1550, utilisation 1550 / 2600 = 0.596;
+    # variance (1050^2 + 7 * 150^2) / 8 = 157,500, std 396.86, CV 0.256 (>= 0.25: critical)
+    loads = {"e0": 2600, **{f"e{i}": 1400 for i in range(1, 8)}}
+    rows = [
+        {"traj_id": f"{e}-{j}", "engine": e, "response_tokens": load // 2}
+        for e, load in loads.items()
+        for j in range(2)
+    ]
+    steps = {0: {"timing_s/update_actor": 10, "timing_s/update_weights": 3, "timing_s/gen": 20}}
+    meta = {"topology": "separated", "split": {"rollout": 6, "train": 2}}
+    r = sync_balance.analyze(make_run(tmp_path / "r", meta, steps, {0: rows}))
+    e = r.engines.loc[0]
+    assert e["n_engines"] == 8 and e["utilisation"] == pytest.approx(1550 / 2600)
+    assert e["cv"] == pytest.approx(0.2560, abs=1e-4) and r.load_unit == "response_tokens"
+    # bubble 3 / (1 * 10 + 3) = 0.2308 (warn: 10-25%)
+    assert r.bubble == pytest.approx(3 / 13) and r.k == 1
+    found = {f.id: f for f in r.findings}
+    assert found["engine-imbalanced"].severity is Severity.CRITICAL
+    assert found["sync-bubble"].severity is Severity.WARN
+
+
+def test_sync_every_k_steps(tmp_path):
+    # a 6 s sync every 3rd step of 10 s updates: 6 / (3 * 10 + 6) = 1/6
+    steps = {s: {"timing_s/update_actor": 10, "timing_s/param_sync": 6 if s % 3 == 2 else 0} for s in range(12)}
+    r = sync_balance.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.k == 3 and r.t_sync_s == 6 and r.bubble == pytest.approx(1 / 6)
+    # colocated (no topology in meta): the bubble is measured but not a finding
+    assert r.findings == []
+
+
+# -- staleness -------------------------------------------------------------------------
+
+
+def _stale_rows():
+    # lags 0..9 (trainer version 20), lengths 100..1000 growing with the lag
+    return [
+        {"traj_id": str(i), "trainer_version": 20, "policy_version_start": 20 - i, "response_tokens": 100 * (i + 1)}
+        for i in range(10)
+    ]
+
+
+def test_staleness_distribution_and_drop_bias(tmp_path):
+    r = staleness.analyze(make_run(tmp_path / "r", {}, {}, {0: _stale_rows()}))
+    row = r.per_step.loc[0]
+    # p90: the 9th of 10 sorted lags = 8; mean 4.5; one of ten above 8
+    assert (row["n"], row["mean"], row["p50"], row["p90"], row["max"]) == (10, 4.5, 4, 8, 9)
+    assert row["over_threshold"] == pytest.approx(0.1)
+    assert r.length_correlation == pytest.approx(1.0)
+    assert r.drop.bias == 2.0  # 1000 dropped vs mean(100..900) = 500 kept
+    assert {"staleness-high", "stale-drop-length-bias"} == set(ids(r))
+
+
+def test_staleness_threshold_from_meta(tmp_path):
+    r = staleness.analyze(make_run(tmp_path / "r", {"max_off_policy_threshold": 5}, {}, {0: _stale_rows()}))
+    # lags 6..9 dropped: mean(700..1000) = 850 vs mean(100..600) = 350: bias 2.43
+    assert r.drop.threshold == 5 and r.drop.dropped_share == pytest.approx(0.4)
+    assert r.drop.bias == pytest.approx(850 / 350)
+
+
+def test_staleness_without_versions(tmp_path):
+    r = staleness.analyze(make_run(tmp_path / "r", {}, {}, {0: finish_rows([1, 2])}))
+    assert r.per_step.empty and r.drop is None and r.findings == []
+
+
+# -- the facade ------------------------------------------------------------------------
+
+
+def test_analyze_run_gathers_catalogued_findings_most_severe_first(eight_b):
+    d = analyze_run(eight_b)
+    found = d.findings
+    assert {f.id for f in found} == {
+        "generation-dominates",
+        "long-tail-dominates",
+        "mfu-waterfall",
+        "async-recommended",
+    }
+    assert all(f.id in CATALOGUE for f in found)
+    ranks = [f.severity.rank for f in found]
+    assert ranks == sorted(ranks, reverse=True) and found[0].id == "long-tail-dominates"
+
+
+def test_every_input_form_gives_the_same_answer(eight_b):
+    frames = load(eight_b)
+    assert isinstance(frames, RunFrames) and load(frames) is frames
+    results = [longtail.analyze(x).tail_share for x in (eight_b, RunReader(eight_b), frames)]
+    assert results == [pytest.approx(196 / 602)] * 3
+
+
+def test_a_run_without_evidence_yields_no_findings(tmp_path):
+    d = analyze_run(make_run(tmp_path / "r", {"gpu": {"count": 8}}, {0: {"actor/pg_loss": 0.1}}))
+    assert d.findings == [] and d.anatomy.seconds.empty and d.topology.model is None
+
+
+# -- shipped sample traces: the analyzers recover the simulator's ground truth ------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+# sample_traces/README.md's "what an analyzer should find", for the analyzers of this package
+EXPECTED = {
+    "healthy-colocated": set(),
+    "longtail-8b": {"long-tail-dominates", "async-recommended"},
+    "separated-8b": {"separated-sync", "split-imbalanced", "async-recommended"},
+    "async-drift": {"async-idle-imbalanced"},
+    "agentic-failing-reward": {"engine-imbalanced", "long-tail-dominates"},
+    "moe-mismatch": {"split-imbalanced"},
+}
+
+
+@pytest.fixture(scope="module")
+def sample():
+    """``sample(name)`` -> (Diagnosis, ground truth) of a shipped trace, each analysed once."""
+    cache: dict[str, tuple] = {}
+
+    def get(name: str) -> tuple:
+        path = SAMPLES / name
+        if not (path / "meta.json").is_file():
+            pytest.skip(f"sample trace {name} is not in this checkout")
+        if name not in cache:
+            cache[name] = (analyze_run(str(path)), json.loads((path / "meta.json").read_text())["ground_truth"])
+        return cache[name]
+
+    return get
+
+
+def _own_findings(d):
+    """Findings of this package's analyzers (not gpu_idle, mismatch, rewards)."""
+    return [f for r in (d.anatomy, d.longtail, d.mfu, d.topology, d.sync_balance, d.staleness) for f in r.findings]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_sample_trace_ground_truth(sample, name):
+    d, truth = sample(name)
+    per_step = truth["per_step"]
+    # the same t90 definition as the simulator: per-step throughput and tail agree (truth rounds to 1e-6)
+    assert d.longtail.per_step["t_thr_s"].tolist() == pytest.approx(per_step["T_thr_s"], abs=1e-5)
+    assert d.longtail.per_step["t_tail_s"].tolist() == pytest.approx(per_step["T_tail_s"], abs=1e-5)
+    assert d.staleness.per_step["mean"].tolist() == pytest.approx(per_step["staleness_mean"], abs=1e-5)
+    assert d.staleness.per_step["max"].tolist() == pytest.approx(per_step["staleness_max"], abs=1e-5)
+    # balanced splits within one GPU of the truth's, which is the last step's: rlscope averages the last
+    # quarter of steps, and a pooled run's tail (measured on n_r GPUs) stands for the tail on all GPUs
+    for topo, key in (("async_streaming", "async"), ("one_step_overlap", "one_step")):
+        want = truth["balanced_split"][key]["last"]["rollout"]
+        assert abs(d.topology.what_if.loc[topo, "n_rollout"] - want) <= 1
+    found = _own_findings(d)
+    assert EXPECTED[name] <= {f.id for f in found}
+    if not EXPECTED[name]:
+        assert all(f.severity is Severity.INFO for f in found)
+
+
+def test_sample_trace_recommendations(sample):
+    d, _ = sample("longtail-8b")
+    assert d.topology.what_if.loc["async_streaming", ["n_rollout", "n_train"]].tolist() == [42, 22]
+    assert d.topology.async_speedup == pytest.approx(1.3, abs=0.05)
+    drift = {f.id: f for f in sample("async-drift")[0].findings}
+    assert drift["async-idle-imbalanced"].evidence["target"] == "rollouter"  # late, the trainer waits
+    moe = {f.id: f for f in sample("moe-mismatch")[0].findings}
+    assert moe["split-imbalanced"].recommendation.startswith("move 3 GPUs from training to rollout")

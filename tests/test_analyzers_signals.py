@@ -1,0 +1,224 @@
+"""Reward by source, log-prob mismatch and GPU idle, on small runs whose answers are known by construction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rlscope import Recorder, RunReader
+from rlscope.analyzers import gpu_idle, mismatch, rewards
+from rlscope.analyzers.mismatch import abs_quantile
+from rlscope.trace.schema import LOGPROB_BIN_EDGES
+
+
+def _traj(source: str, reward: float | None, status: str = "ok", code: str | None = None) -> dict:
+    return {"data_source": source, "reward": reward, "reward_status": status, "reward_error": code}
+
+
+def _reward_run(tmp_path) -> str:
+    """8 steps x 3 sources x 10 samples.
+
+    math: half zeros throughout (legitimate zeros), never errors;
+    code: from step 4 on, 6 of 10 samples fail with TIMEOUT, 1 with HTTP_503; the rest score 1;
+    search: scores 0.8 on average until step 5, then only zeros with no errors (collapse).
+    """
+    run = str(tmp_path / "rewards")
+    with Recorder(run) as rec:
+        for step in range(8):
+            rows = [_traj("math", float(i % 2)) for i in range(10)]
+            if step >= 4:
+                rows += [_traj("code", None, "error", "TIMEOUT") for _ in range(6)]
+                rows += [_traj("code", None, "error", "HTTP_503")]
+                rows += [_traj("code", 1.0) for _ in range(3)]
+            else:
+                rows += [_traj("code", 1.0) for _ in range(10)]
+            rows += [_traj("search", 0.8 if step < 5 else 0.0) for _ in range(10)]
+            rec.log_trajectories(step, rows)
+    return run
+
+
+def test_failing_source_is_told_apart_from_zero_scores(tmp_path):
+    result = rewards.analyze(_reward_run(tmp_path))
+    assert result.available
+    s = result.by_source
+    # recent = last quarter of 8 steps = steps 6, 7
+    assert s.loc["code", "recent_error_rate"] == pytest.approx(7 / 10)
+    assert s.loc["code", "recent_mean_reward"] == pytest.approx(1.0)
+    assert s.loc["math", "zero_share"] == pytest.approx(0.5)
+    assert s.loc["math", "recent_error_rate"] == 0
+    assert s.loc["search", "recent_zero_share"] == 1.0
+    assert s.loc["search", "earlier_mean_reward"] == pytest.approx(0.8 * 5 / 6)  # steps 0-4 at 0.8, step 5 at 0
+    errors = {(r.source, r.code): (r.count, r.first_step) for r in result.errors.itertuples()}
+    assert errors == {("code", "TIMEOUT"): (24, 4), ("code", "HTTP_503"): (4, 4)}
+    step4 = result.by_step[(result.by_step["step"] == 4) & (result.by_step["source"] == "code")].iloc[0]
+    assert (step4["n"], step4["error_rate"], step4["mean_reward"]) == (10, 0.7, 1.0)
+
+    by_id = {(f.id, f.evidence["source"]): f for f in result.findings}
+    assert set(by_id) == {("reward-source-failing", "code"), ("reward-source-zero-collapse", "search")}
+    failing = by_id[("reward-source-failing", "code")]
+    assert failing.severity.value == "critical"  # 70% >= 50%
+    assert (failing.evidence["first_step"], failing.evidence["last_step"]) == (4, 7)
+    assert failing.evidence["error_rate"] == pytest.approx(0.7) and failing.evidence["ongoing"]
+    assert failing.evidence["top_code"] == "TIMEOUT" and "still failing" in failing.recommendation
+    assert by_id[("reward-source-zero-collapse", "search")].severity.value == "warn"
+
+
+def test_an_outage_that_ended_is_still_reported(tmp_path):
+    # steps 2-3: 4 of 10 samples fail; steps 0-1 and 4-11 are clean (recent quarter: steps 9-11)
+    run = str(tmp_path / "past")
+    with Recorder(run) as rec:
+        for step in range(12):
+            bad = 4 if step in (2, 3) else 0
+            rows = [_traj("judge", None, "error", "HTTP_503")] * bad + [_traj("judge", 1.0)] * (10 - bad)
+            rec.log_trajectories(step, rows)
+    (f,) = rewards.analyze(run).findings
+    assert f.id == "reward-source-failing" and f.severity.value == "warn"
+    assert (f.evidence["first_step"], f.evidence["last_step"], f.evidence["ongoing"]) == (2, 3, False)
+    assert f.evidence["error_rate"] == pytest.approx(0.4) and f.evidence["recent_error_rate"] == 0
+    assert f.title == "the reward service for 'judge' failed on 40% of samples in steps 2-3"
+    assert "recovered after step 3" in f.recommendation
+
+
+def test_all_zero_run_without_errors_or_history_is_not_called_a_collapse(tmp_path):
+    run = str(tmp_path / "zeros")
+    with Recorder(run) as rec:
+        for step in range(4):
+            rec.log_trajectories(step, [_traj("math", 0.0) for _ in range(8)])
+    result = rewards.analyze(run)
+    assert result.by_source.loc["math", "zero_share"] == 1.0
+    assert result.findings == []
+
+
+def test_hard_source_that_always_scored_mostly_zero_is_not_a_collapse(tmp_path):
+    # 9 of 10 samples score 0 in steps 0-5, then 10 of 10: zero share 90% -> 100%, a 10-point rise
+    run = str(tmp_path / "hard")
+    with Recorder(run) as rec:
+        for step in range(8):
+            zeros = 10 if step >= 6 else 9
+            rows = [_traj("aime-hard", 0.0) for _ in range(zeros)] + [_traj("aime-hard", 1.0)] * (10 - zeros)
+            rec.log_trajectories(step, rows + [_traj("gsm8k", 1.0) for _ in range(10)])
+    result = rewards.analyze(run)
+    assert result.by_source.loc["aime-hard", "recent_zero_share"] == 1.0
+    assert result.by_source.loc["aime-hard", "earlier_zero_share"] == pytest.approx(0.9)
+    assert result.findings == []
+
+
+def test_no_rewards_recorded_is_unavailable(tmp_path):
+    run = str(tmp_path / "none")
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [{"traj_id": "a", "response_tokens": 5}])
+    assert rewards.analyze(run).available is False
+
+
+def test_abs_quantile_interpolates_inside_log_bins():
+    counts = np.zeros(len(LOGPROB_BIN_EDGES) - 1, dtype=np.int64)
+    i = int(np.searchsorted(LOGPROB_BIN_EDGES, 1e-3, side="right") - 1)  # bin [1e-3, 1.78e-3)
+    counts[i] = 100
+    lo, hi = LOGPROB_BIN_EDGES[i], LOGPROB_BIN_EDGES[i + 1]
+    assert lo == pytest.approx(1e-3)
+    assert abs_quantile(counts, 0.5) == pytest.approx(math.sqrt(lo * hi))  # halfway in log space
+    assert abs_quantile(counts, 1.0) == pytest.approx(hi)
+    assert math.isnan(abs_quantile(np.zeros_like(counts), 0.5))
+
+
+def _mismatch_run(tmp_path, name: str, meta: dict, scale: float, flips: int = 0) -> str:
+    run = str(tmp_path / name)
+    rng = np.random.default_rng(0)
+    with Recorder(run, meta=meta) as rec:
+        for step in range(4):
+            d = rng.normal(0, scale, 20_000)
+            d[:flips] = 3.0  # IS weight e^3 > 2: clipped, and |delta| > 1: a routing flip
+            rec.log_logprob_delta(step, d)
+    return run
+
+
+def test_bf16_dense_at_its_normal_level_has_no_finding(tmp_path):
+    # |N(0, s)| has median 0.674 s; s = 1e-3 -> 6.7e-4 < 1e-3
+    result = mismatch.analyze(_mismatch_run(tmp_path, "bf16", {"precision": "bf16"}, 1e-3))
+    assert result.source == "histogram" and result.level == 1e-3
+    assert result.per_step["p50_abs"].iloc[-1] == pytest.approx(0.674e-3, rel=0.15)
+    assert result.findings == []
+
+
+def test_bf16_rollout_with_fp8_sized_mismatch_is_flagged(tmp_path):
+    result = mismatch.analyze(_mismatch_run(tmp_path, "hot", {"precision": "bf16"}, 2e-2))
+    (f,) = result.findings
+    assert f.id == "logprob-mismatch-high" and f.severity.value == "critical"  # 13x the bf16 level
+    assert f.evidence["p50_abs_delta"] == pytest.approx(0.674 * 2e-2, rel=0.15)
+    # the same numbers are normal for an fp8 rollout
+    assert mismatch.analyze(_mismatch_run(tmp_path, "fp8", {"precision": "fp8"}, 2e-3)).findings == []
+
+
+def test_flips_and_is_clipping_are_counted(tmp_path):
+    run = _mismatch_run(tmp_path, "moe", {"precision": "bf16", "model_type": "moe"}, 1e-3, flips=400)
+    result = mismatch.analyze(run)
+    assert result.per_step["share_above_1"].iloc[0] == pytest.approx(400 / 20_000)
+    assert result.per_step["is_clip_share"].iloc[0] == pytest.approx(400 / 20_000)
+    # flips are expected for MoE (info), and 2% clipped >= 1% warns
+    assert [(f.id, f.severity.value) for f in result.findings] == [
+        ("moe-routing-flips", "info"),
+        ("is-clip-high", "warn"),
+    ]
+    assert result.findings[0].evidence["flip_share"] == pytest.approx(400 / 20_000)
+    dense = mismatch.analyze(_mismatch_run(tmp_path, "dense", {"precision": "bf16"}, 1e-3, flips=400))
+    assert [f.id for f in dense.findings] == ["logprob-mismatch-high", "is-clip-high"]
+
+
+def test_verl_scalars_are_used_when_no_histogram_exists(tmp_path):
+    run = str(tmp_path / "scalars")
+    with Recorder(run, meta={"precision": "bf16"}) as rec:
+        for step in range(4):
+            rec.log_step(step, {"training/rollout_probs_diff_mean": 5e-3, "training/rollout_probs_diff_max": 0.4})
+    result = mismatch.analyze(run)
+    assert result.source == "verl-scalars"
+    assert list(result.per_step.columns) == ["prob_diff_mean", "prob_diff_max"]
+    (f,) = result.findings
+    assert f.evidence["measure"].startswith("mean |delta p|") and f.evidence["factor"] == pytest.approx(5.0)
+
+
+def _gpu_run(tmp_path) -> str:
+    """4 steps of 100 s: gen 0-70 s (rollout GPU 100%, trainer GPU 0%), update 70-100 s (trainer 100%).
+
+    Samples every second: the trainer GPU is idle for 70 of 100 samples per step.
+    """
+    run = str(tmp_path / "gpu")
+    with Recorder(run) as rec:
+        for step in range(4):
+            t0 = 1000.0 + 100 * step
+            rec.log_span(step, "gen", t0, t0 + 70, role="rollout")
+            rec.log_span(step, "update_actor", t0 + 70, t0 + 100)
+            samples = []
+            for s in range(100):
+                gen = s < 70
+                samples.append({"time": t0 + s, "gpu": 0, "role": "trainer", "util_pct": 0.0 if gen else 100.0})
+                samples.append({"time": t0 + s, "gpu": 1, "role": "rollout", "util_pct": 100.0 if gen else 3.0})
+            rec.log_gpu(samples)
+    return run
+
+
+def test_gpu_idle_share_per_role_step_and_phase(tmp_path):
+    result = gpu_idle.analyze(_gpu_run(tmp_path))
+    assert result.by_role.loc["trainer", "idle_share"] == pytest.approx(0.70)
+    assert result.by_role.loc["rollout", "idle_share"] == pytest.approx(0.30)
+    trainer_steps = result.by_step[result.by_step["role"] == "trainer"]
+    assert list(trainer_steps["samples"]) == [100] * 4
+    assert list(trainer_steps["idle_share"]) == pytest.approx([0.7] * 4)
+    phases = result.by_phase.set_index(["phase", "role"])
+    assert phases.loc[("gen", "trainer"), "idle_share"] == 1.0
+    assert phases.loc[("update_actor", "trainer"), "idle_share"] == 0.0
+    assert phases.loc[("update_actor", "rollout"), "mean_util_pct"] == pytest.approx(3.0)
+    (f,) = result.findings
+    assert (
+        f.id == "gpu-idle-in-training"
+        and f.severity.value == "critical"
+        and f.evidence["idle_share"] == pytest.approx(0.7)
+    )
+
+
+def test_gpu_idle_without_samples_is_unavailable(tmp_path):
+    run = str(tmp_path / "none")
+    with Recorder(run) as rec:
+        rec.log_step(0, {"a": 1.0})
+    assert gpu_idle.analyze(RunReader(run)).available is False
