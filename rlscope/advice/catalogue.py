@@ -93,6 +93,15 @@ _ENTRIES = (
         "responses grow.",
     ),
     Entry(
+        "split-drift",
+        "the balanced rollout:train split drifted from {first_rollout}:{first_train} to {last_rollout}:{last_train}",
+        "Responses lengthen during training; generation time grows 2-4x while training grows 2x, so the split "
+        "that balanced the two sides at the start no longer does (2:1 drifting towards 3:1 or 4:1). The "
+        "recommendation names how many GPUs to move and the step time the ledger predicts before and after; "
+        "for async runs verl's idle ratios are the measured check (rollouter idle high and trainer idle low: "
+        "move GPUs to the trainer; the reverse: to rollout). Move a node at a time and re-measure.",
+    ),
+    Entry(
         "async-idle-imbalanced",
         "rollouter idle {rollouter_idle:.0%}, trainer idle {trainer_idle:.0%}: move GPUs to the {target}",
         "verl's rule for async runs: a rollouter that idles while the trainer is busy has too many GPUs, "

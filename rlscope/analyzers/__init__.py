@@ -7,6 +7,7 @@ module             question
 ``longtail``       How much of each rollout waits for the slowest 10% of trajectories?
 ``mfu``            Whole-step MFU, and which cause each lost point goes to.
 ``topology``       What would colocated / separated / overlapped / async take, at which split?
+``drift``          How has the balanced split moved over the run; how many GPUs to move now?
 ``sync_balance``   Are rollout engines evenly loaded; how long does weight sync stall training?
 ``staleness``      How stale are consumed samples, and is dropping stale ones length-biased?
 ``gpu_idle``       How much of each step do the GPUs of each role sit idle, in which phase?
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from rlscope.advice.finding import Finding
 from rlscope.analyzers import (
     anatomy,
+    drift,
     gpu_idle,
     longtail,
     mfu,
@@ -52,6 +54,7 @@ __all__ = [
     "RunFrames",
     "analyze_run",
     "anatomy",
+    "drift",
     "gpu_idle",
     "load",
     "longtail",
@@ -72,6 +75,7 @@ class Diagnosis:
     longtail: longtail.LongTailResult
     mfu: mfu.MFUResult
     topology: topology.TopologyResult
+    drift: drift.DriftResult
     sync_balance: sync_balance.SyncBalanceResult
     staleness: staleness.StalenessResult
     gpu_idle: gpu_idle.GpuIdleResult | None = None
@@ -85,6 +89,7 @@ class Diagnosis:
             self.longtail,
             self.mfu,
             self.topology,
+            self.drift,
             self.sync_balance,
             self.staleness,
             self.gpu_idle,
@@ -106,6 +111,7 @@ def analyze_run(run: RunReader | RunFrames | str | os.PathLike[str]) -> Diagnosi
         longtail=t,
         mfu=mfu.analyze(frames, a, t),
         topology=topology.analyze(frames, a, t),
+        drift=drift.analyze(frames, a, t),
         sync_balance=sync_balance.analyze(frames, a),
         staleness=staleness.analyze(frames),
         gpu_idle=gpu_idle.analyze(reader) if reader else None,

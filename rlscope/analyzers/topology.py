@@ -53,6 +53,7 @@ __all__ = [
     "async_speedup",
     "balanced_ratio",
     "best_split",
+    "idle_imbalance",
     "measure",
     "overlap_bound",
     "split_table",
@@ -333,17 +334,29 @@ def _findings(r: TopologyResult) -> list[Finding]:
     return out
 
 
-def _idle_findings(steps: pd.DataFrame) -> list[Finding]:
+def idle_imbalance(steps: pd.DataFrame) -> tuple[str, float, float] | None:
+    """verl's rule on the recent median idle ratios: (pool to grow, rollouter idle, trainer idle).
+
+    Rollouter idle high and trainer idle low: the rollouter waits for the trainer, so the
+    trainer should grow; the reverse grows the rollouter. None when neither holds.
+    """
     keys = [ROLLOUTER_IDLE, TRAINER_IDLE]
     if not set(keys) <= set(steps.columns):
-        return []
+        return None
     rollouter, trainer = recent(steps[keys].dropna()).median()  # robust to the warm-up and drift steps
     if rollouter >= IDLE_RATIO_HIGH and trainer <= IDLE_RATIO_LOW:
-        target, why = "trainer", "the rollouter waits for the trainer"
-    elif trainer >= IDLE_RATIO_HIGH and rollouter <= IDLE_RATIO_LOW:
-        target, why = "rollouter", "the trainer waits for samples"
-    else:
+        return "trainer", float(rollouter), float(trainer)
+    if trainer >= IDLE_RATIO_HIGH and rollouter <= IDLE_RATIO_LOW:
+        return "rollouter", float(rollouter), float(trainer)
+    return None
+
+
+def _idle_findings(steps: pd.DataFrame) -> list[Finding]:
+    imbalance = idle_imbalance(steps)
+    if imbalance is None:
         return []
+    target, rollouter, trainer = imbalance
+    why = "the rollouter waits for the trainer" if target == "trainer" else "the trainer waits for samples"
     return [
         finding(
             "async-idle-imbalanced",

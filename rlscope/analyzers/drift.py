@@ -1,0 +1,175 @@
+"""How has the balanced rollout:train split moved over the run, and how many GPUs should move now?
+
+Responses lengthen during training, generation time grows 2-4x while training grows 2x,
+so a split that was balanced at the start is not at the end (2:1 drifting towards 3:1 or
+4:1). This module fits the topology ledger to each step on its own (generation split
+into throughput and tail by the long-tail share, forward + training, scaled to all GPUs
+as ``topology.measure`` does for the recent window) and finds each step's best split for
+the run's topology (async streaming for colocated runs, as the option to move to). For
+async runs, verl's idle ratios are the measured side of the same question: rollouter idle
+high and trainer idle low means GPUs should move to the trainer, and the reverse.
+Evidence: ``timing_s/*`` steps, trajectory finish times, idle ratios, ``meta.json`` split.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rlscope.advice.catalogue import finding
+from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.thresholds import SPLIT_GAIN_MIN
+from rlscope.analyzers import anatomy as _anatomy
+from rlscope.analyzers import longtail as _longtail
+from rlscope.analyzers._data import RunFrames, load, recent
+from rlscope.analyzers.topology import ROLLOUTER_IDLE, StepModel, best_split, idle_imbalance, step_time
+from rlscope.trace.reader import RunReader
+
+__all__ = ["DriftResult", "analyze", "per_step_models"]
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    """Per-step balanced split for ``topology`` and the first- vs last-quarter split."""
+
+    topology: str
+    per_step: pd.DataFrame  # step: t_thr_s, t_tail_s, t_train_s, best_rollout, best_train, best_step_s
+    first_rollout: float
+    last_rollout: float
+    n_gpus: int | None
+    findings: list[Finding] = field(default_factory=list)
+
+
+def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: pd.Series) -> pd.DataFrame:
+    """Each step's ledger inputs (seconds as if on all GPUs): ``t_thr_s``, ``t_tail_s``, ``t_train_s``."""
+    facts = frames.facts
+    groups = _anatomy.group_seconds(anatomy.seconds)
+    share = tails.reindex(groups.index).fillna(0.0)
+    if facts.kind == "async_streaming" and ROLLOUTER_IDLE in frames.steps:
+        idle = frames.steps[ROLLOUTER_IDLE].reindex(groups.index)
+        t_thr = (1 - idle) * groups["step"]
+        t_tail = pd.Series(0.0, index=groups.index)
+    else:
+        t_tail = groups["generation"] * share
+        t_thr = groups["generation"] - t_tail
+    t_train = groups["forward"] + groups["training"]
+    if facts.is_pooled:
+        t_thr = t_thr * facts.rollout_gpus / facts.n_gpus
+        t_train = t_train * facts.train_gpus / facts.n_gpus
+    out = pd.DataFrame({"t_thr_s": t_thr, "t_tail_s": t_tail, "t_train_s": t_train})
+    return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
+
+
+def _best(row: pd.Series, n: int, topology: str) -> pd.Series:
+    split = best_split(StepModel(row["t_thr_s"], row["t_tail_s"], row["t_train_s"], n), topology)
+    return pd.Series({"best_rollout": split.n_rollout, "best_train": split.n_train, "best_step_s": split.step_s})
+
+
+def analyze(
+    run: RunReader | RunFrames | str | os.PathLike[str],
+    anatomy: _anatomy.AnatomyResult | None = None,
+    longtail: _longtail.LongTailResult | None = None,
+) -> DriftResult:
+    """The balanced split per step, its drift, and how many GPUs to move now."""
+    frames = load(run)
+    anatomy = anatomy or _anatomy.analyze(frames)
+    longtail = longtail or _longtail.analyze(frames)
+    facts = frames.facts
+    topology = facts.kind if facts.is_pooled else "async_streaming"
+    n = facts.n_gpus
+    tails = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
+    models = per_step_models(frames, anatomy, tails) if n and n > 1 and not anatomy.seconds.empty else pd.DataFrame()
+    if models.empty:
+        return DriftResult(topology, models, math.nan, math.nan, n)
+    per_step = models.join(models.apply(_best, axis=1, n=n, topology=topology))
+    first = float(per_step["best_rollout"].iloc[: max(1, len(per_step) // 4)].mean())
+    last = float(recent(per_step["best_rollout"]).mean())
+    result = DriftResult(topology, per_step, first, last, n)
+    result.findings.extend(_findings(result, frames))
+    return result
+
+
+def _recent_model(per_step: pd.DataFrame, n: int) -> StepModel:
+    m = recent(per_step[["t_thr_s", "t_tail_s", "t_train_s"]]).mean()
+    return StepModel(float(m["t_thr_s"]), float(m["t_tail_s"]), float(m["t_train_s"]), n)
+
+
+def _findings(r: DriftResult, frames: RunFrames) -> list[Finding]:
+    assert r.n_gpus is not None
+    facts = frames.facts
+    model = _recent_model(r.per_step, r.n_gpus)
+    best = best_split(model, r.topology)
+    evidence = {
+        "topology": r.topology,
+        "first_rollout": round(r.first_rollout),
+        "first_train": r.n_gpus - round(r.first_rollout),
+        "last_rollout": best.n_rollout,
+        "last_train": best.n_train,
+        "steps": len(r.per_step),
+    }
+    if round(r.first_rollout) == best.n_rollout:
+        return []  # no drift; a split that is off all along is topology's split-imbalanced
+    if not facts.is_pooled:
+        return [
+            finding(
+                "split-drift",
+                Severity.INFO,
+                evidence,
+                f"if this run moves to async streaming, size it for now ({best.n_rollout}:{best.n_train}, "
+                f"predicted {best.step_s:.0f} s per step), not for its start ({evidence['first_rollout']}:"
+                f"{evidence['first_train']}), and re-check as responses keep growing",
+            )
+        ]
+    current = facts.rollout_gpus
+    now_s = step_time(model, r.topology, current)
+    imbalance = idle_imbalance(frames.steps)
+    idle = None if imbalance is None else {"trainer": "training", "rollouter": "rollout"}[imbalance[0]]
+    k = best.n_rollout - current
+    if k == 0 and idle:
+        k = 1 if idle == "rollout" else -1  # the ledger sees balance; the measured idle ratios do not
+    if k == 0:
+        return [
+            finding(
+                "split-drift",
+                Severity.INFO,
+                {**evidence, "current_rollout": current, "step_now_s": now_s},
+                f"the split {current}:{r.n_gpus - current} is balanced for recent steps; it drifted from "
+                f"{evidence['first_rollout']}:{evidence['first_train']}: re-check as responses grow",
+            )
+        ]
+    target = current + k
+    after_s = step_time(model, r.topology, target)
+    src, dst = ("training", "rollout") if k > 0 else ("rollout", "training")
+    gain = 1 - after_s / now_s
+    evidence |= {
+        "current_rollout": current,
+        "move_gpus": abs(k),
+        "to": dst,
+        "step_now_s": now_s,
+        "step_after_s": after_s,
+        "idle_says": idle,
+    }
+    why = ""
+    if imbalance is not None:
+        _, rollouter, trainer = imbalance
+        evidence |= {"rollouter_idle": rollouter, "trainer_idle": trainer}
+        why = f"; verl's idle ratios agree (rollouter {rollouter:.0%}, trainer {trainer:.0%} idle)"
+        if idle != dst:
+            why = (
+                f"; but verl's idle ratios point the other way (rollouter {rollouter:.0%}, trainer {trainer:.0%} idle)"
+            )
+    note = "" if gain >= 0 else " (the ledger sees the split as balanced: move one node and re-measure)"
+    severity = Severity.WARN if gain >= SPLIT_GAIN_MIN or (idle == dst) else Severity.INFO
+    return [
+        finding(
+            "split-drift",
+            severity,
+            evidence,
+            f"move {abs(k)} GPU{'s' if abs(k) > 1 else ''} from {src} to {dst}: predicted step {now_s:.0f} s -> {after_s:.0f} s{note}; the "
+            f"balanced split drifted from {evidence['first_rollout']}:{evidence['first_train']} to "
+            f"{best.n_rollout}:{best.n_train} over {len(r.per_step)} steps{why}",
+        )
+    ]

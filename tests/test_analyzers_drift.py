@@ -1,0 +1,81 @@
+"""Split drift: the balanced split per step, its movement, and how many GPUs to move now."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlscope import Recorder
+from rlscope.analyzers import drift
+
+# generation seconds per step (measured on the GPUs that ran it); forward 72 s + training 136 s
+GEN = [208, 208, 312, 416, 416, 520, 624, 624]
+
+
+def _run(tmp_path, meta: dict, scale: float) -> str:
+    run = str(tmp_path / "run")
+    with Recorder(run, meta=meta) as rec:
+        for step, gen in enumerate(GEN):
+            g, f, t = gen * scale, 72 * scale, 136 * scale
+            rec.log_step(
+                step,
+                {"timing_s/gen": g, "timing_s/old_log_prob": f, "timing_s/update_actor": t, "timing_s/step": g + f + t},
+            )
+    return run
+
+
+def test_colocated_run_tracks_the_async_split_it_would_need(tmp_path):
+    # no trajectories: no tail, so T_thr = gen. Async balanced split n_r/n_t = T_thr/T_train:
+    # first quarter (steps 0-1): 208/208 -> 32:32; last quarter (steps 6-7): 624/208 = 3 -> 48:16,
+    # where the async step is max(624*64/48, 208*64/16) = 832 s.
+    result = drift.analyze(_run(tmp_path, {"gpu": {"type": "H100", "count": 64}, "topology": "colocated"}, 1.0))
+    assert result.topology == "async_streaming"
+    # integer splits minimising max(T_thr*64/n_r, T_train*64/n_t); ties go to fewer rollout GPUs:
+    # 416/208 -> 42 (633.9 s) ties 43; 520/208 -> 45 (max(739.6, 700.6)) ties 46 (max(723.5, 739.6))
+    assert list(result.per_step["best_rollout"]) == [32, 32, 38, 42, 42, 45, 48, 48]
+    assert (result.first_rollout, result.last_rollout) == (32, 48)
+    (f,) = result.findings
+    assert f.id == "split-drift" and f.severity.value == "info"
+    assert f.title == "the balanced rollout:train split drifted from 32:32 to 48:16"
+    assert "48:16, predicted 832 s per step" in f.recommendation
+
+
+def test_pooled_run_names_the_gpus_to_move_with_predicted_step_times(tmp_path):
+    # one-step overlap on 32:32: generation measured on 32 rollout GPUs is 2x its all-GPU time, and
+    # training on 32 train GPUs likewise, so scale = 2 gives the same ledger as above on 64 GPUs.
+    # Recent model: T_thr 624, T_train 208 on 64 GPUs. At 32:32 the step is max(624*2, 208*2) = 1248 s;
+    # the best one-step split is 48:16: max(624*64/48, 208*64/16) = 832 s.
+    meta = {"gpu": {"type": "H100", "count": 64}, "topology": "one_step_overlap", "split": {"rollout": 32, "train": 32}}
+    result = drift.analyze(_run(tmp_path, meta, 2.0))
+    assert result.topology == "one_step_overlap"
+    (f,) = result.findings
+    assert f.severity.value == "warn"
+    assert (f.evidence["move_gpus"], f.evidence["to"]) == (16, "rollout")
+    assert f.evidence["step_now_s"] == pytest.approx(1248) and f.evidence["step_after_s"] == pytest.approx(832)
+    assert f.recommendation.startswith("move 16 GPUs from training to rollout: predicted step 1248 s -> 832 s")
+
+
+def test_no_drift_no_finding_and_no_gpu_count_no_model(tmp_path):
+    run = str(tmp_path / "flat")
+    with Recorder(run, meta={"gpu": {"count": 64}}) as rec:
+        for step in range(8):
+            rec.log_step(step, {"timing_s/gen": 406.0, "timing_s/update_actor": 208.0, "timing_s/step": 614.0})
+    assert drift.analyze(run).findings == []
+    bare = str(tmp_path / "bare")
+    with Recorder(bare) as rec:
+        rec.log_step(0, {"timing_s/gen": 1.0, "timing_s/update_actor": 1.0})
+    assert drift.analyze(bare).per_step.empty
+
+
+def test_async_drift_sample_recovers_the_simulated_drift():
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[1] / "sample_traces" / "async-drift"
+    truth = json.loads((run / "meta.json").read_text())["ground_truth"]["balanced_split"]["async"]
+    result = drift.analyze(str(run))
+    assert result.first_rollout < result.last_rollout  # responses lengthen: rollout needs more GPUs
+    assert abs(result.last_rollout - truth["last"]["rollout"]) <= 1
+    assert abs(result.first_rollout - truth["first"]["rollout"]) <= 2.5  # step 1 alone is the truth's "first"
+    (f,) = [f for f in result.findings if f.id == "split-drift"]
+    assert f.evidence["to"] == "rollout" and f.evidence["idle_says"] == "rollout"
