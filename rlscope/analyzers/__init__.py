@@ -30,7 +30,9 @@ than failing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rlscope.advice.finding import Finding
 from rlscope.analyzers import (
@@ -49,6 +51,7 @@ from rlscope.analyzers._data import RunFacts, RunFrames, load
 from rlscope.trace.reader import RunReader
 
 __all__ = [
+    "STAGES",
     "Diagnosis",
     "RunFacts",
     "RunFrames",
@@ -100,21 +103,48 @@ class Diagnosis:
         return sorted(found, key=lambda f: -f.severity.rank)
 
 
-def analyze_run(run: RunReader | RunFrames | str | os.PathLike[str]) -> Diagnosis:
-    """Run every analyzer on ``run``, reading its tables once."""
+STAGES = (
+    "read",
+    "anatomy",
+    "longtail",
+    "mfu",
+    "topology",
+    "drift",
+    "sync_balance",
+    "staleness",
+    "gpu_idle",
+    "mismatch",
+    "rewards",
+)
+
+
+def analyze_run(
+    run: RunReader | RunFrames | str | os.PathLike[str],
+    on_stage: Callable[[str], None] | None = None,
+) -> Diagnosis:
+    """Run every analyzer on ``run``, reading its tables once.
+
+    ``on_stage(name)`` is called before each of :data:`STAGES` (a progress bar's hook).
+    """
+    tick = on_stage or (lambda _name: None)
+    tick("read")
     frames = load(run)
-    a = anatomy.analyze(frames)
-    t = longtail.analyze(frames)
     reader = frames.reader
-    return Diagnosis(
-        anatomy=a,
-        longtail=t,
-        mfu=mfu.analyze(frames, a, t),
-        topology=topology.analyze(frames, a, t),
-        drift=drift.analyze(frames, a, t),
-        sync_balance=sync_balance.analyze(frames, a),
-        staleness=staleness.analyze(frames),
-        gpu_idle=gpu_idle.analyze(reader) if reader else None,
-        mismatch=mismatch.analyze(reader) if reader else None,
-        rewards=rewards.analyze(reader) if reader else None,
-    )
+    r: dict[str, Any] = {}
+    # in dependency order: later analyzers reuse the anatomy and long-tail results
+    plan: list[tuple[str, Callable[[], Any]]] = [
+        ("anatomy", lambda: anatomy.analyze(frames)),
+        ("longtail", lambda: longtail.analyze(frames)),
+        ("mfu", lambda: mfu.analyze(frames, r["anatomy"], r["longtail"])),
+        ("topology", lambda: topology.analyze(frames, r["anatomy"], r["longtail"])),
+        ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"])),
+        ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
+        ("staleness", lambda: staleness.analyze(frames)),
+        ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
+        ("mismatch", lambda: mismatch.analyze(reader) if reader else None),
+        ("rewards", lambda: rewards.analyze(reader) if reader else None),
+    ]
+    for name, run_analyzer in plan:
+        tick(name)
+        r[name] = run_analyzer()
+    return Diagnosis(**r)

@@ -68,7 +68,8 @@ class SyncBalanceResult:
     """Per-step engine balance and the recent sync bubble.
 
     ``engines``: index step; ``n_engines``, ``mean_load``, ``max_load``, ``cv``,
-    ``utilisation`` (empty without an ``engine`` column). ``load_unit``: ``response_tokens``
+    ``utilisation``, ``heaviest`` engine and its ``heaviest_share`` of the load (empty
+    without an ``engine`` column). ``load_unit``: ``response_tokens``
     or ``gen_s``. ``bubble``: recent sync bubble (NaN without weight-sync timers), with
     ``t_sync_s`` per sync, ``k`` steps per sync and ``t_mb_s`` update seconds per step.
     """
@@ -83,7 +84,7 @@ class SyncBalanceResult:
 
 
 def _engines(traj: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    columns = ["n_engines", "mean_load", "max_load", "cv", "utilisation"]
+    columns = ["n_engines", "mean_load", "max_load", "cv", "utilisation", "heaviest", "heaviest_share"]
     if traj.empty or "engine" not in traj or traj["engine"].isna().all():
         return pd.DataFrame(columns=columns), None
     unit = "response_tokens" if traj["response_tokens"].notna().any() else "gen_s"
@@ -92,7 +93,9 @@ def _engines(traj: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     rows = {}
     for step, per_engine in loads.groupby(level="step"):
         b = engine_balance(per_engine.to_numpy())
-        rows[step] = (b.n_engines, b.mean_load, b.max_load, b.cv, b.utilisation)
+        heaviest = per_engine.idxmax()[1]
+        share = per_engine.max() / per_engine.sum() if per_engine.sum() > 0 else math.nan
+        rows[step] = (b.n_engines, b.mean_load, b.max_load, b.cv, b.utilisation, heaviest, share)
     return pd.DataFrame.from_dict(rows, orient="index", columns=columns).rename_axis("step"), unit
 
 
@@ -118,8 +121,11 @@ def analyze(
 def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
     out: list[Finding] = []
     if not r.engines.empty:
-        now = recent(r.engines).mean()
+        last = recent(r.engines)
+        now = last.drop(columns=["heaviest"]).mean()
         if now["cv"] >= ENGINE_CV_WARN:
+            heaviest = last["heaviest"].mode().iloc[0]  # the engine most often heaviest lately
+            share = float(last.loc[last["heaviest"] == heaviest, "heaviest_share"].mean())
             util = now["mean_load"] / now["max_load"]
             out.append(
                 finding(
@@ -132,8 +138,11 @@ def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
                         "max_load": now["max_load"],
                         "n_engines": now["n_engines"],
                         "load_unit": r.load_unit,
+                        "heaviest": str(heaviest),
+                        "heaviest_share": share,
                     },
-                    f"the heaviest of {now['n_engines']:.0f} engines carries {now['max_load']:,.0f} {r.load_unit} "
+                    f"{heaviest} is the heaviest of {now['n_engines']:.0f} engines ({share:.0%} of the load, fair "
+                    f"{1 / now['n_engines']:.0%}); the heaviest carries {now['max_load']:,.0f} {r.load_unit} "
                     f"against a mean of {now['mean_load']:,.0f}: the rollout waits for it with engines "
                     f"{util:.0%} utilised; per-step load balancing would cut the load-bound rollout by up to {1 - util:.0%}",
                 )

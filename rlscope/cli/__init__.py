@@ -17,10 +17,16 @@ __all__ = ["COMMANDS", "main"]
 
 # command -> (module, one-line summary); modules are imported only when their command runs
 COMMANDS: dict[str, tuple[str, str]] = {
+    "diagnose": ("rlscope.cli.diagnose", "post-mortem of a run: where time and FLOPs went, what to change"),
     "info": ("rlscope.cli.info", "print a run directory's tables, rows, steps and time range"),
     "compact": ("rlscope.cli.compact", "merge a run directory's segments without losing a row"),
     "collect": ("rlscope.cli.collect", "sample GPU counters (NVML) into a run directory"),
+    "import": (
+        "rlscope.cli.import_",
+        "import verl logs (console, file logger, W&B CSV, TensorBoard) into a run directory",
+    ),
     "simulate": ("rlscope.cli.simulate", "write a simulated run (ledger model) with its ground truth"),
+    "export": ("rlscope.cli.export", "serve run directories' metrics for Prometheus (/metrics)"),
 }
 
 

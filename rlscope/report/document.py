@@ -1,0 +1,169 @@
+"""One JSON-ready document per diagnosis: what every report format renders, and the JSON output.
+
+The document is versioned (``SCHEMA``) and documented in ``docs/diagnose-json.md``. Numbers
+that are not known are ``null`` (never NaN), so any JSON parser reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlscope import __version__
+from rlscope.analyzers import Diagnosis
+from rlscope.analyzers._data import recent
+from rlscope.trace.reader import RunReader
+
+__all__ = ["SCHEMA", "build_document", "clean"]
+
+SCHEMA = "rlscope.diagnose/1"
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: NaN/inf -> None, numpy scalars -> Python, frames -> records."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, pd.DataFrame):
+        named = value.index.name is not None and value.index.name not in value.columns
+        return clean((value.reset_index() if named else value).to_dict(orient="records"))
+    if isinstance(value, pd.Series):
+        return clean(value.to_dict())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return None if not math.isfinite(value) else float(value)
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _num(x: Any) -> float | None:
+    return clean(float(x)) if x is not None else None
+
+
+def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]:
+    meta = reader.meta
+    model = meta.get("model") if isinstance(meta.get("model"), dict) else {}
+    gpu = meta.get("gpu") if isinstance(meta.get("gpu"), dict) else {}
+    steps = d.anatomy.seconds.index
+    return {
+        "source": source,
+        "framework": meta.get("framework"),
+        "framework_version": meta.get("framework_version"),
+        "scenario": meta.get("scenario"),
+        "model": model.get("name"),
+        "active_params": model.get("active_params"),
+        "gpu_type": gpu.get("type"),
+        "gpu_count": gpu.get("count"),
+        "topology": d.topology.current,
+        "split": None
+        if d.topology.n_rollout is None
+        else {"rollout": d.topology.n_rollout, "train": d.topology.n_train},
+        "steps": len(steps),
+        "first_step": int(steps.min()) if len(steps) else None,
+        "last_step": int(steps.max()) if len(steps) else None,
+    }
+
+
+def _headline(d: Diagnosis) -> dict[str, Any]:
+    seconds = d.anatomy.seconds
+    step_s = float(recent(seconds["step"]).mean()) if "step" in seconds else math.nan
+    gen_share = float(recent(d.anatomy.shares["gen"]).mean()) if "gen" in d.anatomy.shares else math.nan
+    best = None
+    t = d.topology
+    if not t.what_if.empty:
+        row = t.what_if["step_s"].idxmin()
+        w = t.what_if.loc[row]
+        best = {
+            "topology": row,
+            "n_rollout": None if math.isnan(w["n_rollout"]) else int(w["n_rollout"]),
+            "n_train": None if math.isnan(w["n_train"]) else int(w["n_train"]),
+            "step_s": _num(w["step_s"]),
+            "speedup": _num(w.get("speedup")),
+        }
+    trainer_idle = None
+    if d.gpu_idle is not None and d.gpu_idle.available and not d.gpu_idle.by_step.empty:
+        rows = d.gpu_idle.by_step[d.gpu_idle.by_step["role"] == "trainer"]
+        if len(rows):
+            trainer_idle = _num((rows["idle_share"] * rows["samples"]).sum() / rows["samples"].sum())
+    return {
+        "step_s": _num(step_s),
+        "step_s_model": _num(t.step_now_s),
+        "generation_share": _num(gen_share),
+        "tail_share": _num(d.longtail.tail_share),
+        "tail_estimated": bool(d.longtail.estimated),
+        "t_thr_s": _num(d.longtail.t_thr_s),
+        "t_tail_s": _num(d.longtail.t_tail_s),
+        "mfu": _num(d.mfu.mfu),
+        "async_speedup": _num(t.async_speedup),
+        "overlap_bound": _num(t.overlap_bound),
+        "best_topology": best,
+        "trainer_gpu_idle_share": trainer_idle,
+    }
+
+
+def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, Any]:
+    """The diagnosis as the versioned JSON document (see docs/diagnose-json.md)."""
+    findings = [f.to_dict() for f in d.findings]
+    counts = Counter(f["severity"] for f in findings)
+    rewards = d.rewards
+    mismatch = d.mismatch
+    gpu = d.gpu_idle
+    doc = {
+        "schema": SCHEMA,
+        "rlscope_version": __version__,
+        "run": _run_section(reader, d, source),
+        "headline": _headline(d),
+        "findings": findings,
+        "counts": {s: counts.get(s, 0) for s in ("critical", "warn", "info")},
+        "phases": {
+            "seconds_per_step": d.anatomy.seconds.rename(columns={"step": "step_s"}),
+            "recent_shares": recent(d.anatomy.shares).mean() if not d.anatomy.shares.empty else {},
+        },
+        "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
+        "mfu": {"mfu": d.mfu.mfu, "waterfall_points": d.mfu.waterfall, "cross_check": d.mfu.cross_check},
+        "topology": {
+            "current": d.topology.current,
+            "what_if": d.topology.what_if,
+            "async_speedup": d.topology.async_speedup,
+            "overlap_bound": d.topology.overlap_bound,
+        },
+        "split_drift": {
+            "topology": d.drift.topology,
+            "first_rollout": d.drift.first_rollout,
+            "last_rollout": d.drift.last_rollout,
+            "per_step": d.drift.per_step,
+        },
+        "staleness": {
+            "per_step": d.staleness.per_step,
+            "length_correlation": d.staleness.length_correlation,
+            "drop": None if d.staleness.drop is None else dataclasses.asdict(d.staleness.drop),
+        },
+        "engines": {"load_unit": d.sync_balance.load_unit, "per_step": d.sync_balance.engines},
+        "weight_sync": {"bubble": d.sync_balance.bubble, "t_sync_s": d.sync_balance.t_sync_s, "k": d.sync_balance.k},
+        "logprob_mismatch": None
+        if mismatch is None or mismatch.source == "none"
+        else {
+            "source": mismatch.source,
+            "precision": mismatch.precision,
+            "model_type": mismatch.model_type,
+            "level": mismatch.level,
+            "per_step": mismatch.per_step,
+        },
+        "rewards": None
+        if rewards is None or not rewards.available
+        else {"by_source": rewards.by_source, "by_step": rewards.by_step, "errors": rewards.errors},
+        "gpu_idle": None
+        if gpu is None or not gpu.available
+        else {"by_role": gpu.by_role, "by_phase": gpu.by_phase, "by_step": gpu.by_step},
+    }
+    return clean(doc)

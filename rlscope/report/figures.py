@@ -1,0 +1,139 @@
+"""Plotly figures of a diagnosis for the HTML report, one function per picture.
+
+Each takes analyzer results (pandas frames) and returns a Figure, or None when the run
+lacks the evidence. Names that come from the run are HTML-escaped before they reach
+plotly, which renders a subset of HTML in labels.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+import pyarrow.compute as pc
+
+from rlscope.analyzers import Diagnosis
+from rlscope.trace.reader import RunReader
+from rlscope.trace.schema import LOGPROB_BIN_EDGES
+
+__all__ = ["all_figures"]
+
+_LAYOUT = {"template": "plotly_white", "height": 380, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
+
+
+def _safe(name: object) -> str:
+    return html.escape(str(name))
+
+
+def phase_stack(d: Diagnosis) -> go.Figure | None:
+    seconds = d.anatomy.seconds
+    if seconds.empty:
+        return None
+    fig = go.Figure()
+    for phase in seconds.columns.drop("step"):
+        if seconds[phase].abs().sum() > 0:
+            fig.add_bar(x=seconds.index, y=seconds[phase], name=_safe(phase))
+    fig.update_layout(barmode="stack", title="Step time by phase", xaxis_title="step", yaxis_title="seconds", **_LAYOUT)
+    return fig
+
+
+def waterfall(d: Diagnosis) -> go.Figure | None:
+    lost = d.mfu.waterfall
+    if lost is None or len(lost) == 0 or not np.isfinite(d.mfu.mfu):
+        return None
+    labels = ["ideal", *[_safe(c) for c in lost.index], "MFU"]
+    values = [100.0, *(-lost.to_numpy(dtype=float)), 0.0]
+    measures = ["absolute", *["relative"] * len(lost), "total"]
+    fig = go.Figure(go.Waterfall(x=labels, y=values, measure=measures, connector={"line": {"color": "#999"}}))
+    fig.update_layout(title=f"Whole-step MFU waterfall: {d.mfu.mfu:.1%}", yaxis_title="% of peak FLOP/s", **_LAYOUT)
+    return fig
+
+
+def finish_cdf(reader: RunReader, d: Diagnosis) -> go.Figure | None:
+    if d.longtail.estimated or d.longtail.per_step.empty:
+        return None
+    step = int(d.longtail.per_step.index.max())
+    table = reader.read("trajectories", ["finish_time"], filter=pc.field("step") == step)
+    t = np.sort(table.column("finish_time").to_numpy(zero_copy_only=False).astype(float))
+    t = t[np.isfinite(t)]
+    if t.size == 0:
+        return None
+    fig = go.Figure(go.Scatter(x=t, y=np.arange(1, t.size + 1) / t.size, mode="lines", name="finished"))
+    row = d.longtail.per_step.loc[step]
+    fig.add_vline(x=row["t_thr_s"], line_dash="dash", annotation_text="90% finished")
+    fig.update_layout(
+        title=f"Trajectory finish times, step {step}: the slowest 10% take {row['tail_share']:.0%} of rollout",
+        xaxis_title="seconds since rollout start",
+        yaxis_title="share finished",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def mismatch_heatmap(d: Diagnosis) -> go.Figure | None:
+    m = d.mismatch
+    if m is None or m.histogram.empty:
+        return None
+    hist = m.histogram
+    totals = hist.sum(axis=1).replace(0, np.nan)
+    share = hist.div(totals, axis=0)
+    lows = LOGPROB_BIN_EDGES[:-1]
+    labels = ["0"] + [f"{x:.0e}" for x in lows[1:]]
+    fig = go.Figure(
+        go.Heatmap(z=share.T.to_numpy(), x=hist.index, y=labels, colorscale="Viridis", colorbar_title="share")
+    )
+    level_bin = f"{m.level:.0e}"
+    if level_bin in labels:
+        fig.add_hline(
+            y=labels.index(level_bin), line_dash="dash", line_color="red", annotation_text=f"{m.precision} level"
+        )
+    fig.update_layout(
+        title="|log p_trainer - log p_rollout| per token, by step",
+        xaxis_title="step",
+        yaxis_title="|delta| bin (lower edge)",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def reward_by_source(d: Diagnosis) -> go.Figure | None:
+    r = d.rewards
+    if r is None or not r.available:
+        return None
+    fig = go.Figure()
+    for source, rows in r.by_step.groupby("source"):
+        fig.add_scatter(x=rows["step"], y=rows["mean_reward"], mode="lines+markers", name=f"{_safe(source)} reward")
+        if rows["error_rate"].max() > 0:
+            fig.add_bar(x=rows["step"], y=rows["error_rate"], name=f"{_safe(source)} error rate", opacity=0.5)
+    fig.update_layout(title="Reward by data source, and reward-service error rate", xaxis_title="step", **_LAYOUT)
+    return fig
+
+
+def split_drift(d: Diagnosis) -> go.Figure | None:
+    p = d.drift.per_step
+    if p.empty:
+        return None
+    fig = go.Figure(go.Scatter(x=p.index, y=p["best_rollout"], mode="lines+markers", name="balanced rollout GPUs"))
+    if d.topology.n_rollout:
+        fig.add_hline(y=d.topology.n_rollout, line_dash="dash", annotation_text="current rollout GPUs")
+    fig.update_layout(
+        title=f"Balanced split over the run ({_safe(d.drift.topology.replace('_', ' '))})",
+        xaxis_title="step",
+        yaxis_title=f"rollout GPUs of {d.drift.n_gpus}",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def all_figures(reader: RunReader, d: Diagnosis) -> list[tuple[str, go.Figure]]:
+    """(section title, figure) for every picture the run has evidence for."""
+    figures: list[tuple[str, go.Figure | None]] = [
+        ("Where each step's time went", phase_stack(d)),
+        ("MFU waterfall", waterfall(d)),
+        ("Long tail", finish_cdf(reader, d)),
+        ("Trainer vs rollout log-probs", mismatch_heatmap(d)),
+        ("Rewards", reward_by_source(d)),
+        ("Split drift", split_drift(d)),
+    ]
+    return [(title, fig) for title, fig in figures if fig is not None]

@@ -1,0 +1,76 @@
+"""The HTML report: one self-contained file (plotly.js inlined) that opens offline.
+
+Every string from the run is escaped with ``html.escape`` before it enters the page.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from rlscope.analyzers import Diagnosis
+from rlscope.report.figures import all_figures
+from rlscope.trace.reader import RunReader
+
+__all__ = ["render_html"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse}td,th{padding:.25rem .75rem;border-bottom:1px solid #eee;text-align:left}
+.critical{color:#b00020;font-weight:600}.warn{color:#a66a00;font-weight:600}.info{color:#00639b}
+.rec{color:#444;margin:.2rem 0 .8rem 1.5rem}.muted{color:#777}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _pct(x: float | None, digits: int = 0) -> str:
+    return "n/a" if x is None else f"{x:.{digits}%}"
+
+
+def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
+    """The diagnosis as one HTML page with its figures."""
+    run, head = doc["run"], doc["headline"]
+    rows = [
+        ("framework", run.get("framework")),
+        ("model", run.get("model")),
+        ("GPUs", f"{run['gpu_count']} x {run['gpu_type']}" if run.get("gpu_count") else None),
+        ("topology", run.get("topology")),
+        ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
+        ("step time (recent mean)", None if head["step_s"] is None else f"{head['step_s']:,.0f} s"),
+        ("generation share", _pct(head["generation_share"])),
+        ("slowest 10% share of rollout", _pct(head["tail_share"]) + (" (estimated)" if head["tail_estimated"] else "")),
+        ("whole-step MFU", _pct(head["mfu"], 1)),
+    ]
+    best = head["best_topology"]
+    if best:
+        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
+        rows.append(("best topology", f"{best['topology']}{split}: {best['step_s']:,.0f} s"))
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>rlscope diagnose: {_e(run['source'])}</title><style>{_CSS}</style>",
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>",
+        f"<h1>rlscope diagnose: {_e(run['source'])}</h1><table>",
+        *(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows if v is not None),
+        "</table>",
+        f"<h2>Findings ({sum(doc['counts'].values())})</h2>",
+    ]
+    if not doc["findings"]:
+        parts.append("<p class='muted'>Nothing to report.</p>")
+    for f in doc["findings"]:
+        sev = f["severity"] if f["severity"] in ("critical", "warn", "info") else "info"
+        parts.append(
+            f"<div id='{_e(f['id'])}'><span class='{sev}'>{_e(sev.upper())}</span> {_e(f['title'])} "
+            f"<span class='muted'>[{_e(f['id'])}]</span></div><div class='rec'>{_e(f['recommendation'])}</div>"
+        )
+    for title, fig in all_figures(reader, d):
+        parts.append(f"<h2>{_e(title)}</h2>")
+        parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"displaylogo": False}))
+    parts.append(f"<p class='muted'>rlscope {_e(doc['rlscope_version'])}, schema {_e(doc['schema'])}</p></body></html>")
+    return "\n".join(parts)

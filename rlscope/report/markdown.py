@@ -1,0 +1,95 @@
+"""The Markdown report (for PR comments, wikis, CI summaries).
+
+Strings from the run are escaped: HTML-special characters become entities and Markdown
+punctuation is backslash-escaped, so a data-source name like ``<img onerror=...>`` or
+``**x**`` is shown as written, never rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["escape_md", "render_markdown"]
+
+# Data strings never start a line here (they follow a list marker or sit in a table cell),
+# so only inline syntax needs escaping: emphasis, code, links and images, tables, strikethrough.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def escape_md(text: Any) -> str:
+    """``text`` safe to embed in Markdown (also inside a table cell) as literal text."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    return s.replace("\r", " ").replace("\n", " ")
+
+
+def _pct(x: float | None, digits: int = 0) -> str:
+    return "n/a" if x is None else f"{x:.{digits}%}"
+
+
+def _secs(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.0f} s"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The diagnosis document as a Markdown page."""
+    run, head = doc["run"], doc["headline"]
+    out = [f"# rlscope diagnose: {escape_md(run['source'])}", ""]
+    facts = {
+        "framework": run.get("framework"),
+        "model": run.get("model"),
+        "GPUs": f"{run['gpu_count']} x {run['gpu_type']}" if run.get("gpu_count") else None,
+        "topology": run.get("topology"),
+        "split": f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None,
+        "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none",
+    }
+    out += [f"- **{k}**: {escape_md(v)}" for k, v in facts.items() if v is not None]
+    out += ["", "## Headline", "", "| measure | value |", "|---|---|"]
+    out.append(f"| step time (recent mean) | {_secs(head['step_s'])} |")
+    out.append(f"| generation share | {_pct(head['generation_share'])} |")
+    est = " (estimated)" if head["tail_estimated"] else ""
+    out.append(f"| slowest 10% share of rollout | {_pct(head['tail_share'])}{est} |")
+    out.append(f"| whole-step MFU | {_pct(head['mfu'], 1)} |")
+    if head["trainer_gpu_idle_share"] is not None:
+        out.append(f"| trainer GPUs idle | {_pct(head['trainer_gpu_idle_share'])} |")
+    best = head["best_topology"]
+    if best:
+        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
+        speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+        out.append(f"| best topology | {escape_md(best['topology'])}{split}: {_secs(best['step_s'])}{speed} |")
+
+    waterfall = doc["mfu"]["waterfall_points"] or {}
+    if waterfall and doc["mfu"]["mfu"] is not None:
+        out += ["", "## MFU waterfall", "", "| cause | points lost |", "|---|---:|"]
+        out += [f"| {escape_md(k)} | {v:.1f} |" for k, v in waterfall.items() if v is not None]
+        out.append(f"| **MFU** | **{100 * doc['mfu']['mfu']:.1f}** |")
+
+    what_if = doc["topology"]["what_if"] or []
+    if what_if:
+        out += ["", "## Topology what-if", "", "| topology | split | step | speedup |", "|---|---|---:|---:|"]
+        for row in what_if:
+            split = f"{row['n_rollout']:.0f}:{row['n_train']:.0f}" if row.get("n_rollout") else "all GPUs"
+            speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "n/a"
+            out.append(f"| {escape_md(row['topology'])} | {split} | {_secs(row['step_s'])} | {speed} |")
+
+    rewards = doc.get("rewards")
+    if rewards:
+        out += ["", "## Reward by source", "", "| source | samples | error rate | zero share | mean reward |"]
+        out.append("|---|---:|---:|---:|---:|")
+        for row in rewards["by_source"]:
+            mean = "n/a" if row["recent_mean_reward"] is None else f"{row['recent_mean_reward']:.3f}"
+            out.append(
+                f"| {escape_md(row['source'])} | {row['samples']} | {_pct(row['error_rate'], 1)} | "
+                f"{_pct(row['zero_share'])} | {mean} |"
+            )
+
+    findings = doc["findings"]
+    out += ["", f"## Findings ({sum(doc['counts'].values())})", ""]
+    if not findings:
+        out.append("Nothing to report.")
+    for f in findings:
+        out.append(f"- **{f['severity'].upper()}** {escape_md(f['title'])} ({escape_md(f['id'])})")
+        if f["recommendation"]:
+            out.append(f"  - {escape_md(f['recommendation'])}")
+    return "\n".join(out) + "\n"

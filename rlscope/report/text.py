@@ -1,0 +1,115 @@
+"""The terminal report: headline numbers, the MFU waterfall as bars, findings by severity.
+
+Every string that came from the run (source names, metric keys, titles built from them)
+is printed as plain text: rich markup in data is never interpreted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["render_text"]
+
+_STYLE = {"critical": "bold red", "warn": "yellow", "info": "cyan"}
+_CAUSES = {
+    "decode": "decode throughput",
+    "long_tail": "long tail",
+    "forward": "forward (logprobs)",
+    "training": "training",
+    "weight_sync": "weight sync",
+    "switching": "switching",
+    "idle_other": "idle / other",
+}
+
+
+def _pct(x: float | None, digits: int = 0) -> str:
+    return "n/a" if x is None else f"{x:.{digits}%}"
+
+
+def _secs(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.0f} s" if x >= 10 else f"{x:.1f} s"
+
+
+def _plain(*parts: tuple[str, str] | str) -> Text:
+    """Text from (string, style) pieces; strings are never parsed as markup."""
+    text = Text()
+    for part in parts:
+        if isinstance(part, tuple):
+            text.append(part[0], style=part[1])
+        else:
+            text.append(part)
+    return text
+
+
+def render_text(doc: dict[str, Any], console: Console) -> None:
+    """Print the diagnosis document to ``console``."""
+    run, head = doc["run"], doc["headline"]
+    console.print(_plain(("rlscope diagnose: ", "bold"), (str(run["source"]), "bold")))
+    facts = [
+        run.get("framework"),
+        run.get("model"),
+        f"{run['gpu_count']} x {run['gpu_type']}" if run.get("gpu_count") else None,
+        run.get("topology", "").replace("_", " ")
+        + (f" {run['split']['rollout']}:{run['split']['train']}" if run.get("split") else ""),
+        f"steps {run['first_step']}..{run['last_step']}" if run.get("steps") else "no steps",
+    ]
+    console.print(_plain("  " + " | ".join(str(f) for f in facts if f)))
+    console.print()
+
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+
+    def row(label: str, value: str) -> None:
+        table.add_row(Text(label), Text(value))  # Text: "[estimated]" and data are not markup
+
+    row("step time", f"{_secs(head['step_s'])} (recent mean)")
+    row("generation", f"{_pct(head['generation_share'])} of each step")
+    tail = f"{_pct(head['tail_share'])} of rollout"
+    if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
+        tail += f" (T_thr {_secs(head['t_thr_s'])} + T_tail {_secs(head['t_tail_s'])})"
+    row("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] else ""))
+    row("whole-step MFU", _pct(head["mfu"], 1))
+    if head["trainer_gpu_idle_share"] is not None:
+        row("trainer GPUs idle", f"{_pct(head['trainer_gpu_idle_share'])} of each step (NVML)")
+    best = head["best_topology"]
+    if best:
+        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
+        speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+        row("best topology", f"{best['topology'].replace('_', ' ')}{split}: {_secs(best['step_s'])}{speed}")
+    console.print(_plain(("Headline", "bold underline")))
+    console.print(table)
+
+    waterfall = doc["mfu"]["waterfall_points"] or {}
+    if waterfall and doc["mfu"]["mfu"] is not None:
+        console.print()
+        console.print(_plain(("MFU waterfall", "bold underline"), " (points of 100% peak FLOP/s lost, by cause)"))
+        rows = [(_CAUSES.get(k, k), v) for k, v in waterfall.items() if v is not None]
+        rows.append(("= MFU", 100 * doc["mfu"]["mfu"]))
+        width = max(len(label) for label, _ in rows)
+        for label, points in rows:
+            bar = "█" * round(points / 2) if points >= 1 else ("▏" if points > 0 else "")
+            style = "green" if label == "= MFU" else "magenta"
+            console.print(_plain(f"  {label:<{width}}  ", (bar, style), f" {points:.1f}"))
+
+    findings = doc["findings"]
+    counts = doc["counts"]
+    console.print()
+    summary = ", ".join(f"{counts[s]} {s}" for s in ("critical", "warn", "info") if counts[s]) or "none"
+    console.print(_plain(("Findings", "bold underline"), f" ({summary})"))
+    if not findings:
+        console.print("  nothing to report")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=10, no_wrap=True)
+    grid.add_column()
+    for f in findings:
+        sev = f["severity"]
+        body = _plain((f["title"], "bold"), f"  [{f['id']}]")
+        if f["recommendation"]:
+            body.append("\n-> " + f["recommendation"])
+        grid.add_row(_plain("  ", (sev.upper(), _STYLE.get(sev, ""))), body)
+    console.print(grid)

@@ -1,0 +1,171 @@
+"""`rlscope diagnose`: every format, exit codes, escaping of data strings, logs as input,
+and the simulator's injected faults recovered on every sample trace."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rlscope import Recorder
+from rlscope.analyzers import analyze_run
+from rlscope.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+REAL_LOGS = ROOT.parent / "shared" / "real_logs"
+
+
+def _run_json(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["diagnose", *args, "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_json_document_has_the_documented_shape(capsys):
+    code, doc = _run_json(capsys, str(SAMPLES / "longtail-8b"))
+    assert code == 0
+    assert doc["schema"] == "rlscope.diagnose/1"
+    assert set(doc) >= {
+        "run",
+        "headline",
+        "findings",
+        "counts",
+        "phases",
+        "long_tail",
+        "mfu",
+        "topology",
+        "split_drift",
+    }
+    assert doc["run"]["gpu_count"] == 64 and doc["run"]["steps"] == 10
+    head = doc["headline"]
+    # DOMAIN.md's 8B ledger: step ~810 s, tail share 196/602 = 0.33, MFU 13%, async 42:22 at ~619 s
+    assert head["step_s"] == pytest.approx(810, rel=0.05)
+    assert head["tail_share"] == pytest.approx(196 / 602, abs=0.03)
+    assert head["mfu"] == pytest.approx(0.13, abs=0.01)
+    best = head["best_topology"]
+    assert (best["topology"], best["n_rollout"], best["n_train"]) == ("async_streaming", 42, 22)
+    assert best["step_s"] == pytest.approx(619, rel=0.05)
+    assert sum(doc["counts"].values()) == len(doc["findings"])
+    ids = [f["id"] for f in doc["findings"]]
+    assert "long-tail-dominates" in ids and "async-recommended" in ids
+    waterfall = doc["mfu"]["waterfall_points"]
+    assert sum(waterfall.values()) + 100 * doc["mfu"]["mfu"] == pytest.approx(100)
+
+
+def test_fail_on_sets_exit_code_3(capsys):
+    agentic = str(SAMPLES / "agentic-failing-reward")  # has a critical finding (engine imbalance)
+    assert main(["diagnose", agentic, "--format", "json", "--fail-on", "critical"]) == 3
+    healthy = str(SAMPLES / "healthy-colocated")  # only info findings
+    assert main(["diagnose", healthy, "--format", "json", "--fail-on", "warn"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html", "json"])
+def test_every_format_writes_a_file(tmp_path, fmt):
+    out = tmp_path / f"report.{fmt}"
+    assert main(["diagnose", str(SAMPLES / "agentic-failing-reward"), "--format", fmt, "--output", str(out)]) == 0
+    text = out.read_text()
+    assert "swe-sandbox" in text  # the failing reward source is named in every format
+    if fmt == "html":
+        assert text.startswith("<!DOCTYPE html>")
+        assert not re.search(r"<script[^>]+src=", text)  # self-contained: opens offline
+        assert "Plotly.newPlot" in text and text.count("Plotly.newPlot") >= 4
+    if fmt == "text":
+        assert "MFU waterfall" in text and "█" in text
+
+
+def _hostile_run(tmp_path) -> str:
+    """A failing reward source and a metric key whose names are markup."""
+    run = str(tmp_path / "hostile")
+    evil = "<script>alert('x')</script>**bold**[link](http://e)|cell"
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/update_actor": 5.0, "<b>key</b>": 1.0})
+            rows = [{"data_source": evil, "reward": None, "reward_status": "error", "reward_error": "<i>E</i>"}] * 5
+            rows += [{"data_source": evil, "reward": 1.0, "reward_status": "ok"}] * 5
+            rec.log_trajectories(step, rows)
+    return run
+
+
+def test_data_strings_are_escaped_in_html_and_markdown(tmp_path, capsys):
+    run = _hostile_run(tmp_path)
+    assert main(["diagnose", run, "--format", "html", "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "<script>alert" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "<i>E</i>" not in page
+    assert main(["diagnose", run, "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    assert r"\*\*bold\*\*\[link\](http://e)\|cell" in md
+    assert main(["diagnose", run]) == 0  # text: shown literally, markup not interpreted
+    text = capsys.readouterr().out
+    assert "<script>alert('x')</script>**bold**[link](http://e)|cell" in text
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
+    code, doc = _run_json(capsys, str(REAL_LOGS / "12_charcount_grpo_smollm135m_1gpu.log"))
+    assert code == 0
+    assert doc["run"]["framework"] == "verl" and doc["run"]["first_step"] == 1
+    # step 1 of that log: timing_s/step 48.70, gen 16.23 -> generation share 33%
+    assert doc["headline"]["step_s"] == pytest.approx(48.70, abs=0.01)
+    assert doc["headline"]["generation_share"] == pytest.approx(16.23 / 48.70, abs=0.005)
+    assert doc["headline"]["tail_estimated"] is True
+
+
+def test_a_jsonl_metrics_file_is_imported_and_diagnosed(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    lines = [
+        {"step": s, "data": {"timing_s/gen": 30.0, "timing_s/update_actor": 10.0, "timing_s/step": 42.0}}
+        for s in (1, 2)
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    code, doc = _run_json(capsys, str(path))
+    assert code == 0 and doc["run"]["steps"] == 2
+    assert doc["headline"]["generation_share"] == pytest.approx(30 / 42)
+
+
+def test_errors_are_one_line(tmp_path, capsys):
+    assert main(["diagnose", str(tmp_path / "missing")]) == 1
+    assert capsys.readouterr().err.strip().endswith("no such run directory")
+    empty = tmp_path / "empty.log"
+    empty.write_text("no metrics here\n")
+    assert main(["diagnose", str(empty)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no verl metric lines" in err
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "pdf"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# what each injected fault must produce, from the simulator's ground truth in meta.json
+FAULT_FINDINGS = {"reward_error": "reward-source-failing", "engine_imbalance": "engine-imbalanced"}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.iterdir() if (p / "meta.json").is_file()))
+def test_injected_faults_are_found_and_healthy_runs_stay_quiet(name):
+    truth = json.loads((SAMPLES / name / "meta.json").read_text())
+    found = analyze_run(str(SAMPLES / name)).findings
+    by_id = {}
+    for f in found:
+        by_id.setdefault(f.id, []).append(f)
+    for fault in truth["ground_truth"]["faults"]:
+        kind = fault["kind"]
+        if kind == "reward_error":
+            (f,) = [f for f in by_id["reward-source-failing"] if f.evidence["source"] == fault["source"]]
+            assert (f.evidence["first_step"], f.evidence["last_step"]) == tuple(fault["steps"])
+            assert set(f.evidence["codes"]) == set(fault["error_codes"])
+        elif kind == "engine_imbalance":
+            (f,) = by_id["engine-imbalanced"]
+            assert f.evidence["heaviest"] == fault["engine"]
+            assert f.evidence["heaviest_share"] == pytest.approx(fault["share"], abs=0.03)
+        elif kind == "logprob_mismatch":
+            expected = "moe-routing-flips" if truth["model_type"] == "moe" else "logprob-mismatch-high"
+            assert expected in by_id
+        else:
+            pytest.fail(f"no expectation for fault kind {kind!r}")
+    if name == "healthy-colocated":
+        assert all(f.severity.value == "info" for f in found)
+    if not truth["ground_truth"]["faults"]:
+        assert "reward-source-failing" not in by_id and "engine-imbalanced" not in by_id
