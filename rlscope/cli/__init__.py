@@ -17,6 +17,7 @@ __all__ = ["COMMANDS", "main"]
 
 # command -> (module, one-line summary); modules are imported only when their command runs
 COMMANDS: dict[str, tuple[str, str]] = {
+    "compare": ("rlscope.cli.compare", "two runs side by side, with the differences explained"),
     "diagnose": ("rlscope.cli.diagnose", "post-mortem of a run: where time and FLOPs went, what to change"),
     "info": ("rlscope.cli.info", "print a run directory's tables, rows, steps and time range"),
     "compact": ("rlscope.cli.compact", "merge a run directory's segments without losing a row"),

@@ -1,0 +1,77 @@
+"""Two runs side by side: step time, phase shares, tail, MFU, split, and what differs.
+
+usage: rlscope compare RUN_A RUN_B [--format text|json]
+
+Each RUN is a run directory, or a verl console log or JSONL file (imported first).
+The explanation splits B's step-time difference into the phases (recent means) and the
+generation difference into throughput part and tail.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rlscope.cli._args import parser_for
+from rlscope.cli.diagnose import open_run
+
+__all__ = ["main"]
+
+
+def _document(path: str) -> dict[str, Any]:
+    from rlscope.analyzers import analyze_run
+    from rlscope.report.document import build_document
+    from rlscope.trace.reader import RunReader
+
+    with open_run(path) as run_dir:
+        reader = RunReader(run_dir)
+        return build_document(analyze_run(reader), reader, path)
+
+
+def _cell(value: Any, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "s":
+        return f"{value:,.1f} s"
+    if unit == "share":
+        return f"{value:.1%}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    return str(value)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = parser_for("compare", __doc__)
+    parser.add_argument("run_a", metavar="RUN_A")
+    parser.add_argument("run_b", metavar="RUN_B")
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    args = parser.parse_args(argv)
+
+    from rlscope.report.compare import compare_documents
+
+    result = compare_documents(_document(args.run_a), _document(args.run_b))
+    if args.format == "json":
+        rows = [{"measure": m.strip(), "unit": u, "a": a, "b": b} for m, u, a, b in result["rows"]]
+        json.dump({**result, "rows": rows}, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 120
+    table = Table()
+    for header in ("measure", f"A: {args.run_a}", f"B: {args.run_b}"):
+        table.add_column(Text(header))
+    for measure, unit, a, b in result["rows"]:
+        table.add_row(Text(measure), Text(_cell(a, unit)), Text(_cell(b, unit)))
+    console.print(table)
+    console.print(Text("What differs", style="bold underline"))
+    for line in result["explanations"]:
+        console.print(Text(f"  - {line}"))
+    return 0

@@ -1,0 +1,107 @@
+"""Two runs side by side, and the differences explained in seconds.
+
+The step-time difference is split into the phases that make it up (recent means), and
+the generation difference further into throughput part and tail, so "B is 15% slower"
+becomes "B is 120 s slower: generation +100 s, of which the tail +80 s".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["compare_documents"]
+
+_MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
+
+
+def _get(doc: dict[str, Any], *path: str) -> Any:
+    node: Any = doc
+    for p in path:
+        node = node.get(p) if isinstance(node, dict) else None
+    return node
+
+
+def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
+    rows = _get(doc, "phases", "seconds_per_step") or []
+    if not rows:
+        return {}
+    recent = rows[len(rows) - max(1, math.ceil(len(rows) / 4)) :]
+    keys = [k for k in recent[0] if k != "step"]
+    return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
+
+
+def _split(doc: dict[str, Any]) -> str | None:
+    split = _get(doc, "run", "split")
+    return f"{split['rollout']}:{split['train']}" if split else None
+
+
+def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Rows of (measure, unit, A, B) and sentences explaining how B differs from A.
+
+    ``unit`` is ``s`` (seconds), ``share`` (a fraction), ``x`` (a ratio) or ``""`` (text or a count).
+    """
+    ha, hb = a["headline"], b["headline"]
+    rows = [
+        ("step time", "s", ha["step_s"], hb["step_s"]),
+        ("generation share", "share", ha["generation_share"], hb["generation_share"]),
+        ("slowest-10% share of rollout", "share", ha["tail_share"], hb["tail_share"]),
+        ("T_thr", "s", ha["t_thr_s"], hb["t_thr_s"]),
+        ("T_tail", "s", ha["t_tail_s"], hb["t_tail_s"]),
+        ("whole-step MFU", "share", ha["mfu"], hb["mfu"]),
+        ("topology", "", a["run"]["topology"], b["run"]["topology"]),
+        ("split", "", _split(a), _split(b)),
+        ("GPUs", "", a["run"]["gpu_count"], b["run"]["gpu_count"]),
+        ("async speedup estimate", "x", ha["async_speedup"], hb["async_speedup"]),
+        ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
+    ]
+    pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
+    for phase in sorted(set(pa_) | set(pb), key=lambda p: -abs(pb.get(p, 0) - pa_.get(p, 0))):
+        if phase != "step_s" and (pa_.get(phase) or pb.get(phase)):
+            rows.append((f"  {phase}", "s", pa_.get(phase), pb.get(phase)))
+    return {"runs": [a["run"]["source"], b["run"]["source"]], "rows": rows, "explanations": _explain(a, b, pa_, pb)}
+
+
+def _counts(doc: dict[str, Any]) -> str:
+    c = doc["counts"]
+    return f"{c['critical']}/{c['warn']}/{c['info']}"
+
+
+def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
+    ha, hb = a["headline"], b["headline"]
+    out: list[str] = []
+    sa, sb = ha["step_s"], hb["step_s"]
+    if sa and sb:
+        delta = sb - sa
+        word = "slower" if delta > 0 else "faster"
+        parts = []
+        for phase in sorted(set(pa_) | set(pb), key=lambda p: -abs(pb.get(p, 0) - pa_.get(p, 0))):
+            d = pb.get(phase, 0.0) - pa_.get(phase, 0.0)
+            if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
+                parts.append(f"{phase} {d:+,.0f} s")
+        detail = f": {', '.join(parts[:4])}" if parts else ""
+        out.append(f"B's steps are {abs(delta):,.0f} s {word} than A's ({sb / sa - 1:+.0%}){detail}")
+    if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
+        dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
+        if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
+            out.append(
+                f"generation's throughput part changed {dthr:+,.0f} s and its tail {dtail:+,.0f} s "
+                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}); more GPUs shrink only the throughput part"
+            )
+    if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
+        out.append(
+            f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: "
+            + ("B is faster" if (sb or 0) < (sa or 0) else "B is not faster")
+        )
+    if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
+        out.append(
+            " ".join(
+                ["topology", a["run"]["topology"], _split(a) or "", "->", b["run"]["topology"], _split(b) or ""]
+            ).replace("  ", " ")
+        )
+    ids_a, ids_b = {f["id"] for f in a["findings"]}, {f["id"] for f in b["findings"]}
+    if ids_b - ids_a:
+        out.append(f"only B: {', '.join(sorted(ids_b - ids_a))}")
+    if ids_a - ids_b:
+        out.append(f"only A: {', '.join(sorted(ids_a - ids_b))}")
+    return out

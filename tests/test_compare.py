@@ -1,0 +1,44 @@
+"""`rlscope compare`: the step-time difference explained by phase and by throughput vs tail."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlscope import Recorder
+from rlscope.cli import main
+
+
+def _run(tmp_path, name: str, gen: float, tail_share: float) -> str:
+    """4 steps: gen, 30 s update; 10 trajectories finishing so the slowest 10% take ``tail_share``."""
+    run = str(tmp_path / name)
+    t90 = gen * (1 - tail_share)
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": gen, "timing_s/update_actor": 30.0, "timing_s/step": gen + 30.0})
+            # 9 of 10 finish by t90 (the 9th at t90), the last at gen
+            finish = [t90 * (i + 1) / 9 for i in range(9)] + [gen]
+            rec.log_trajectories(step, [{"traj_id": str(i), "finish_time": f} for i, f in enumerate(finish)])
+    return run
+
+
+def test_compare_explains_the_step_difference(tmp_path, capsys):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)  # T_thr 80, T_tail 20
+    b = _run(tmp_path, "b", gen=200.0, tail_share=0.5)  # T_thr 100, T_tail 100
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["step time"] == pytest.approx((130.0, 230.0))
+    assert rows["T_tail"] == pytest.approx((20.0, 100.0))
+    assert rows["slowest-10% share of rollout"] == pytest.approx((0.2, 0.5))
+    assert out["explanations"][0] == "B's steps are 100 s slower than A's (+77%): gen +100 s"
+    assert out["explanations"][1].startswith("generation's throughput part changed +20 s and its tail +80 s")
+    assert main(["compare", a, b]) == 0
+    assert "What differs" in capsys.readouterr().out
+
+
+def test_compare_missing_run_is_a_one_line_error(tmp_path, capsys):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    assert main(["compare", a, str(tmp_path / "nope")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
