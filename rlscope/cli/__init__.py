@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "simulate": ("rlscope.cli.simulate", "write a simulated run (ledger model) with its ground truth"),
     "export": ("rlscope.cli.export", "serve run directories' metrics for Prometheus (/metrics)"),
+    "dashboard": ("rlscope.cli.dashboard", "serve a live web dashboard of run directories (Dash)"),
 }
 
 
@@ -38,20 +39,21 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-class _OneLineFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"rlscope: {record.levelname.lower()}: {record.getMessage()}"
+class _StderrLines(logging.Handler):
+    """``rlscope: warning: ...`` on whatever ``sys.stderr`` is when a record is emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"rlscope: {record.levelname.lower()}: {record.getMessage()}\n")
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
 
 
 def _setup_logging() -> None:
     logger = logging.getLogger("rlscope")
-    if not any(getattr(h, "_rlscope_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_OneLineFormatter())
-        handler._rlscope_cli = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    if not any(isinstance(h, _StderrLines) for h in logger.handlers):
+        logger.addHandler(_StderrLines())
+    logger.setLevel(logging.INFO)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

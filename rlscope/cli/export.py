@@ -1,0 +1,56 @@
+"""Serve run directories' metrics for Prometheus at http://HOST:PORT/metrics until stopped.
+
+usage: rlscope export RUN_DIR [RUN_DIR ...] [--port 9400] [--host 127.0.0.1]
+
+Each scrape reads only the segments added since the previous one, so the exporter can
+run beside a live training job for its whole length. Every series has a run label (the
+directory's name). Alert and recording rules for these metrics are in rules/ of the
+repository, a Grafana dashboard in dashboards/grafana/; see docs/prometheus.md.
+Listens on loopback by default: pass --host 0.0.0.0 to let a remote Prometheus scrape.
+Port 0 picks a free port; the address is printed on the first line. Ctrl-C or SIGTERM stops.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Sequence
+
+from rlscope.cli._args import parser_for
+from rlscope.errors import UsageError
+from rlscope.exporter import DEFAULT_HOST, DEFAULT_PORT, serve
+from rlscope.trace.reader import RunReader
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = parser_for("export", __doc__)
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument(
+        "--min-refresh", type=float, default=1.0, metavar="SECONDS", help="scrapes within this share one read (1)"
+    )
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0-65535, got {args.port}")
+    if args.min_refresh < 0:
+        raise UsageError(f"--min-refresh must be >= 0, got {args.min_refresh}")
+    for run_dir in args.run_dirs:
+        RunReader(run_dir)  # a missing or foreign directory is a one-line error now, not a silent 0 later
+
+    stop = threading.Event()
+    server = serve(args.run_dirs, args.port, args.host, min_refresh_s=args.min_refresh)
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        runs = ", ".join(state.run for state in server.collector.states)
+        print(f"serving {server.url} for {runs}; Ctrl-C stops", flush=True)
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.stop()
+    return 0

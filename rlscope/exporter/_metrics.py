@@ -1,0 +1,192 @@
+"""The exported metrics: names, types, help text and labels, in one table.
+
+This table is the contract with ``rules/`` and the Grafana dashboard (a test checks that
+every name they use is here), so a metric is renamed here or nowhere. Every metric also
+carries a ``run`` label (the run directory's name). Names end in their unit (``_seconds``,
+``_ratio`` for 0-1 fractions, ``_total`` for counters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from rlscope.advice.thresholds import MISMATCH_CRITICAL_FACTOR
+from rlscope.analyzers.mismatch import expected_level
+
+__all__ = [
+    "LOGPROB_ABS_QUANTILES",
+    "METRICS",
+    "STALENESS_QUANTILES",
+    "MetricSpec",
+    "logprob_limit",
+]
+
+# Quantile label values: strings as Prometheus users write them in selectors.
+STALENESS_QUANTILES: tuple[tuple[str, float], ...] = (("0.5", 0.5), ("0.9", 0.9), ("0.99", 0.99), ("1", 1.0))
+LOGPROB_ABS_QUANTILES: tuple[tuple[str, float], ...] = (("0.5", 0.5), ("0.9", 0.9), ("0.99", 0.99), ("0.999", 0.999))
+
+
+def logprob_limit(meta: Mapping[str, Any]) -> tuple[str, str, float]:
+    """(precision, model type, limit) for the median |log p_trainer - log p_rollout|.
+
+    The limit is ``MISMATCH_CRITICAL_FACTOR`` (10) times the normal level for the rollout
+    precision (dense bf16 ~1e-3, fp8 ~1e-2): beyond it the gap is no longer a precision
+    effect. MoE routing flips push single tokens past 1 but leave the median alone, so the
+    model type does not change the limit.
+    """
+    precision, model_type, level = expected_level(meta)
+    return precision, model_type, MISMATCH_CRITICAL_FACTOR * level
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported metric: full sample name, ``gauge`` or ``counter``, help, labels after ``run``."""
+
+    name: str
+    kind: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+    def family(self) -> Metric:
+        """An empty metric family of this spec, to be filled with samples."""
+        labels = ["run", *self.labels]
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name.removesuffix("_total"), self.help, labels=labels)
+        return GaugeMetricFamily(self.name, self.help, labels=labels)
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "rlscope_run_up",
+        "gauge",
+        "1 if the run directory was read without error at the last refresh, else 0.",
+    ),
+    MetricSpec("rlscope_last_step", "gauge", "Training step most recently logged in the steps table."),
+    MetricSpec(
+        "rlscope_last_step_timestamp_seconds",
+        "gauge",
+        "Unix time at which the most recent step was logged; time() minus this is how long the run has gone "
+        "without a step.",
+    ),
+    MetricSpec(
+        "rlscope_step_median_seconds",
+        "gauge",
+        "Median step duration over the last 64 steps (verl timing_s/step, else the interval between step logs): "
+        "the yardstick of the run-stalled alert.",
+    ),
+    MetricSpec(
+        "rlscope_step_seconds",
+        "gauge",
+        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step; phase=step is the whole step.",
+        ("phase",),
+    ),
+    MetricSpec(
+        "rlscope_idle_ratio",
+        "gauge",
+        "Share of time the async trainer or rollouter waited for the other side, as verl last logged it "
+        "(fully_async/<role>/idle_ratio).",
+        ("role",),
+    ),
+    MetricSpec(
+        "rlscope_reward_mean",
+        "gauge",
+        "Mean reward of the successfully scored trajectories of this source in its last 5 steps.",
+        ("source",),
+    ),
+    MetricSpec(
+        "rlscope_reward_zero_ratio",
+        "gauge",
+        "Share of this source's successfully scored trajectories whose reward is exactly 0, over its last 5 steps "
+        "(errors are not zeros and are left out).",
+        ("source",),
+    ),
+    MetricSpec(
+        "rlscope_reward_zero_ratio_baseline",
+        "gauge",
+        "The same zero share over all of this source's earlier steps: what is normal for it.",
+        ("source",),
+    ),
+    MetricSpec(
+        "rlscope_reward_error_ratio",
+        "gauge",
+        "Share of this source's trajectories whose reward service returned an error, over its last 5 steps.",
+        ("source",),
+    ),
+    MetricSpec(
+        "rlscope_reward_errors_total",
+        "counter",
+        "Trajectories whose reward service returned an error, by source and error code, since the run began.",
+        ("source", "code"),
+    ),
+    MetricSpec(
+        "rlscope_reward_trajectories_total",
+        "counter",
+        "Trajectories sent to this reward source (scored or errored) since the run began.",
+        ("source",),
+    ),
+    MetricSpec(
+        "rlscope_tail_share",
+        "gauge",
+        "Share of rollout time spent waiting for the slowest 10% of trajectories, recent complete steps "
+        "(estimated from response lengths when no trajectories are logged).",
+    ),
+    MetricSpec(
+        "rlscope_mfu_ratio",
+        "gauge",
+        "Whole-step model FLOPs utilisation of recent steps: useful FLOPs over step time x GPUs x peak FLOP/s.",
+    ),
+    MetricSpec(
+        "rlscope_staleness",
+        "gauge",
+        "Policy versions between the weights that started a trajectory and the update that consumed it, "
+        "over the trajectories of the last 2 steps (quantile=1 is the maximum).",
+        ("quantile",),
+    ),
+    MetricSpec(
+        "rlscope_logprob_abs_delta",
+        "gauge",
+        "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step.",
+        ("quantile",),
+    ),
+    MetricSpec(
+        "rlscope_logprob_abs_delta_threshold",
+        "gauge",
+        "Median |log p_trainer - log p_rollout| above which the mismatch is abnormal for this run's precision "
+        "(10x the normal level: bf16 1e-2, fp8 1e-1).",
+        ("precision", "model_type"),
+    ),
+    MetricSpec(
+        "rlscope_gpu_utilization_ratio",
+        "gauge",
+        "Latest NVML utilisation of each GPU (fraction of time a kernel ran); GPUs silent for 5 minutes of "
+        "the run's newest sample are dropped.",
+        ("host", "gpu", "role"),
+    ),
+    MetricSpec(
+        "rlscope_configured_gpus",
+        "gauge",
+        "GPUs given to rollout and to training, as meta.json's split states.",
+        ("role",),
+    ),
+    MetricSpec(
+        "rlscope_recommended_gpus",
+        "gauge",
+        "Rollout:train split that the topology model predicts to give the shortest step for this run's topology "
+        "(pooled topologies only).",
+        ("role",),
+    ),
+    MetricSpec(
+        "rlscope_exporter_refresh_seconds",
+        "gauge",
+        "Seconds the exporter's last refresh of this run took (reading new segments, updating aggregates).",
+    ),
+    MetricSpec(
+        "rlscope_exporter_refresh_errors_total",
+        "counter",
+        "Refreshes of this run that failed (unreadable run directory, an analyzer error); see the exporter's log.",
+    ),
+)

@@ -1,0 +1,418 @@
+"""One run's running aggregates, updated from the segments added since the last refresh.
+
+A scrape must cost the same at step 10 and at step 10,000, so nothing here rereads the
+run: each table is read through a ``Cursor`` (only new segments), and what the metrics
+need is kept as bounded state: the newest step's timers, per-source reward counts for
+the last few steps plus whole-run totals, the latest sample of each GPU, the newest
+log-prob histogram, and the last ``WINDOW_STEPS`` steps of metrics and trajectories that
+the analyzers (tail share, MFU, recommended split) are run on when something new arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rlscope.analyzers import anatomy, longtail, mfu, topology
+from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
+from rlscope.analyzers.mismatch import abs_quantile
+from rlscope.collectors.verl_metrics import canonical
+from rlscope.errors import RLScopeError
+from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
+from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
+from rlscope.trace.reader import Cursor, RunReader
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS
+
+__all__ = [
+    "GPU_STALE_SECONDS",
+    "MAX_ERROR_CODES",
+    "MAX_GPUS",
+    "MAX_PHASES",
+    "MAX_SOURCES",
+    "MEDIAN_STEPS",
+    "REWARD_WINDOW_STEPS",
+    "STALENESS_STEPS",
+    "WINDOW_STEPS",
+    "RunState",
+    "Sample",
+]
+
+log = logging.getLogger("rlscope")
+
+# Steps of metrics and trajectories kept for the analyzers; they judge the run by its last
+# quarter, so tail share, MFU and the split describe the last 2 complete steps.
+WINDOW_STEPS = 8
+REWARD_WINDOW_STEPS = 5  # per source: the reward gauges cover its last 5 steps
+STALENESS_STEPS = 2
+MEDIAN_STEPS = 64
+GPU_STALE_SECONDS = 300.0
+
+# Label caps: beyond these, new values share the "__other__" label.
+MAX_SOURCES = 50
+MAX_ERROR_CODES = 20
+MAX_PHASES = 64
+MAX_GPUS = 4096
+
+_TIMING = "timing_s/"
+_IDLE_KEYS = {"fully_async/trainer/idle_ratio": "trainer", "fully_async/rollouter/idle_ratio": "rollouter"}
+_STEP_COLUMNS = ["step", "attempt", "time", "key", "value"]
+_REWARD_COLUMNS = ["data_source", "reward", "reward_status", "reward_error"]
+_TRAJ_COLUMNS = list(dict.fromkeys([*TRAJECTORY_COLUMNS, *_REWARD_COLUMNS]))
+_N_BINS = len(LOGPROB_BIN_EDGES) - 1
+
+Sample = tuple[str, tuple[str, ...], float]
+"""(metric name, label values after ``run``, value)."""
+
+
+@dataclass
+class _SourceRewards:
+    """Reward counts of one source: per step for its last steps, summed before that."""
+
+    recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
+    base_scored: float = 0.0
+    base_zeros: float = 0.0
+
+    def add(self, step: int, counts: np.ndarray) -> None:
+        if step in self.recent:
+            self.recent[step] += counts
+        elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
+            self.recent[step] = counts.copy()
+        else:  # older than the window: straight into the baseline
+            self.base_scored += counts[1]
+            self.base_zeros += counts[3]
+        while len(self.recent) > REWARD_WINDOW_STEPS:
+            old = self.recent.pop(min(self.recent))
+            self.base_scored += old[1]
+            self.base_zeros += old[3]
+
+    def gauges(self) -> dict[str, float]:
+        n, scored, total, zeros, errors = np.sum(list(self.recent.values()), axis=0)
+        out: dict[str, float] = {}
+        if n > 0:
+            out["rlscope_reward_error_ratio"] = errors / n
+        if scored > 0:
+            out["rlscope_reward_mean"] = total / scored
+            out["rlscope_reward_zero_ratio"] = zeros / scored
+        if self.base_scored > 0:
+            out["rlscope_reward_zero_ratio_baseline"] = self.base_zeros / self.base_scored
+        return out
+
+
+def run_label(run_dir: str | os.PathLike[str]) -> str:
+    """The ``run`` label of a run directory: its last path component, sanitised."""
+    text = os.fspath(run_dir).rstrip("/")
+    return sanitize_label(text.rsplit("/", 1)[-1] or text)
+
+
+class RunState:
+    """What the exporter knows about one run; ``refresh()`` reads only what is new.
+
+    Not thread-safe: the collector serialises refreshes and reads of all its runs.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], run: str):
+        self.run_dir = run_dir
+        self.run = run
+        self.reader: RunReader | None = None
+        self.meta: dict[str, Any] = {}
+        self.cursor = Cursor()
+        self.up = False
+        self.refresh_seconds = math.nan
+        self.refresh_errors = 0
+        self._warned: set[str] = set()
+        # steps
+        self._newest: tuple[float, int, int] | None = None  # (time, attempt, step) of the newest log
+        self._phases: dict[str, float] = {}
+        self._phase_cap = LabelCap(MAX_PHASES)
+        self._idle: dict[str, tuple[float, int, int, float]] = {}  # role -> (time, attempt, step, value)
+        self._durations: dict[int, float] = {}  # step -> timing_s/step
+        self._log_times: dict[int, float] = {}  # step -> when it was logged
+        self._max_step: int | None = None
+        self._window = STEPS.empty_table().select(_STEP_COLUMNS)
+        # trajectories
+        self._source_cap = LabelCap(MAX_SOURCES)
+        self._code_cap = LabelCap(MAX_ERROR_CODES)
+        self._rewards: dict[str, _SourceRewards] = {}
+        self._sent: Counter[str] = Counter()
+        self._errors: Counter[tuple[str, str]] = Counter()
+        self._traj: dict[int, list[pa.Table]] = {}
+        # gpu, logprob
+        self._gpu_cap = LabelCap(MAX_GPUS)
+        self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
+        self._logprob_step: int | None = None
+        self._logprob_counts = np.zeros(_N_BINS)
+        # derived by the analyzers
+        self._dirty = False
+        self._tail_share = math.nan
+        self._mfu = math.nan
+        self._recommended: dict[str, int] = {}
+        self._staleness: list[tuple[str, float]] = []
+
+    # -- reading ---------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the segments added since the last refresh and update the aggregates."""
+        started = time.perf_counter()
+        try:
+            if self.reader is None:
+                self.reader = RunReader(self.run_dir)
+                self.meta = dict(self.reader.meta)
+            reader, cursor = self.reader, self.cursor
+            self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
+            self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
+            self._ingest_gpu(reader.read_new("gpu", cursor, ["time", "host", "gpu", "role", "util_pct"]))
+            self._ingest_logprob(reader.read_new("logprob", cursor, ["step", "abs_counts"]))
+            self.up = True
+        except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
+            self._fail("open", exc)
+        except Exception as exc:  # noqa: BLE001 - one bad segment must not take /metrics down
+            self._fail("read", exc)
+        if self._dirty:
+            self._dirty = False
+            self._staleness = self._staleness_quantiles()
+            try:
+                self._derive()
+            except Exception as exc:  # noqa: BLE001 - an analyzer bug leaves the other metrics served
+                self._fail("analyze", exc)
+        self.refresh_seconds = time.perf_counter() - started
+
+    def _fail(self, kind: str, exc: BaseException) -> None:
+        self.refresh_errors += 1
+        if kind != "analyze":
+            self.up = False
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(
+                "exporter: run %s: %s failed (%s: %s); retrying at each scrape", self.run, kind, type(exc).__name__, exc
+            )
+
+    def _ingest_steps(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        self._dirty = True
+        step = rows.column("step").to_numpy()
+        attempt = pc.fill_null(rows.column("attempt"), 0).to_numpy()
+        when = pc.fill_null(rows.column("time"), -math.inf).to_numpy()
+        value = rows.column("value").to_numpy(zero_copy_only=False).astype(float)
+        uniq = pc.unique(rows.column("key"))
+        names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
+        key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
+        top = int(step.max())
+        self._max_step = top if self._max_step is None else max(self._max_step, top)
+
+        order = np.lexsort((step, attempt, when))  # by time, then attempt, then step
+        last = order[-1]
+        newest = (float(when[last]), int(attempt[last]), int(step[last]))
+        if self._newest is None or newest > self._newest:
+            if self._newest is None or newest[1:] != self._newest[1:]:
+                self._phases = {}
+            self._newest = newest
+        cur_attempt, cur_step = self._newest[1], self._newest[2]
+
+        wanted = [i for i, name in enumerate(names) if name.startswith(_TIMING) or name in _IDLE_KEYS]
+        for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
+            name = names[key_index[i]]
+            v = value[i]
+            if not math.isfinite(v):
+                continue
+            if name.startswith(_TIMING):
+                stage = name[len(_TIMING) :].split("/", 1)[0]
+                if stage == "step":
+                    self._durations[int(step[i])] = v
+                if step[i] == cur_step and attempt[i] == cur_attempt and stage:
+                    self._phases[self._phase_cap(stage)] = v
+            elif name in _IDLE_KEYS:
+                role = _IDLE_KEYS[name]
+                mark = (float(when[i]), int(attempt[i]), int(step[i]), v)
+                if role not in self._idle or mark[:3] >= self._idle[role][:3]:
+                    self._idle[role] = mark
+        logged = pd.Series(when).groupby(step).max()
+        for s, t in logged.items():
+            self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
+        _keep_last(self._durations, MEDIAN_STEPS)
+        _keep_last(self._log_times, MEDIAN_STEPS + 1)
+
+        window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
+        steps = np.unique(window.column("step").to_numpy())
+        self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
+
+    def _ingest_trajectories(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        self._dirty = True
+        df = rows.select(["step", *_REWARD_COLUMNS]).to_pandas()
+        df["source"] = _capped(df["data_source"], self._source_cap)
+        error = df["reward_status"].fillna("ok").astype(str).str.lower().ne("ok")  # as rlscope diagnose reads it
+        scored = ~error & df["reward"].notna()
+        df = df.assign(
+            n=1.0,
+            scored=scored.astype(float),
+            total=df["reward"].where(scored, 0.0).astype(float),
+            zeros=(scored & df["reward"].eq(0.0)).astype(float),
+            errors=error.astype(float),
+        )
+        cols = ["n", "scored", "total", "zeros", "errors"]
+        for (source, step), counts in df.groupby(["source", "step"])[cols].sum().iterrows():
+            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy())
+            self._sent[source] += int(counts["n"])
+        failed = df[error]
+        codes = _capped(failed["reward_error"], self._code_cap)
+        for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
+            self._errors[(source, code)] += int(n)
+
+        steps = np.unique(rows.column("step").to_numpy())
+        keep = sorted(set(self._traj) | {int(s) for s in steps})[-WINDOW_STEPS:]
+        for s in set(self._traj) - set(keep):
+            del self._traj[s]
+        for s in keep:
+            if s in steps:
+                part = rows.filter(pc.equal(rows.column("step"), s)).select(list(TRAJECTORY_COLUMNS))
+                self._traj.setdefault(s, []).append(part)
+
+    def _ingest_gpu(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        rows = rows.filter(pc.is_valid(rows.column("time"))).sort_by("time")
+        latest = rows.group_by(["host", "gpu"], use_threads=False).aggregate(
+            [("time", "last"), ("role", "last"), ("util_pct", "last")]
+        )
+        for host, gpu, when, role, util in zip(*(latest.column(i).to_pylist() for i in range(5)), strict=True):
+            if util is None:
+                continue
+            gpu_label = "unknown" if gpu is None else str(gpu)
+            if self._gpu_cap(f"{host}/{gpu_label}") == OTHER:  # beyond MAX_GPUS: one shared series
+                key = (OTHER, OTHER)
+            else:
+                key = (sanitize_label(host), gpu_label)
+            if key not in self._gpus or when >= self._gpus[key][0]:
+                self._gpus[key] = (float(when), sanitize_label(role), float(util) / 100.0)
+        newest = max(t for t, _, _ in self._gpus.values())
+        for key in [k for k, (t, _, _) in self._gpus.items() if t < newest - GPU_STALE_SECONDS]:
+            del self._gpus[key]
+
+    def _ingest_logprob(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        step = int(pc.max(rows.column("step")).as_py())
+        if self._logprob_step is not None and step < self._logprob_step:
+            return
+        if step != self._logprob_step:
+            self._logprob_step, self._logprob_counts = step, np.zeros(_N_BINS)
+        for counts in rows.filter(pc.equal(rows.column("step"), step)).column("abs_counts").to_pylist():
+            if counts is not None and len(counts) == _N_BINS:
+                self._logprob_counts += np.asarray(counts, dtype=float)
+
+    # -- analyzers on the window ---------------------------------------------------------
+
+    def _derive(self) -> None:
+        """Tail share, MFU and the recommended split from the analyzers, on the last steps only."""
+        frames = RunFrames(wide_steps(self._window), self._window_trajectories(), self.meta)
+        anat = anatomy.analyze(frames)
+        tail = longtail.analyze(frames)
+        self._tail_share = tail.tail_share
+        self._mfu = mfu.analyze(frames, anat, tail).mfu
+        topo = topology.analyze(frames, anat, tail)
+        self._recommended = {}
+        if topo.model is not None and topo.current != "colocated" and topo.current in topo.what_if.index:
+            best = topo.what_if.loc[topo.current]
+            self._recommended = {"rollout": int(best["n_rollout"]), "train": int(best["n_train"])}
+
+    def _window_trajectories(self) -> pd.DataFrame:
+        """Trajectories of complete steps: the trainer logged the step, or a later step began."""
+        newest = max(self._traj, default=None)
+        done = [
+            part
+            for s, parts in self._traj.items()
+            if s < newest or (self._max_step is not None and s <= self._max_step)
+            for part in parts
+        ]
+        if not done:
+            return pd.DataFrame(columns=list(TRAJECTORY_COLUMNS))
+        return pa.concat_tables(done).to_pandas()
+
+    def _staleness_quantiles(self) -> list[tuple[str, float]]:
+        """(quantile label, policy versions) over the trajectories of the last steps."""
+        parts = [p for s in sorted(self._traj)[-STALENESS_STEPS:] for p in self._traj[s]]
+        if not parts:
+            return []
+        t = pa.concat_tables(parts)
+        lags = pc.drop_null(pc.subtract(t.column("trainer_version"), t.column("policy_version_start")))
+        if len(lags) == 0:
+            return []
+        values = lags.to_numpy().astype(float)
+        return [(label, float(np.quantile(values, q, method="inverted_cdf"))) for label, q in STALENESS_QUANTILES]
+
+    # -- exposition ------------------------------------------------------------------------
+
+    def samples(self) -> list[Sample]:
+        """Every sample this run exports now (NaN and absent values left out)."""
+        out: list[Sample] = [("rlscope_run_up", (), 1.0 if self.up else 0.0)]
+        out.append(("rlscope_exporter_refresh_errors_total", (), float(self.refresh_errors)))
+        if not math.isnan(self.refresh_seconds):
+            out.append(("rlscope_exporter_refresh_seconds", (), self.refresh_seconds))
+        if self.reader is None:
+            return out
+        if self._newest is not None:
+            when, _, step = self._newest
+            out.append(("rlscope_last_step", (), float(step)))
+            if math.isfinite(when):
+                out.append(("rlscope_last_step_timestamp_seconds", (), when))
+        median = self._median_step_seconds()
+        if not math.isnan(median):
+            out.append(("rlscope_step_median_seconds", (), median))
+        out += [("rlscope_step_seconds", (phase,), v) for phase, v in sorted(self._phases.items())]
+        out += [("rlscope_idle_ratio", (role,), mark[3]) for role, mark in sorted(self._idle.items())]
+        for source, rewards in sorted(self._rewards.items()):
+            out += [(name, (source,), v) for name, v in rewards.gauges().items()]
+            out.append(("rlscope_reward_trajectories_total", (source,), float(self._sent[source])))
+        out += [("rlscope_reward_errors_total", key, float(n)) for key, n in sorted(self._errors.items())]
+        for name, value in (("rlscope_tail_share", self._tail_share), ("rlscope_mfu_ratio", self._mfu)):
+            if not math.isnan(value):
+                out.append((name, (), float(value)))
+        out += [("rlscope_staleness", (label,), v) for label, v in self._staleness]
+        if self._logprob_counts.sum() > 0:
+            out += [
+                ("rlscope_logprob_abs_delta", (label,), abs_quantile(self._logprob_counts, q))
+                for label, q in LOGPROB_ABS_QUANTILES
+            ]
+            precision, model_type, limit = logprob_limit(self.meta)
+            labels = (sanitize_label(precision), sanitize_label(model_type))
+            out.append(("rlscope_logprob_abs_delta_threshold", labels, limit))
+        for (host, gpu), (_, role, util) in sorted(self._gpus.items()):
+            out.append(("rlscope_gpu_utilization_ratio", (host, gpu, role), util))
+        facts = RunFacts.from_meta(self.meta)
+        for role, n in (("rollout", facts.rollout_gpus), ("train", facts.train_gpus)):
+            if n:
+                out.append(("rlscope_configured_gpus", (role,), float(n)))
+        out += [("rlscope_recommended_gpus", (role,), float(n)) for role, n in self._recommended.items()]
+        return out
+
+    def _median_step_seconds(self) -> float:
+        if self._durations:
+            return float(np.median(list(self._durations.values())))
+        times = [self._log_times[s] for s in sorted(self._log_times)]
+        gaps = np.diff([t for t in times if math.isfinite(t)])
+        return float(np.median(gaps)) if gaps.size else math.nan
+
+
+def _capped(raw: pd.Series, cap: LabelCap) -> pd.Series:
+    """Labels for a column of raw values, each distinct value sanitised and capped once."""
+    raw = raw.astype(object).where(raw.notna(), "")
+    return raw.map({value: cap(value) for value in raw.unique()})
+
+
+def _keep_last(by_step: dict[int, float], n: int) -> None:
+    """Drop all but the ``n`` highest steps (in place)."""
+    if len(by_step) > n:
+        for s in sorted(by_step)[:-n]:
+            del by_step[s]

@@ -1,0 +1,349 @@
+"""The Prometheus exporter: values from a run directory, incremental reads, bounded labels, serving.
+
+Each test builds a run with the Recorder (or the simulator), registers the collector in a
+fresh ``CollectorRegistry`` and reads values with ``get_sample_value``, as client_python's
+own collector tests do.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from rlscope import Recorder
+from rlscope.cli import main as cli_main
+from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
+from rlscope.exporter._labels import LabelCap
+from rlscope.trace.simulator import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _registry(run_dirs, **kw) -> tuple[CollectorRegistry, RLScopeCollector]:
+    registry = CollectorRegistry()
+    return registry, RLScopeCollector(run_dirs, registry=registry, min_refresh_s=0, **kw)
+
+
+def _value(registry: CollectorRegistry, name: str, run: str = "run", **labels: str) -> float | None:
+    return registry.get_sample_value(name, {"run": run, **labels})
+
+
+def _trajectories(step: int) -> list[dict]:
+    """10 "math" samples (half zero up to step 3, all zero after) and 10 "code" samples (3 errors)."""
+    rows = []
+    for i in range(10):
+        rows.append(
+            {
+                "traj_id": f"m{step}-{i}",
+                "data_source": "math",
+                "reward": float(i % 2) if step <= 3 else 0.0,
+                "reward_status": "ok",
+                "finish_time": float(i + 1),
+                "prompt_tokens": 100,
+                "response_tokens": 1000,
+                "policy_version_start": step - i,
+                "trainer_version": step,
+            }
+        )
+        error = i < 3
+        rows.append(
+            {
+                "traj_id": f"c{step}-{i}",
+                "data_source": "code",
+                "reward": 0.0 if error else 0.5,  # a trainer may fill a failed call with 0: still not a zero
+                "reward_status": "error" if error else "ok",
+                "reward_error": ("TIMEOUT" if i < 2 else None) if error else None,
+                "finish_time": float(i + 1),
+                "prompt_tokens": 100,
+                "response_tokens": 1000,
+                "policy_version_start": step - i,
+                "trainer_version": step,
+            }
+        )
+    return rows
+
+
+def _metrics(step: int) -> dict[str, float]:
+    return {
+        "timing_s/gen": 10.0 + step,
+        "timing_s/update_actor": 5.0,
+        "timing_s/step": 20.0,
+        "fully_async/trainer/idle_ratio": 0.3,
+        "rollouter/idle_ratio": 0.01,  # verl < 0.7.1 spelling
+        "actor/entropy": 1.5,
+    }
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """Eight steps with timers, idle ratios, trajectories of two sources and a log-prob histogram."""
+    path = tmp_path / "run"
+    meta = {"precision": "bf16", "model_type": "dense", "split": "6:2", "topology": "async"}
+    with Recorder(path, meta, flush_interval=60) as rec:
+        for step in range(1, 9):
+            rec.log_trajectories(step, _trajectories(step))
+            rec.log_step(step, _metrics(step))
+            rec.flush()
+        rec.log_logprob_delta(8, np.random.default_rng(0).normal(0.0, 1e-3, 20_000))
+    return path
+
+
+def test_progress_timers_and_idle_ratios(run):
+    registry, _ = _registry(run)
+    assert _value(registry, "rlscope_run_up") == 1.0
+    assert _value(registry, "rlscope_last_step") == 8.0
+    assert abs(_value(registry, "rlscope_last_step_timestamp_seconds") - time.time()) < 120
+    assert _value(registry, "rlscope_step_median_seconds") == 20.0
+    assert _value(registry, "rlscope_step_seconds", phase="gen") == 18.0
+    assert _value(registry, "rlscope_step_seconds", phase="update_actor") == 5.0
+    assert _value(registry, "rlscope_step_seconds", phase="step") == 20.0
+    assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.3
+    assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.01
+    assert _value(registry, "rlscope_configured_gpus", role="rollout") == 6.0
+    assert _value(registry, "rlscope_configured_gpus", role="train") == 2.0
+    assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
+
+
+def test_rewards_by_source_tell_errors_from_zeros(run):
+    registry, _ = _registry(run)
+    # math: last 5 steps (4-8) all zero; before (1-3) half zero
+    assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    assert _value(registry, "rlscope_reward_mean", source="math") == 0.0
+    assert _value(registry, "rlscope_reward_error_ratio", source="math") == 0.0
+    # code: errors filled with reward 0 are errors, not zeros
+    assert _value(registry, "rlscope_reward_zero_ratio", source="code") == 0.0
+    assert _value(registry, "rlscope_reward_mean", source="code") == 0.5
+    assert _value(registry, "rlscope_reward_error_ratio", source="code") == pytest.approx(0.3)
+    assert _value(registry, "rlscope_reward_errors_total", source="code", code="TIMEOUT") == 16.0
+    assert _value(registry, "rlscope_reward_errors_total", source="code", code="unknown") == 8.0
+    assert _value(registry, "rlscope_reward_errors_total", source="math", code="TIMEOUT") is None
+    assert _value(registry, "rlscope_reward_trajectories_total", source="code") == 80.0
+
+
+def test_tail_staleness_and_logprob(run):
+    registry, _ = _registry(run)
+    # finish times 1..10 s: t90 = 9 s, tail 1 s of 10
+    assert _value(registry, "rlscope_tail_share") == pytest.approx(0.1)
+    # lags 0..9 in each of the last two steps
+    assert _value(registry, "rlscope_staleness", quantile="0.5") == 4.0
+    assert _value(registry, "rlscope_staleness", quantile="0.9") == 8.0
+    assert _value(registry, "rlscope_staleness", quantile="1") == 9.0
+    median = np.median(np.abs(np.random.default_rng(0).normal(0.0, 1e-3, 20_000)))
+    assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(median, rel=0.1)
+    assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.999") > 3 * median
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") == 0.01
+
+
+def test_logprob_limit_follows_precision(tmp_path):
+    with Recorder(tmp_path / "fp8", {"precision": "fp8", "model_type": "moe"}) as rec:
+        rec.log_logprob_delta(1, [0.01, -0.02])
+    registry, _ = _registry(tmp_path / "fp8")
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", "fp8", precision="fp8", model_type="moe") == 0.1
+
+
+def test_gpu_latest_sample_and_stale_gpus_dropped(tmp_path):
+    now = time.time()
+    with Recorder(tmp_path / "run", host="node-a") as rec:
+        rec.log_gpu(
+            [
+                {"time": now - 10, "gpu": 0, "role": "trainer", "util_pct": 90.0},
+                {"time": now, "gpu": 0, "role": "trainer", "util_pct": 0.0},
+                {"time": now, "gpu": 1, "role": "rollout", "util_pct": 55.0},
+                {"time": now - 1000, "host": "node-b", "gpu": 0, "role": "rollout", "util_pct": 40.0},
+            ]
+        )
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-a", gpu="0", role="trainer") == 0.0
+    assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-a", gpu="1", role="rollout") == 0.55
+    assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-b", gpu="0", role="rollout") is None
+
+
+def test_reads_only_new_segments(run):
+    registry, collector = _registry(run)
+    assert _value(registry, "rlscope_last_step") == 8.0
+    state = collector.states[0]
+    read = state.reader.read_new
+    rows: list[tuple[str, int]] = []
+
+    def spy(table, cursor, columns=None):
+        out = read(table, cursor, columns)
+        rows.append((table, out.num_rows))
+        return out
+
+    state.reader.read_new = spy
+    _value(registry, "rlscope_last_step")
+    assert all(n == 0 for _, n in rows), rows  # nothing new: nothing read
+    rows.clear()
+    with Recorder(run, flush_interval=60) as rec:
+        rec.log_trajectories(9, _trajectories(9))
+        rec.log_step(9, _metrics(9))
+    assert _value(registry, "rlscope_last_step") == 9.0
+    assert dict(rows) == {"steps": len(_metrics(9)), "trajectories": 20, "gpu": 0, "logprob": 0}
+    assert _value(registry, "rlscope_reward_trajectories_total", source="code") == 90.0
+    assert _value(registry, "rlscope_step_seconds", phase="gen") == 19.0
+
+
+def test_restarted_run_reports_the_step_it_is_on(run):
+    registry, _ = _registry(run)
+    assert _value(registry, "rlscope_last_step") == 8.0
+    with Recorder(run) as rec:  # resumed from the step-5 checkpoint: step 6 again, attempt 1
+        rec.log_step(6, {"timing_s/gen": 99.0}, attempt=1)
+    assert _value(registry, "rlscope_last_step") == 6.0
+    assert _value(registry, "rlscope_step_seconds", phase="gen") == 99.0
+    assert _value(registry, "rlscope_step_seconds", phase="update_actor") is None
+
+
+def test_bounded_and_sanitised_labels(tmp_path):
+    rows = [{"data_source": f"source-{i:03d}", "reward": 1.0, "reward_status": "ok"} for i in range(60)]
+    rows.append({"data_source": "evil\x00\n\x1b[31m" + "x" * 200, "reward": 1.0, "reward_status": "ok"})
+    with Recorder(tmp_path / "run") as rec:
+        rec.log_trajectories(1, rows)
+    registry, _ = _registry(tmp_path / "run")
+    totals = {
+        s.labels["source"]: s.value
+        for family in registry.collect()
+        if family.name == "rlscope_reward_trajectories"
+        for s in family.samples
+    }
+    assert len(totals) == 51 and OTHER in totals
+    assert sum(totals.values()) == 61
+    assert totals[OTHER] == 11
+    assert all(len(label) <= 64 and label.isprintable() for label in totals)
+
+
+def test_sanitize_label():
+    assert sanitize_label("a\x00b\tc\u200bd ") == "abcd"
+    assert sanitize_label(None) == "unknown" and sanitize_label(" \n ") == "unknown"
+    long_a, long_b = sanitize_label("q" * 100 + "a"), sanitize_label("q" * 100 + "b")
+    assert len(long_a) == 64 and long_a != long_b
+    cap = LabelCap(2)
+    assert [cap(v) for v in ("a", "b", "c", "a", "b\x00")] == ["a", "b", OTHER, "a", "b"]
+
+
+def test_missing_run_directory_is_retried(tmp_path):
+    registry, _ = _registry(tmp_path / "later")
+    assert _value(registry, "rlscope_run_up", "later") == 0.0
+    assert _value(registry, "rlscope_last_step", "later") is None
+    with Recorder(tmp_path / "later") as rec:
+        rec.log_step(3, {"timing_s/step": 1.0})
+    assert _value(registry, "rlscope_run_up", "later") == 1.0
+    assert _value(registry, "rlscope_last_step", "later") == 3.0
+
+
+def test_corrupt_segment_is_skipped(run):
+    (run / "steps" / "part-99999999999999999999-000001-bad.parquet").write_bytes(b"not parquet")
+    registry, collector = _registry(run)
+    assert _value(registry, "rlscope_run_up") == 1.0
+    assert _value(registry, "rlscope_last_step") == 8.0
+    assert any("unreadable segment" in w for w in collector.states[0].reader.warnings)
+
+
+def test_runs_get_unique_labels_and_scrapes_share_a_refresh(run, tmp_path):
+    other = tmp_path / "b" / "run"
+    with Recorder(other) as rec:
+        rec.log_step(2, {"timing_s/step": 1.0})
+    registry = CollectorRegistry()
+    collector = RLScopeCollector([run, other], registry=registry, min_refresh_s=3600)
+    assert [s.run for s in collector.states] == ["run", "run-2"]
+    assert _value(registry, "rlscope_last_step", "run") == 8.0
+    assert _value(registry, "rlscope_last_step", "run-2") == 2.0
+    refreshed = _value(registry, "rlscope_exporter_refresh_seconds")
+    with Recorder(run) as rec:
+        rec.log_step(9, {"timing_s/step": 1.0})
+    assert _value(registry, "rlscope_last_step") == 8.0  # within min_refresh_s: no new read
+    assert _value(registry, "rlscope_exporter_refresh_seconds") == refreshed
+
+
+def test_every_metric_is_described_without_reading(tmp_path):
+    collector = RLScopeCollector(tmp_path / "nothing-yet")
+    assert sorted(f.name for f in collector.describe()) == sorted(m.name.removesuffix("_total") for m in METRICS)
+    assert collector.states[0].reader is None
+
+
+def test_simulated_pooled_run_recommends_a_split(tmp_path):
+    simulate("separated-8b", 2, tmp_path / "sep")
+    registry, _ = _registry(tmp_path / "sep")
+    rollout = _value(registry, "rlscope_recommended_gpus", "sep", role="rollout")
+    train = _value(registry, "rlscope_recommended_gpus", "sep", role="train")
+    assert rollout + train == 64 and rollout != 46
+    assert 0 < _value(registry, "rlscope_mfu_ratio", "sep") < 1
+    names = {s.name for f in registry.collect() for s in f.samples}
+    # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5)
+    absent = {"rlscope_idle_ratio", "rlscope_reward_errors_total", "rlscope_reward_zero_ratio_baseline"}
+    assert {m.name for m in METRICS} - names == absent
+
+
+def test_serve_http_and_stop(run):
+    with serve(run, port=0, min_refresh_s=0) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        with pytest.raises(ServeError, match="cannot listen"):
+            serve(run, port=server.port)
+        text = urllib.request.urlopen(server.url, timeout=10).read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["rlscope_last_step"].samples[0].value == 8.0
+    assert "rlscope_reward_errors" in families and families["rlscope_reward_errors"].type == "counter"
+    with pytest.raises(ConnectionRefusedError):  # stopped: nothing listens any more
+        socket.create_connection(("127.0.0.1", server.port), timeout=5)
+
+
+@pytest.fixture
+def restore_rlscope_logger():
+    """The CLI points the "rlscope" logger at this test's stderr and stops propagation: undo it."""
+    logger = logging.getLogger("rlscope")
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.propagate = propagate
+    logger.setLevel(level)
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys, restore_rlscope_logger):
+    assert cli_main(["export", str(tmp_path / "missing")]) == 1
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert cli_main(["export", str(tmp_path), "--port", "70000"]) == 2
+
+
+def test_cli_serves_until_terminated(run):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlscope", "export", str(run), "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:"), line + proc.stderr.read()
+        url = line.split()[1]
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'rlscope_last_step{run="run"} 8.0' in text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_load_short(run):
+    """A 3 s version of bench/bench_export_load.py: concurrent scrapers, no errors."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_export_load.py"), "--seconds", "3", "--scrapers", "8", str(run)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "errors 0" in done.stdout
+    assert not math.isnan(float(done.stdout.split("p99 ")[1].split()[0]))

@@ -1,0 +1,212 @@
+"""rules/ and the Grafana dashboard: promtool passes, every alert is complete and tested, and
+every metric they use is one the exporter serves (the contract between the three).
+
+promtool comes from Debian's ``prometheus`` package
+(``apt-get install -y --no-install-recommends prometheus``); without it the promtool tests
+are skipped and the structural and contract tests still run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlscope.advice import thresholds
+from rlscope.advice.catalogue import CATALOGUE
+from rlscope.exporter import METRICS
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "rules"
+DASHBOARD = ROOT / "dashboards" / "grafana" / "rlscope.json"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (apt-get install -y --no-install-recommends prometheus)"
+)
+
+# Finding ids that only a live monitor can see, so no analyzer of a run directory emits them.
+LIVE_ONLY_IDS = {"run-stalled"}
+
+# recorded threshold -> the analyzers' constant it must equal
+SHARED_THRESHOLDS = {
+    "rlscope:idle_ratio_high:threshold": thresholds.IDLE_RATIO_HIGH,
+    "rlscope:idle_ratio_low:threshold": thresholds.IDLE_RATIO_LOW,
+    "rlscope:reward_error_ratio:threshold": thresholds.REWARD_ERROR_WARN,
+    "rlscope:reward_zero_collapse_ratio:threshold": thresholds.REWARD_ZERO_COLLAPSE,
+    "rlscope:staleness_p90:threshold": thresholds.STALENESS_P90_WARN,
+    "rlscope:tail_share:threshold": thresholds.LONG_TAIL_WARN,
+    "rlscope:gpu_idle_utilization:threshold": thresholds.GPU_IDLE_UTIL_PCT / 100,
+}
+
+_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset"}
+_KEYWORDS |= {"inf", "nan", "atan2"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects (functions, keywords, labels and numbers left out).
+
+    A small scanner rather than a parser: it drops strings, label matchers, ranges and
+    grouping clauses, then keeps identifiers that are not called (functions) or keywords.
+    """
+    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.$])[A-Za-z_:][\w:]*", text):
+        if text[match.end() :].lstrip().startswith("(") or match.group().lower() in _KEYWORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def _rules(name: str) -> list[dict]:
+    return [rule for group in yaml.safe_load((RULES / name).read_text())["groups"] for rule in group["rules"]]
+
+
+def _alerts() -> list[dict]:
+    return _rules("alerts.yml")
+
+
+def _seconds(duration: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", duration))
+
+
+def _template_queries(annotations: dict[str, str]) -> list[str]:
+    return [q for text in annotations.values() for q in re.findall(r'query "([^"]+)"', text)]
+
+
+def _dashboard_exprs() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    panels = [p for top in board["panels"] for p in [top, *top.get("panels", [])]]
+    exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
+    for var in board["templating"]["list"]:
+        query = var.get("query")
+        if var["type"] == "query":
+            exprs.append(query["query"] if isinstance(query, dict) else query)
+    return exprs
+
+
+# -- promtool ----------------------------------------------------------------------------
+
+
+@needs_promtool
+def test_promtool_check_rules():
+    done = subprocess.run(
+        [PROMTOOL, "check", "rules", "recording.yml", "alerts.yml"],
+        cwd=RULES,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_promtool_unit_tests():
+    files = sorted(str(p.relative_to(ROOT)) for p in (RULES / "tests").glob("*.yml"))
+    done = subprocess.run([PROMTOOL, "test", "rules", *files], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("SUCCESS") == len(files)
+
+
+# -- alert completeness ---------------------------------------------------------------------
+
+
+def test_every_alert_is_complete():
+    anchors = {m.group(1) for m in re.finditer(r"^## (\S+)$", (RULES / "runbook.md").read_text(), re.M)}
+    used = set()
+    for alert in _alerts():
+        name = alert["alert"]
+        assert _seconds(alert.get("for", "0s")) > 0, name
+        assert alert["labels"]["severity"] in {"warning", "critical"}, name
+        notes = alert["annotations"]
+        assert {"summary", "description", "runbook_url"} <= set(notes), name
+        anchor = notes["runbook_url"].rsplit("#", 1)[1]
+        assert anchor in anchors, f"{name}: runbook.md has no section '## {anchor}'"
+        assert anchor in CATALOGUE or anchor in LIVE_ONLY_IDS, f"{name}: {anchor} is not a Finding id"
+        used.add(anchor)
+    assert used == anchors, f"runbook sections without an alert: {anchors - used}"
+
+
+def test_every_alert_is_tested_silent_then_firing():
+    evals: dict[str, list[tuple[str, int, bool]]] = {}
+    for path in (RULES / "tests").glob("*.yml"):
+        for i, test in enumerate(yaml.safe_load(path.read_text())["tests"]):
+            for case in test.get("alert_rule_test", []):
+                evals.setdefault(case["alertname"], []).append(
+                    (f"{path.name}#{i}", _seconds(case["eval_time"]), bool(case.get("exp_alerts")))
+                )
+    for alert in _alerts():
+        name, wait = alert["alert"], _seconds(alert["for"])
+        cases = evals.get(name, [])
+        # in one test: firing at or after `for`, silent at an earlier time (the condition may start late)
+        shown = any(
+            fires and t >= wait and any(u == test and not f and s < t for u, s, f in cases) for test, t, fires in cases
+        )
+        assert shown, f"{name}: no promtool test shows it silent before {alert['for']} elapses and firing after"
+        exact = [
+            case
+            for path in (RULES / "tests").glob("*.yml")
+            for test in yaml.safe_load(path.read_text())["tests"]
+            for case in test.get("alert_rule_test", [])
+            if case["alertname"] == name and case.get("exp_alerts")
+        ]
+        assert all("exp_annotations" in a and "severity" in a["exp_labels"] for c in exact for a in c["exp_alerts"])
+
+
+def test_thresholds_match_the_analyzers():
+    recorded = {r["record"]: r["expr"] for r in _rules("recording.yml")}
+    for name, value in SHARED_THRESHOLDS.items():
+        match = re.fullmatch(r"vector\(([\d.]+)\)", recorded[name].strip())
+        assert match and float(match.group(1)) == pytest.approx(value), f"{name} = {recorded[name]}, analyzers {value}"
+
+
+def test_every_threshold_is_used():
+    defined = {r["record"] for r in _rules("recording.yml") if r["record"].endswith(":threshold")}
+    exprs = [r["expr"] for r in _rules("recording.yml") + _alerts()]
+    used = {n for e in exprs for n in promql_metric_names(e)}
+    assert defined <= used, f"thresholds no rule uses: {defined - used}"
+
+
+# -- the contract: rules and dashboard use only what the exporter serves ------------------------
+
+
+def test_metric_name_extraction():
+    expr = (
+        'sum by (run, source) (rate(rlscope_reward_errors_total{run=~"$run", code!="x y"}[$__rate_interval])) '
+        "> on(job) group_left(precision) rlscope:x:threshold * 1e-3 unless ALERTS offset 5m"
+    )
+    assert promql_metric_names(expr) == {"rlscope_reward_errors_total", "rlscope:x:threshold", "ALERTS"}
+    assert promql_metric_names("label_values(rlscope_run_up, run)") == {"rlscope_run_up", "run"}
+
+
+def test_rules_and_dashboard_use_only_exported_metrics():
+    exported = {m.name for m in METRICS}
+    recorded = {r["record"] for r in _rules("recording.yml")}
+    rule_names = {n for r in _rules("recording.yml") + _alerts() for n in promql_metric_names(r["expr"])}
+    rule_names |= {n for a in _alerts() for q in _template_queries(a["annotations"]) for n in promql_metric_names(q)}
+    dash_names = {n for e in _dashboard_exprs() for n in promql_metric_names(e)}
+    dash_names.discard("run")  # label_values(metric, run): the second argument is a label
+    assert rule_names - recorded <= exported, (
+        f"rules use metrics the exporter does not serve: {rule_names - recorded - exported}"
+    )
+    assert dash_names <= exported | {"ALERTS"}, f"dashboard uses unknown metrics: {dash_names - exported - {'ALERTS'}}"
+    assert len((rule_names | dash_names) & exported) >= 15
+
+
+def test_dashboard_is_valid_grafana_json():
+    board = json.loads(DASHBOARD.read_text())
+    assert board["uid"] and board["schemaVersion"] >= 36
+    ids = [p["id"] for top in board["panels"] for p in [top, *top.get("panels", [])]]
+    assert len(ids) == len(set(ids))
+    for panel in board["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
+            assert all('run=~"$run"' in t["expr"] for t in panel["targets"]), panel["title"]
