@@ -1,0 +1,68 @@
+"""What the importers share: number parsing, walking their sources, and the run loop that
+turns Ctrl-C into a clean stop."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+from rlscope.collectors.importers._sink import ImportSummary, StepSink
+from rlscope.collectors.importers._source import IDLE, Tail, read_lines
+
+__all__ = ["each_source", "parse_number", "run_import", "source_lines"]
+
+_WRAPPED = re.compile(r"^(?:np|numpy)\.\w+\((.*)\)$")  # numpy 2 reprs: np.float64(0.5), np.int64(3)
+_BOOLS = {"True": 1.0, "true": 1.0, "False": 0.0, "false": 0.0}
+
+
+def parse_number(text: str) -> float | None:
+    """A logged number as float (``nan``, ``inf``, ``1e-06``, ``np.float64(0.5)``, ``True``), else None."""
+    text = text.strip()
+    match = _WRAPPED.match(text)
+    if match:
+        text = match.group(1).strip()
+    if text in _BOOLS:
+        return _BOOLS[text]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSummary:
+    """Run ``body`` (which feeds ``sink``) and close the sink.
+
+    Ctrl-C while following ends the import normally: what was read is written and the
+    summary says it was interrupted. Ctrl-C otherwise is re-raised after the same flush.
+    Any other error (e.g. ``--strict`` meeting a bad line) propagates without writing
+    the rows still buffered.
+    """
+    try:
+        body()
+    except KeyboardInterrupt:
+        summary = sink.close(interrupted=True)
+        if not tail.follow:
+            raise
+        return summary
+    return sink.close()
+
+
+def each_source(paths: list[str], tail: Tail) -> Iterator[tuple[str, str, bool]]:
+    """``(path, name for messages, follow it?)`` for each source: only the last one is followed."""
+    for index, path in enumerate(paths):
+        yield path, "<stdin>" if path == "-" else path, tail.follow and index == len(paths) - 1
+
+
+def source_lines(sink: StepSink, path: str, name: str, tail: Tail, *, follow: bool) -> Iterator[tuple[int, str] | None]:
+    """``read_lines`` for an importer: lines counted, overlong ones counted as skipped, and a
+    flush (when due) before passing ``IDLE`` on."""
+
+    def overlong(lineno: int) -> None:
+        sink.skip("overlong_line", f"{name}:{lineno}", bad=False)
+
+    for item in read_lines(path, tail, follow=follow, on_overlong=overlong):
+        if item is IDLE:
+            sink.maybe_flush()
+        else:
+            sink.summary.lines += 1
+        yield item

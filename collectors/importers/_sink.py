@@ -1,0 +1,291 @@
+"""Where every importer's metrics go: canonical keys, attempts, segments, meta.json, counts.
+
+Importers hand over one record at a time (a step number and its metrics). The sink renames
+keys through ``rlscope.collectors.verl_metrics``, decides which attempt a record belongs to
+when a restarted run logs a step again, buffers rows and writes them as ``steps`` segments,
+so memory stays bounded however long the input is.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from rlscope.collectors.importers._source import ImportInputError
+from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
+
+from rlscope import __version__
+from rlscope.errors import MetaError, RunDirError
+from rlscope.trace.schema import STEPS
+from rlscope.trace.store import is_segment_name, locate, new_writer_id, read_meta, write_meta, write_segment
+
+__all__ = ["ImportSummary", "StepSink"]
+
+# skip reasons that mean "this looked like a metric but could not be read": --strict stops on them
+_BAD_INPUT = frozenset(
+    {"bad_value", "free_text_field", "bad_step", "empty_step_line", "bad_json", "bad_row", "bad_event"}
+)
+
+
+@dataclass
+class ImportSummary:
+    """What an import read, wrote and skipped; ``str()`` is the report the CLI prints."""
+
+    importer: str
+    run_dir: str
+    sources: list[str]
+    lines: int = 0  # input lines read (TensorBoard: events)
+    records: int = 0  # metric records accepted: step lines, metric dicts, rows, event groups
+    steps: int = 0  # step records written; a step logged again after a restart counts again
+    first_step: int | None = None
+    last_step: int | None = None
+    restarts: int = 0
+    keys: int = 0
+    values: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+
+    def __str__(self) -> str:
+        span = f" ({self.first_step}..{self.last_step})" if self.steps else ""
+        lines = [
+            f"{self.importer}: {self.steps} steps{span}, {self.keys} keys, {self.values} values -> {self.run_dir}",
+            f"  read {self.lines} {'events' if self.importer == 'tensorboard' else 'lines'} from"
+            f" {len(self.sources)} source(s); {self.records} metric records",
+        ]
+        if self.restarts:
+            lines.append(f"  {self.restarts} restart(s): steps logged again are kept as attempts 1, 2, ...")
+        if self.skipped:
+            lines.append("  skipped: " + ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items())))
+        if self.renamed:
+            shown = ", ".join(f"{old} -> {new}" for old, new in list(self.renamed.items())[:6])
+            more = f" (+{len(self.renamed) - 6} more)" if len(self.renamed) > 6 else ""
+            lines.append(f"  renamed to verl's current names: {shown}{more}")
+        if self.interrupted:
+            lines.append("  stopped by interrupt; everything read so far was written")
+        return "\n".join(lines)
+
+
+class _Attempts:
+    """Attempt numbers from restarts seen in the stream, in memory that grows with restarts only.
+
+    A record starts a restart when its step is lower than the last one, or equal to it and
+    sharing a key with what that step already logged. Each finished run is kept as its step
+    range; a step's attempt is the number of earlier runs whose range holds it.
+    """
+
+    def __init__(self) -> None:
+        self.closed: list[tuple[int, int]] = []
+        self.first: int | None = None
+        self.last: int | None = None
+        self.last_keys: set[str] = set()
+
+    def attempt(self, step: int) -> int:
+        return sum(lo <= step <= hi for lo, hi in self.closed)
+
+    def place(self, step: int, keys: set[str], *, restart: bool = False) -> tuple[int, bool]:
+        """The attempt for a new record and whether it begins a step record (not a merge)."""
+        if self.last is None or self.first is None:
+            self.first = self.last = step
+        elif restart or step < self.last or (step == self.last and keys & self.last_keys):
+            self.closed.append((self.first, self.last))
+            self.first = self.last = step
+            self.last_keys = set()
+        elif step > self.last:
+            self.last, self.last_keys = step, set()
+        else:
+            self.last_keys |= keys
+            return self.attempt(step), False
+        self.last_keys |= keys
+        return self.attempt(step), True
+
+
+class StepSink:
+    """Write step metrics into ``run_dir`` (which must not hold a ``steps`` table yet).
+
+    ``add`` takes one record; ``skip`` counts what was not imported (and, with ``strict``,
+    raises ``ImportInputError`` for input that looked like a metric but was unreadable);
+    ``close`` writes what is buffered plus the final ``meta.json`` and returns the summary.
+    Nothing is created on disk until the first rows are written.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        importer: str,
+        sources: list[str],
+        strict: bool = False,
+        meta: Mapping[str, Any] | None = None,
+        flush_rows: int = 50_000,
+        flush_interval: float = 2.0,
+    ):
+        self._loc = locate(run_dir)
+        self._check_target()
+        self.strict = strict
+        self.summary = ImportSummary(importer, self._loc.path, [_source_name(s) for s in sources])
+        self._meta = dict(meta or {})
+        self._flush_rows = flush_rows
+        self._flush_interval = flush_interval
+        self._last_flush = time.monotonic()
+        self._writer = new_writer_id()
+        self._seq = 0
+        self._skipped: Counter[str] = Counter()
+        self._keys: set[str] = set()
+        self._attempts = _Attempts()
+        self._pending: tuple[int, dict[str, float], float | None] | None = None
+        self._cols: dict[str, list[Any]] = {name: [] for name in ("step", "attempt", "time", "key", "value")}
+
+    def _check_target(self) -> None:
+        loc = self._loc
+        info = loc.fs.get_file_info(loc.path)
+        if info.type == pafs.FileType.File:
+            raise RunDirError(f"{loc.path}: is a file, expected a run directory to write")
+        folder = loc.fs.get_file_info(loc.join("steps"))
+        if folder.type == pafs.FileType.Directory:
+            entries = loc.fs.get_file_info(pafs.FileSelector(folder.path))
+            if any(is_segment_name(e.base_name) for e in entries):
+                raise RunDirError(f"{loc.path}: already holds a steps table; import into a new directory")
+
+    # -- records -------------------------------------------------------------------------
+
+    def add(self, step: int, metrics: Mapping[str, float], *, when: float | None = None) -> None:
+        """One record: ``step``'s metrics (raw keys, float values), logged at ``when`` if known."""
+        named: dict[str, float] = {}
+        for raw, value in metrics.items():
+            key, value = canonical_metric(raw, value)
+            if key != raw:
+                self.summary.renamed.setdefault(raw, key)
+            if key in named:
+                self.skip("duplicate_key", "", bad=False)
+            else:
+                named[key] = value
+        if not named:
+            return
+        self.summary.records += 1
+        pending = self._pending
+        if pending is not None:
+            if pending[0] == step and not named.keys() & pending[1].keys():
+                pending[1].update(named)  # the rest of a late record logged in two lines
+                return
+            self._settle(restart=self._attempts.last is not None and step <= self._attempts.last)
+        last = self._attempts.last
+        if last is not None and step < last and all(is_validation_key(k) for k in named):
+            # validation of an earlier step: logged late (async trainers) or the first line of
+            # a restart; the next record tells which
+            self._pending = (step, named, when)
+            return
+        self._write(step, named, when)
+
+    def _settle(self, *, restart: bool) -> None:
+        assert self._pending is not None
+        step, named, when = self._pending
+        self._pending = None
+        if restart:
+            self._write(step, named, when, restart=True)
+        else:
+            self._rows(step, self._attempts.attempt(step), named, when)
+
+    def _write(self, step: int, named: dict[str, float], when: float | None, *, restart: bool = False) -> None:
+        before = len(self._attempts.closed)
+        attempt, new_step = self._attempts.place(step, set(named), restart=restart)
+        self.summary.restarts += len(self._attempts.closed) - before
+        if new_step:
+            s = self.summary
+            s.steps += 1
+            s.first_step = step if s.first_step is None else min(s.first_step, step)
+            s.last_step = step if s.last_step is None else max(s.last_step, step)
+        self._rows(step, attempt, named, when)
+
+    def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:
+        cols = self._cols
+        for key, value in named.items():
+            cols["step"].append(step)
+            cols["attempt"].append(attempt)
+            cols["time"].append(when)
+            cols["key"].append(key)
+            cols["value"].append(value)
+        self._keys.update(named)
+        self.summary.values += len(named)
+        if len(cols["step"]) >= self._flush_rows:
+            self.flush()
+
+    def skip(self, reason: str, where: str, detail: str = "", *, bad: bool = True) -> None:
+        """Count something not imported; with ``strict``, a ``bad`` one stops the import."""
+        self._skipped[reason] += 1
+        if self.strict and bad and reason in _BAD_INPUT:
+            text = f": {detail[:120]}" if detail else ""
+            raise ImportInputError(f"{where}: {reason.replace('_', ' ')}{text}")
+
+    # -- writing -------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write buffered rows as one segment (and meta.json before the first one)."""
+        self._last_flush = time.monotonic()
+        if not self._cols["step"]:
+            return
+        if self._seq == 0:
+            self._write_meta()
+        table = pa.table(
+            {
+                "step": pa.array(self._cols["step"], pa.int64()),
+                "attempt": pa.array(self._cols["attempt"], pa.int32()),
+                "time": pa.array(self._cols["time"], pa.float64()),
+                "key": pa.array(self._cols["key"], pa.string()),
+                "value": pa.array(self._cols["value"], pa.float64()),
+                "text": pa.nulls(len(self._cols["step"]), pa.string()),
+            },
+            schema=STEPS,
+        )
+        self._seq += 1
+        write_segment(self._loc, "steps", table, writer_id=self._writer, seq=self._seq)
+        for values in self._cols.values():
+            values.clear()
+
+    def maybe_flush(self) -> None:
+        """Flush if ``flush_interval`` seconds passed since the last write, so that readers
+        of a live import see new steps within that time without a segment per line."""
+        if time.monotonic() - self._last_flush >= self._flush_interval:
+            self.flush()
+
+    def close(self, *, interrupted: bool = False) -> ImportSummary:
+        """Write everything still buffered and the final meta.json; return the summary."""
+        if self._pending is not None:
+            self._settle(restart=False)
+        self.flush()
+        s = self.summary
+        s.keys, s.skipped, s.interrupted = len(self._keys), dict(self._skipped), interrupted
+        if self._seq:
+            self._write_meta()
+        return s
+
+    def _write_meta(self) -> None:
+        try:
+            existing = read_meta(self._loc)
+        except MetaError:
+            existing = {}
+        s = self.summary
+        record = {
+            "name": s.importer,
+            "sources": s.sources,
+            "rlscope_version": __version__,
+            "imported_at": time.time(),
+            "steps": s.steps,
+            "values": s.values,
+            "restarts": s.restarts,
+            "skipped": dict(self._skipped),
+            "renamed_keys": dict(s.renamed),
+        }
+        meta = {**existing, **self._meta, "importer": record}
+        meta.setdefault("framework", "verl")
+        write_meta(self._loc, meta)
+
+
+def _source_name(source: str) -> str:
+    return "<stdin>" if source == "-" else os.path.abspath(source)

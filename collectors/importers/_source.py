@@ -1,0 +1,134 @@
+"""Reading input files line by line in bounded memory, optionally tailing a live one."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from rlscope.errors import RLScopeError
+
+__all__ = ["IDLE", "MAX_LINE_BYTES", "ImportInputError", "Tail", "check_text_file", "read_lines"]
+
+MAX_LINE_BYTES = 1 << 20  # a longer line is skipped: no metric line is anywhere near this long
+_SNIFF_BYTES = 8192
+
+IDLE = None  # yielded by ``read_lines`` while a followed file has no new data
+
+
+class ImportInputError(RLScopeError):
+    """An input file is missing, unreadable, not the format asked for, or (with --strict) malformed."""
+
+
+@dataclass
+class Tail:
+    """Whether to keep reading a file as it grows, and when to stop: ``stop`` set, or
+    ``max_seconds`` elapsed (a bound for tests and scripts); Ctrl-C also stops it."""
+
+    follow: bool = False
+    poll_interval: float = 0.5
+    max_seconds: float | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
+
+    def should_stop(self) -> bool:
+        return self.stop.is_set() or (self._deadline is not None and time.monotonic() >= self._deadline)
+
+    def wait(self) -> bool:
+        """Sleep one poll interval; False when following should end."""
+        if self.should_stop():
+            return False
+        timeout = self.poll_interval
+        if self._deadline is not None:
+            timeout = max(0.0, min(timeout, self._deadline - time.monotonic()))
+        self.stop.wait(timeout)
+        return not self.should_stop()
+
+
+def check_text_file(path: str) -> None:
+    """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text."""
+    if path == "-":
+        return
+    if not os.path.exists(path):
+        raise ImportInputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ImportInputError(f"{path}: is a directory, expected a file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError as exc:
+        raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if b"\0" in head:
+        raise ImportInputError(f"{path}: binary data (NUL bytes), not a text file")
+    if head and head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10:
+        raise ImportInputError(f"{path}: binary data (not UTF-8 text)")
+
+
+def read_lines(
+    path: str, tail: Tail, *, follow: bool, on_overlong: Callable[[int], None]
+) -> Iterator[tuple[int, str] | None]:
+    """Yield ``(line number, text without its line ending)``; while following, yield ``IDLE``
+    whenever the file has no new data, and keep going until ``tail`` says stop.
+
+    A line longer than ``MAX_LINE_BYTES`` is passed to ``on_overlong`` and skipped. A file that
+    shrinks while followed (truncated by a log rotator) is read again from its start.
+    """
+    if path == "-":
+        yield from _numbered(_stdin_lines(), on_overlong)
+        return
+    with open(path, "rb") as fh:
+        yield from _numbered(_file_lines(fh, tail, follow), on_overlong)
+
+
+def _numbered(chunks: Iterator[bytes | None], on_overlong: Callable[[int], None]) -> Iterator[tuple[int, str] | None]:
+    """Number the lines of ``chunks`` (pieces of at most MAX_LINE_BYTES) and drop overlong ones."""
+    lineno, dropping = 0, False
+    for chunk in chunks:
+        if chunk is None:
+            yield IDLE
+            continue
+        complete = chunk.endswith(b"\n")
+        if dropping:
+            dropping = not complete
+            continue
+        lineno += 1
+        if not complete and len(chunk) >= MAX_LINE_BYTES:
+            on_overlong(lineno)
+            dropping = True
+            continue
+        text = chunk.rstrip(b"\r\n").decode("utf-8", "replace")
+        yield lineno, text.lstrip("\ufeff") if lineno == 1 else text  # a byte-order mark (Windows tools)
+
+
+def _stdin_lines() -> Iterator[bytes]:
+    stream = sys.stdin.buffer
+    while chunk := stream.readline(MAX_LINE_BYTES):
+        yield chunk
+
+
+def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None]:
+    """Pieces of the file, each a whole line or MAX_LINE_BYTES of one; ``None`` when idle."""
+    partial, draining = b"", False
+    while True:
+        chunk = fh.readline(MAX_LINE_BYTES - len(partial))
+        if chunk:
+            partial += chunk
+            if partial.endswith(b"\n") or len(partial) >= MAX_LINE_BYTES:
+                yield partial
+                partial = b""
+            continue
+        if not follow or draining:
+            break
+        yield None
+        if os.fstat(fh.fileno()).st_size < fh.tell():  # truncated in place: start over
+            fh.seek(0)
+            partial = b""
+        draining = not tail.wait()  # once told to stop, read what is there one last time
+    if partial:
+        yield partial

@@ -1,0 +1,101 @@
+"""Import the JSON-lines file of verl's ``file`` logger (``trainer.logger=['file']``).
+
+verl's ``FileLogger`` (``verl/utils/tracking.py``, since 7bc70bbf0, 2025-09-06, v0.6.0)
+writes one line per ``log`` call, ``{"step": N, "data": {metric: value, ...}}``, with orjson,
+which turns NaN and infinities into ``null``: those are imported as NaN. A line without
+``data`` is read as ``{"step": N, metric: value, ...}``. Values that are not numbers are
+skipped and counted; a line that is not such an object is skipped as ``bad_json``. The
+file holds no time: lines read while following a live file get the time they were read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlscope.collectors.importers._common import each_source, parse_number, run_import, source_lines
+from rlscope.collectors.importers._sink import ImportSummary, StepSink
+from rlscope.collectors.importers._source import IDLE, Tail, check_text_file
+
+__all__ = ["import_verl_jsonl"]
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return math.nan  # orjson writes NaN and +-inf as null
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return parse_number(value)
+    return None
+
+
+def _step(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _read_line(sink: StepSink, where: str, line: str, when: float | None) -> None:
+    if not line.strip():
+        return
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        sink.skip("bad_json", where, str(exc))
+        return
+    if not isinstance(record, dict) or "step" not in record:
+        sink.skip("bad_json", where, "expected an object with a step")
+        return
+    step = _step(record["step"])
+    data = record.get("data", {k: v for k, v in record.items() if k != "step"})
+    if step is None or not isinstance(data, dict):
+        sink.skip("bad_json", where, f"step {record['step']!r} or data of type {type(data).__name__}")
+        return
+    metrics: dict[str, float] = {}
+    for key, value in data.items():
+        number = _number(value)
+        if number is None:
+            sink.skip("non_numeric_value", where, str(key), bad=False)
+        else:
+            metrics[str(key)] = number
+    sink.add(step, metrics, when=when)
+
+
+def import_verl_jsonl(
+    sources: Sequence[str | os.PathLike[str]],
+    run_dir: str | os.PathLike[str],
+    *,
+    strict: bool = False,
+    tail: Tail | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> ImportSummary:
+    """Import verl ``file`` logger output (``-`` reads stdin) into ``run_dir``, line by line.
+
+    Several files are read in order as one stream; with ``tail.follow`` the last one is
+    followed until ``tail`` says stop or Ctrl-C. ``strict`` stops at the first bad line.
+    """
+    paths = [os.fspath(s) for s in sources]
+    for path in paths:
+        check_text_file(path)
+    tail = tail or Tail()
+    sink = StepSink(run_dir, importer="verl-jsonl", sources=paths, strict=strict, meta=meta)
+
+    def body() -> None:
+        for path, name, follow in each_source(paths, tail):
+            live = follow and path == "-"  # the file logger writes no time: a line read live gets one
+            for item in source_lines(sink, path, name, tail, follow=follow):
+                if item is IDLE:
+                    live = True
+                else:
+                    _read_line(sink, f"{name}:{item[0]}", item[1], time.time() if live else None)
+
+    return run_import(sink, tail, body)

@@ -1,0 +1,398 @@
+"""Import verl's console output (``trainer.logger=['console']``) as it was captured.
+
+verl prints each step's metrics as one line, ``step:N - key:value - key:value ...``
+(``verl/utils/logger/aggregate_logger.py``, numbers only, formatted by ``pprint.pformat``,
+so numpy 2 values read ``np.float64(0.5)``). Captured logs are messier than that, and this
+parser reads what it can of every line and never stops on one it cannot:
+
+- Ray prefixes (``(TaskRunner pid=1)``, ``(main_task pid=1, ip=10.0.0.1)``), ANSI colours
+  as real escapes, caret text (``^[[36m``) or without their ESC byte (``[36m``, as pasted
+  into an issue), Ray's ``[repeated 2x across cluster]``, ``>`` quote marks, surrounding
+  quotes, CRLF or CR line ends;
+- tqdm bars on the same line as a metric line, before or after it;
+- metric lines hard-wrapped by a terminal or a paste, even mid-token: a following line
+  without a Ray prefix that can only be the rest of the line is joined back;
+- ``nan``, ``inf``, ``1e-06``, ``np.float64(..)``, ``True``; keys with parentheses
+  (``critic/lr(1e-4)``); a key repeated in a line (the first value is kept);
+  free-text fields between the metrics (skipped and counted);
+- pretty-printed metric dicts: verl's ``Initial validation metrics: {...}`` (pprint-ed, so
+  split over several quoted lines), ``Final validation metrics``, the fully async trainer's
+  ``parameter version: N Validation metrics: {...}``, or a bare dict of ``a/b`` keys. Values
+  that the neighbouring step line already holds are dropped (with the console logger on,
+  verl logs the same dict as a step line too); the rest is imported at the step the text
+  names, at the last step (final validation), or, for a dict printed before a step line
+  (initial validation), at that step, less one when it is a training step (when no step line
+  follows: at the last step, or 0). Config dumps (nested dicts) are ignored.
+
+Steps are numbered as logged; a step logged again after a restart becomes a new attempt
+(see ``StepSink``). Lines read while following a live log get the time they were read.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlscope.collectors.importers._common import each_source, parse_number, run_import, source_lines
+from rlscope.collectors.importers._sink import ImportSummary, StepSink
+from rlscope.collectors.importers._source import IDLE, Tail, check_text_file
+from rlscope.collectors.verl_metrics import is_validation_key
+
+__all__ = ["import_verl_log"]
+
+_ANSI = re.compile(r"(?:\x1b|\^\[)\[[0-?]*[ -/]*[@-~]")
+_BARE_SGR = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")  # a colour code whose ESC byte was lost in a paste
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_QUOTE_MARKS = re.compile(r"^\s*(?:>\s?)+")
+_RAY_PREFIX = re.compile(
+    r"^\s*\((?:[^()\s][^()]*?\s)?pid=\d+[^()]*\)\s?|^\s*\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^()]*\)\s?"
+)
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_TQDM = re.compile(
+    r"(?:[A-Za-z][\w ]*:\s*)?\d{1,3}%\|[^|]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]]*\]|\d+it \[[^\]]*\]"
+)
+_STEP = re.compile(r"(?<![\w/.-])step:(-?\d+)(?=\s+-|\s*$)")
+_BAD_STEP = re.compile(r"(?<![\w/.-])step:(\S+)\s+-\s+[^\s:]+:")
+_SPACE = re.compile(r"\s")
+_SEP = re.compile(r"\s+-(?:\s+|(?=[A-Za-z_]))")
+_TRAILING_JUNK = re.compile(r"(?:\\[nr]|[\s\"'`,])+$")
+# the rest of a wrapped metric line: a fragment, " - key:value" fields, maybe the start of one more
+_TAIL_FIELDS = re.compile(r"^\S*(?:\s+-\s+[^\s:]+:\S*)*(?:\s+-\s*[^\s:]*)?\s*$")
+_TAIL_NUMBER = re.compile(r"^[\d.eE+-]+[\s\"'`]*$")
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
+_LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
+
+_MAX_BLOCK_LINES = 5000
+_MAX_BLOCK_CHARS = 1 << 20
+
+
+def _clean(piece: str) -> tuple[str, str]:
+    """``(ray prefix, text)`` of one line piece, without colours, quote marks or Ray noise."""
+    if "\x1b" in piece or "^[" in piece:
+        piece = _ANSI.sub("", piece)
+    if not piece.isprintable():
+        piece = _CONTROL.sub("", piece)
+    if "m" in piece and "[" in piece:
+        piece = _BARE_SGR.sub("", piece)
+    if piece.lstrip().startswith(">"):
+        piece = _QUOTE_MARKS.sub("", piece)
+    prefix = ""
+    while match := _RAY_PREFIX.match(piece):
+        prefix += match.group(0).strip()
+        piece = piece[match.end() :]
+    if "across cluster]" in piece:
+        piece = _RAY_REPEATED.sub("", piece)
+    return prefix, piece
+
+
+def _strip_tqdm(text: str) -> str:
+    return _TQDM.sub(" ", text) if "%|" in text or "it [" in text else text
+
+
+def _unseen(metrics: Mapping[str, float], seen: Mapping[str, float]) -> dict[str, float]:
+    """The metrics that ``seen`` (a step line) does not already hold with the same value."""
+    out = {}
+    for key, value in metrics.items():
+        other = seen.get(key)
+        if other is None or not (other == value or (math.isnan(other) and math.isnan(value))):
+            out[key] = value
+    return out
+
+
+class _Block:
+    """A metric dict being collected over several lines (only lines with the same Ray prefix)."""
+
+    def __init__(self, where: str, prefix: str, kind: str, text: str):
+        self.where, self.prefix, self.kind = where, prefix, kind
+        self.lines = [text]
+        self.chars = len(text)
+        self.braces = self.parens = 0
+        self.seen_brace = False
+        self._count(text)
+
+    def _count(self, text: str) -> None:
+        self.braces += text.count("{") - text.count("}")
+        self.parens += text.count("(") - text.count(")")
+        self.seen_brace = self.seen_brace or "{" in text
+
+    def add(self, text: str, *, wrapped: bool = False) -> None:
+        if wrapped:
+            self.lines[-1] += text
+        else:
+            self.lines.append(text)
+        self.chars += len(text)
+        self._count(text)
+
+    @property
+    def done(self) -> bool:
+        closed = self.braces <= 0 and (self.kind != "strings" or self.parens <= 0)
+        return closed and (self.seen_brace or self.kind == "strings")
+
+    @property
+    def too_big(self) -> bool:
+        return len(self.lines) > _MAX_BLOCK_LINES or self.chars > _MAX_BLOCK_CHARS
+
+    def text(self) -> str:
+        if self.kind != "strings":
+            return " ".join(self.lines)
+        parts = []
+        for literal in _STRING_LITERAL.findall("\n".join(self.lines)):
+            try:
+                parts.append(ast.literal_eval(literal))
+            except (ValueError, SyntaxError):
+                parts.append(literal[1:-1])
+        return "".join(parts)
+
+
+class _Parser:
+    """Turns log lines into sink records, holding back at most one step line (the next line
+    may continue it), one dict being collected and one dict waiting for its step line."""
+
+    def __init__(self, sink: StepSink):
+        self.sink = sink
+        self.step_text: str | None = None  # a step line that the next line may continue
+        self.step_where = ""
+        self.step_time: float | None = None
+        self.block: _Block | None = None
+        self.waiting: tuple[str, dict[str, float]] | None = None  # a dict printed before its step line
+        self.last_metrics: dict[str, float] = {}
+        self.last_step: int | None = None
+        self.tail = ""  # the last characters of the last line classified: a wrap may split "step:"
+
+    # -- input ---------------------------------------------------------------------------
+
+    def feed(self, where: str, line: str, when: float | None) -> None:
+        for piece in [p for p in line.split("\r") if p] or [""]:
+            prefix, text = _clean(piece)
+            if self.step_text is not None:
+                if self._continues(prefix, text):
+                    self.step_text += text
+                    continue
+                if text.strip() and not _strip_tqdm(text).strip():
+                    continue  # a progress bar redrawn between the pieces of a wrapped line
+                self._emit_step()
+            if self.block is not None and not _STEP.search(text):
+                if prefix == self.block.prefix:
+                    self._grow_block(text)
+                    continue
+                if not prefix and _strip_tqdm(text).strip():  # the rest of a hard-wrapped line of it
+                    self._grow_block(text, wrapped=True)
+                    continue
+            self._classify(where, prefix, text, when)
+
+    def idle(self) -> None:
+        """No more input for now: a pending step line is complete (verl prints whole lines)."""
+        if self.step_text is not None:
+            self._emit_step()
+
+    def end_of_source(self) -> None:
+        """A source ended: nothing continues across files except a dict waiting for its step."""
+        self.idle()
+        if self.block is not None:
+            self.sink.skip("unterminated_block", self.block.where, self.block.lines[0])
+            self.block = None
+
+    def finish(self) -> None:
+        """All sources ended."""
+        self.end_of_source()
+        if self.waiting is not None:
+            self._settle_waiting(None)
+
+    # -- classification ------------------------------------------------------------------
+
+    def _classify(self, where: str, prefix: str, text: str, when: float | None) -> None:
+        tail, self.tail = self.tail, text[-5:]
+        if not prefix and tail:  # a wrap inside "step:" itself: "(TaskRunner pid=1) ste" + "p:3 - a:1"
+            match = _STEP.search(tail + text[:24])
+            if match and match.start() < len(tail):
+                self.step_text, self.step_where, self.step_time = (tail + text)[match.start() :], where, when
+                return
+        if "step:" in text:
+            text = _strip_tqdm(text)
+            match = _STEP.search(text)
+            if match:
+                self.step_text, self.step_where, self.step_time = text[match.start() :], where, when
+                return
+            bad = _BAD_STEP.search(text)
+            if bad:
+                self.sink.skip("bad_step", where, bad.group(0))
+                return
+        stripped = text.strip()
+        lowered = stripped.lower()
+        kind = None
+        if stripped.startswith(("('", '("')) and "metrics" in lowered:
+            kind = "strings"  # pprint of a long string: ("Initial validation metrics: {'a': "\n "1.0}")
+        elif "metrics" in lowered and "{" in stripped[lowered.index("metrics") :]:
+            kind = "text"
+        elif stripped.startswith(("{'", '{"')) and "/" in stripped.split(":", 1)[0]:
+            kind = "dict"  # a bare pprint-ed dict of metric keys
+        if kind is None:
+            return
+        self.block = _Block(where, prefix, kind, text)
+        self._grow_block(None)
+
+    def _continues(self, prefix: str, text: str) -> bool:
+        """Whether ``text`` (a line without a Ray prefix) is the rest of the pending step line."""
+        if prefix or not _strip_tqdm(text).strip():
+            return False
+        head = _TRAILING_JUNK.sub("", self.step_text or "")
+        _, colon, value = _SEP.split(head)[-1].rpartition(":")
+        if head.endswith("-") or not colon or parse_number(value) is None:
+            return True  # the line cannot end there, even if the rest looks like "step:1 - ..."
+        if _STEP.search(text):
+            return False
+        if text.startswith((":", "-")) or _SEP.match(text):
+            return True
+        if " -" in text and _TAIL_FIELDS.match(text):
+            return True
+        return bool(_TAIL_NUMBER.match(text)) and not (self.step_text or " ")[-1].isspace()  # inside a number
+
+    # -- step lines ----------------------------------------------------------------------
+
+    def _emit_step(self) -> None:
+        text, where, when = self.step_text or "", self.step_where, self.step_time
+        self.step_text = None
+        text = _TRAILING_JUNK.sub("", _strip_tqdm(text))
+        match = _STEP.match(text)
+        if match is None:  # only possible if joining broke the line: treat as unreadable
+            self.sink.skip("bad_step", where, text)
+            return
+        step = int(match.group(1))
+        metrics: dict[str, float] = {}
+        for field in _SEP.split(text[match.end() :]):
+            field = field.strip()
+            if not field or field == "-":
+                continue
+            key, sep, raw = field.rpartition(":")
+            key = key.strip()
+            if not sep or not key or _SPACE.search(key):
+                self.sink.skip("free_text_field", where, field)
+                continue
+            value = parse_number(raw)
+            if value is None:
+                self.sink.skip("bad_value", where, field)
+            elif key in metrics:
+                self.sink.skip("duplicate_key", where, key, bad=False)
+            else:
+                metrics[key] = value
+        if not metrics:
+            self.sink.skip("empty_step_line", where, text)
+            return
+        if self.waiting is not None:
+            self._settle_waiting((step, metrics))
+        self.sink.add(step, metrics, when=when)
+        self.last_metrics, self.last_step = metrics, step
+
+    # -- metric dicts --------------------------------------------------------------------
+
+    def _grow_block(self, text: str | None, *, wrapped: bool = False) -> None:
+        block = self.block
+        assert block is not None
+        if text is not None:
+            block.add(text, wrapped=wrapped)
+        if block.done:
+            self.block = None
+            self._block_done(block)
+        elif block.too_big:
+            self.block = None
+            self.sink.skip("unterminated_block", block.where, block.lines[0])
+
+    def _block_done(self, block: _Block) -> None:
+        text = block.text()
+        start = text.find("{")
+        if start < 0:
+            return
+        label, body = text[:start], text[start + 1 :]
+        if "{" in body:  # nested: a config dump, not metrics
+            return
+        metrics: dict[str, float] = {}
+        for key, raw in _PAIR.findall(body):
+            value = parse_number(raw)
+            if _SPACE.search(key):
+                self.sink.skip("free_text_field", block.where, key)
+            elif value is None:
+                self.sink.skip("bad_value", block.where, f"{key}: {raw}")
+            else:
+                metrics.setdefault(key, value)
+        if not metrics or (block.kind == "dict" and not any("/" in k for k in metrics)):
+            return
+        named = _LABEL_STEP.search(label)
+        if named or "final" in label.lower():  # the step it names, or the last one (final validation)
+            step = int(named.group(1)) if named else self.last_step
+            if step is None:
+                self.sink.skip("dict_without_step", block.where, bad=False)
+                return
+            if step == self.last_step:
+                metrics = _unseen(metrics, self.last_metrics)
+            if metrics:
+                self.sink.add(step, metrics)
+            else:
+                self.sink.skip("duplicate_of_step_line", block.where, bad=False)
+            return
+        metrics = _unseen(metrics, self.last_metrics)  # e.g. pprint(metrics) after logging them
+        if not metrics:
+            self.sink.skip("duplicate_of_step_line", block.where, bad=False)
+            return
+        if self.waiting is not None:
+            self._settle_waiting(None)
+        self.waiting = (block.where, metrics)
+
+    def _settle_waiting(self, following: tuple[int, dict[str, float]] | None) -> None:
+        """Import the dict printed before a step line (initial validation) unless that line repeats it."""
+        assert self.waiting is not None
+        where, metrics = self.waiting
+        self.waiting = None
+        if following is None:
+            step = self.last_step or 0
+        else:
+            step, after = following
+            metrics = _unseen(metrics, after)
+            if not all(is_validation_key(k) for k in after):
+                step = max(step - 1, 0)  # validation before a training step: of the weights before it
+        if metrics:
+            self.sink.add(step, metrics)
+        else:
+            self.sink.skip("duplicate_of_step_line", where, bad=False)
+
+
+def import_verl_log(
+    sources: Sequence[str | os.PathLike[str]],
+    run_dir: str | os.PathLike[str],
+    *,
+    strict: bool = False,
+    tail: Tail | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> ImportSummary:
+    """Import verl console logs (``-`` reads stdin) into ``run_dir``; see the module docstring.
+
+    Several logs are read in order as one stream (a restarted run often starts a new file).
+    With ``tail.follow`` the last one is followed as it grows until ``tail`` says stop or
+    Ctrl-C. ``strict`` stops at the first metric line that cannot be read.
+    """
+    paths = [os.fspath(s) for s in sources]
+    for path in paths:
+        check_text_file(path)
+    tail = tail or Tail()
+    sink = StepSink(run_dir, importer="verl-log", sources=paths, strict=strict, meta=meta)
+
+    def body() -> None:
+        parser = _Parser(sink)
+        for path, name, follow in each_source(paths, tail):
+            live = follow and path == "-"  # stdin while following: lines arrive as they are logged
+            for item in source_lines(sink, path, name, tail, follow=follow):
+                if item is IDLE:
+                    live = True
+                    parser.idle()
+                    continue
+                lineno, line = item
+                parser.feed(f"{name}:{lineno}", line, time.time() if live else None)
+            parser.end_of_source()
+        parser.finish()
+
+    return run_import(sink, tail, body)

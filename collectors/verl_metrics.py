@@ -1,0 +1,196 @@
+"""verl's metric names across versions, mapped to one canonical spelling.
+
+verl renamed several step metrics between releases (``timing/gen`` became
+``timing_s/gen``, ``mfu/actor`` became ``perf/mfu/actor``, the fully-async idle ratios
+moved under ``fully_async/``). Analyzers should ask for one name whatever verl version
+wrote the log, so collectors pass every key through ``canonical`` (or ``canonical_metric``,
+which also rescales values whose unit changed with the name). Canonical names are the
+newest verl's; a key this module does not know is kept verbatim.
+
+Every alias below cites the verl commit and first release that dropped the old name,
+from verl's own history (github.com/volcengine/verl, since moved to verl-project/verl,
+read at 1dda039b9, 2026-08-22):
+
+- ``timing/<stage>`` (the first release, 30911f133, 2024-10-31) became ``timing(s)/<stage>``
+  in 018b0d736 (2025-01-17) and ``timing_s/<stage>`` in b43dcd9cf (2025-01-21), before v0.2.
+- ``timing_per_token/<stage>`` in seconds per token (2856be47d, 2025-01-02) became
+  ``timing_per_token(ms)/<stage>`` in milliseconds in 018b0d736 and
+  ``timing_per_token_ms/<stage>`` in b43dcd9cf, before v0.2.
+- ``actor/lr(1e-4)`` and ``critic/lr(1e-4)`` (the learning rate times 1e4, 30911f133) became
+  ``actor/lr`` and ``critic/lr`` in 2856be47d (2025-01-02), before v0.2.
+- ``mfu/actor`` and ``mfu/critic`` (41f645db7, 2025-01-19, v0.2) became ``perf/mfu/*`` in
+  6133ae929 (2025-03-15), v0.3.0.
+- ``critic/kl`` and ``critic/kl_coeff`` (30911f133; also in TinyZero, a v0.1 fork) became
+  ``actor/reward_kl_penalty`` and ``actor/reward_kl_penalty_coeff`` in 072fc9fee (2025-04-01),
+  v0.4.0.
+- ``trainer/idle_ratio`` and ``rollouter/{active_time,version_time,idle_ratio}`` (the fully
+  async recipe, b25bb7d4f, 2025-10-17, v0.6.1) moved under ``fully_async/`` in 9aaa5761a
+  (2026-03-10), v0.7.1. ``rollouter/validate_time`` kept its name and is not an alias.
+- The reference-policy stage has always been ``ref`` in verl (``_timer('ref')`` until v0.6.0,
+  then ``str(Role.RefPolicy)``, which is ``"ref"``). ``ref_log_prob`` is a spelling of some
+  forks outside verl; it is mapped to ``ref`` too.
+
+Not aliased on purpose: ``actor/entropy_loss`` became ``actor/entropy`` in b4aa2dce8 (v0.4.1)
+but the model-engine workers log ``actor/entropy_loss`` again since f1d5e0e27 (2026-01-08).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Final
+
+__all__ = [
+    "PHASES",
+    "RENAMED_KEYS",
+    "RENAMED_PREFIXES",
+    "STAGE_PHASES",
+    "SUBSTAGES",
+    "canonical",
+    "canonical_metric",
+    "is_substage",
+    "is_validation_key",
+    "timing_phase",
+    "timing_stage",
+]
+
+# old prefix -> (canonical prefix, factor that turns an old value into the canonical unit)
+RENAMED_PREFIXES: Final[dict[str, tuple[str, float]]] = {
+    "timing/": ("timing_s/", 1.0),  # 30911f133 .. 018b0d736
+    "timing(s)/": ("timing_s/", 1.0),  # 018b0d736 .. b43dcd9cf
+    "timing_per_token/": ("timing_per_token_ms/", 1000.0),  # seconds per token, 2856be47d .. 018b0d736
+    "timing_per_token(ms)/": ("timing_per_token_ms/", 1.0),  # 018b0d736 .. b43dcd9cf
+    "mfu/": ("perf/mfu/", 1.0),  # 41f645db7 .. 6133ae929
+}
+
+# old key -> (canonical key, factor)
+RENAMED_KEYS: Final[dict[str, tuple[str, float]]] = {
+    "actor/lr(1e-4)": ("actor/lr", 1e-4),  # 30911f133 .. 2856be47d
+    "critic/lr(1e-4)": ("critic/lr", 1e-4),  # 30911f133 .. 2856be47d
+    "critic/kl": ("actor/reward_kl_penalty", 1.0),  # 30911f133 .. 072fc9fee
+    "critic/kl_coeff": ("actor/reward_kl_penalty_coeff", 1.0),  # 30911f133 .. 072fc9fee
+    "trainer/idle_ratio": ("fully_async/trainer/idle_ratio", 1.0),  # b25bb7d4f .. 9aaa5761a
+    "rollouter/active_time": ("fully_async/rollouter/active_time", 1.0),  # b25bb7d4f .. 9aaa5761a
+    "rollouter/version_time": ("fully_async/rollouter/version_time", 1.0),  # b25bb7d4f .. 9aaa5761a
+    "rollouter/idle_ratio": ("fully_async/rollouter/idle_ratio", 1.0),  # b25bb7d4f .. 9aaa5761a
+}
+
+# stage names inside timing_s/ and timing_per_token_ms/ that other code bases spell differently
+_RENAMED_STAGES: Final[dict[str, str]] = {"ref_log_prob": "ref"}
+
+_STAGE_PREFIXES: Final = ("timing_s/", "timing_per_token_ms/")
+
+PHASES: Final[tuple[str, ...]] = (
+    "generation",  # rollout: decode on the inference engine
+    "reward",  # reward functions / reward model
+    "forward",  # old / ref log-probs and critic values: prefill-shaped passes
+    "advantage",  # advantage estimation on the driver
+    "training",  # actor and critic updates
+    "weight_sync",  # moving new weights (or memory) between trainer and rollout engine
+    "wait",  # a trainer or rollouter waiting for the other side
+    "checkpoint",
+    "validation",
+    "other",  # profiling hooks, dumps, stages this table does not know
+    "step",  # the whole step: the sum the other phases are part of
+)
+
+STAGE_PHASES: Final[dict[str, str]] = {
+    "gen": "generation",
+    "gen_max": "generation",  # REMAX greedy baseline
+    "generate_sequences": "generation",
+    "generate_async": "generation",
+    "reshard": "generation",
+    "tool_calls": "generation",
+    "agent_loop": "generation",
+    "reward": "reward",
+    "compute_score": "reward",
+    "reward_calc": "reward",
+    "verify": "reward",
+    "old_log_prob": "forward",
+    "ref": "forward",
+    "values": "forward",
+    "adv": "advantage",
+    "update_actor": "training",
+    "update_critic": "training",
+    "update_weights": "weight_sync",
+    "sync_rollout_weights": "weight_sync",
+    "param_sync": "weight_sync",
+    "switch_to_rollout": "weight_sync",
+    "switch_to_trainer": "weight_sync",
+    "wait_last_valid": "wait",
+    "wait_prev_gen": "wait",
+    "wait_for_enough_samples": "wait",
+    "switch_wait": "wait",
+    "save_checkpoint": "checkpoint",
+    "testing": "validation",
+    "merge_val": "validation",
+    "start_profile": "other",
+    "stop_profile": "other",
+    "dump_rollout_generations": "other",
+    "step": "step",
+}
+
+# Stages timed inside another stage (the rollout worker's own timers inside ``gen``, per-sample
+# agent-loop statistics): adding them to their parent would count the same seconds twice.
+SUBSTAGES: Final[frozenset[str]] = frozenset(
+    {"generate_sequences", "generate_async", "reshard", "tool_calls", "agent_loop"}
+)
+
+_VALIDATION_PREFIXES: Final = ("val/", "val-core/", "val-aux/")
+
+
+def canonical_metric(key: str, value: float) -> tuple[str, float]:
+    """The canonical name of ``key`` and ``value`` converted to that name's unit."""
+    name, factor = _resolve(key)
+    return name, value * factor if factor != 1.0 else value
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve(key: str) -> tuple[str, float]:
+    """``(canonical name, unit factor)``; cached because logs repeat the same keys every step."""
+    renamed = RENAMED_KEYS.get(key)
+    if renamed is not None:
+        return renamed
+    factor = 1.0
+    for old, (new, scale) in RENAMED_PREFIXES.items():
+        if key.startswith(old):
+            key, factor = new + key[len(old) :], scale
+            break
+    for prefix in _STAGE_PREFIXES:
+        if key.startswith(prefix):
+            head, sep, tail = key[len(prefix) :].partition("/")
+            if head in _RENAMED_STAGES:
+                key = prefix + _RENAMED_STAGES[head] + sep + tail
+            break
+    return key, factor
+
+
+def canonical(key: str) -> str:
+    """The newest verl spelling of ``key``; unknown keys come back unchanged."""
+    return _resolve(key)[0]
+
+
+def timing_stage(key: str) -> str | None:
+    """The stage a timing key measures (``timing/gen`` -> ``gen``), or None for other keys."""
+    name = canonical(key)
+    for prefix in _STAGE_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix) :].split("/", 1)[0] or None
+    return None
+
+
+def timing_phase(key: str) -> str | None:
+    """Which of ``PHASES`` a timing key belongs to: ``other`` for an unknown stage, None for non-timing keys."""
+    stage = timing_stage(key)
+    if stage is None:
+        return None
+    return STAGE_PHASES.get(stage, "wait" if stage.startswith("wait") else "other")
+
+
+def is_substage(key: str) -> bool:
+    """Whether a timing key's seconds are already counted in another stage (e.g. inside ``gen``)."""
+    return timing_stage(key) in SUBSTAGES
+
+
+def is_validation_key(key: str) -> bool:
+    """Whether ``key`` is a validation metric (``val-core/``, ``val-aux/``, or v0.1's ``val/``)."""
+    return key.startswith(_VALIDATION_PREFIXES)

@@ -1,0 +1,90 @@
+"""Import the logs a verl run already wrote into a run directory, or follow a live one.
+
+usage: rlscope import FORMAT SOURCE... --out RUN_DIR [--strict] [--follow]
+
+formats:
+  verl-log      verl console output as captured: Ray prefixes, colours, tqdm bars, wrapped
+                lines and pretty-printed validation dicts are handled
+  verl-jsonl    the JSON lines of verl's file logger ({"step": N, "data": {...}})
+  wandb-csv     a W&B history export (_step, _runtime, _timestamp, metric columns)
+  tensorboard   one run's TensorBoard event files, a directory or files (needs tensorboard)
+
+Several SOURCEs are read in order as one run (a restarted run often starts a new file);
+"-" reads stdin. Metrics are stored under verl's current names (timing/gen -> timing_s/gen,
+mfu/actor -> perf/mfu/actor, ...) and meta.json lists every key renamed. A step logged
+again after a restart is kept as attempt 1, 2, ... of that step. RUN_DIR must not hold a
+steps table yet; --meta adds what the log does not say (model, GPUs, topology: see
+docs/run-directory.md) to its meta.json.
+
+--follow keeps reading the last SOURCE as it grows (like tail -f), writing new steps every
+few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0).
+--strict stops with an error naming FILE:LINE at the first line that looks like metrics but
+cannot be read; without it such lines are skipped, and counted in the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rlscope.cli._args import parser_for
+from rlscope.collectors.importers import IMPORTERS, ImportInputError, Tail
+from rlscope.errors import UsageError
+
+__all__ = ["main"]
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(enabled: bool) -> Iterator[None]:
+    """Make SIGTERM stop a followed import like Ctrl-C does (main thread only)."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = parser_for("import", __doc__)
+    parser.add_argument("format", choices=list(IMPORTERS), metavar="FORMAT")
+    parser.add_argument("sources", nargs="+", metavar="SOURCE")
+    parser.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
+    parser.add_argument("--strict", action="store_true", help="stop at the first unreadable metric line")
+    parser.add_argument("--follow", action="store_true", help="keep reading the last SOURCE as it grows")
+    parser.add_argument("--poll", type=float, default=0.5, metavar="SECONDS", help="--follow's poll interval")
+    parser.add_argument(
+        "--meta", type=_json_object, metavar="JSON", help='meta.json entries, e.g. \'{"gpu": {"count": 8}}\''
+    )
+    parser.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)  # bound for tests and scripts
+    args = parser.parse_args(argv)
+    if args.poll <= 0:
+        raise UsageError("rlscope import: --poll must be positive")
+    tail = Tail(follow=args.follow, poll_interval=args.poll, max_seconds=args.max_seconds)
+    with _sigterm_interrupts(args.follow):
+        summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)
+    print(summary)
+    if summary.values == 0 and not args.follow:
+        raise ImportInputError(f"no metrics found in {', '.join(args.sources)} (read as {args.format})")
+    return 0

@@ -1,0 +1,635 @@
+"""Log importers: real verl logs, one synthetic fixture per messy case, follow mode, bad input."""
+
+from __future__ import annotations
+
+import _thread
+import io
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rlscope.collectors.importers import (
+    StepSink,
+    Tail,
+    import_tensorboard,
+    import_verl_jsonl,
+    import_verl_log,
+    import_wandb_csv,
+)
+
+from rlscope import RunReader
+from rlscope.cli import main as cli
+
+DATA = Path(__file__).parent / "data" / "logs"
+# shared/ lies beside the repository (its checkout and CI's); RLSCOPE_REAL_LOGS points elsewhere
+REAL = Path(os.environ.get("RLSCOPE_REAL_LOGS", Path(__file__).resolve().parents[2] / "shared" / "real_logs"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_rlscope_logger():
+    """``rlscope.cli.main`` gives the "rlscope" logger its own stderr handler and turns propagation
+    off; undo that after each test so that caplog in other test modules still sees records."""
+    logger = logging.getLogger("rlscope")
+    handlers, propagate, level = logger.handlers[:], logger.propagate, logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.propagate = propagate
+    logger.setLevel(level)
+
+
+def steps(run: Path) -> pd.DataFrame:
+    return RunReader(run).read("steps").to_pandas()
+
+
+def value(df: pd.DataFrame, step: int, key: str, attempt: int = 0) -> float:
+    rows = df[(df.step == step) & (df.key == key) & (df.attempt == attempt)]
+    assert len(rows) == 1, f"step {step} attempt {attempt} {key}: {len(rows)} rows"
+    return float(rows.value.iloc[0])
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli(["import", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- real logs -----------------------------------------------------------------------------
+
+
+def real_log(name: str) -> Path:
+    path = REAL / f"{name}.log"
+    if not path.is_file():
+        pytest.skip(f"real logs not found at {REAL} (set RLSCOPE_REAL_LOGS)")
+    return path
+
+
+def test_real_rllm_issue_log_with_a_line_broken_mid_token(tmp_path):
+    summary = import_verl_log([real_log("07_rllm54_zero_reward_step4")], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert set(df.step) == {4} and len(df) == 47 and summary.values == 47
+    assert value(df, 4, "timing_s/gen") == 100.108
+    assert value(df, 4, "timing_s/step") == 131.608
+    assert value(df, 4, "timing_s/adv") == 11.197
+    assert value(df, 4, "prompt_length/max") == 397.0  # "prompt_length/max" + newline + ":397.000"
+    assert value(df, 4, "prompt_length/min") == 36.0
+    assert value(df, 4, "perf/mfu/actor") == 0.387  # logged as mfu/actor
+    assert value(df, 4, "batch/solve_none") == 128.0
+
+
+def test_real_charcount_console_log(tmp_path):
+    summary = import_verl_log([real_log("12_charcount_grpo_smollm135m_1gpu")], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == [0, 1]
+    # step 0 is validation only; the pprint-ed "Initial validation metrics" repeats it and is dropped
+    assert set(df[df.step == 0].key) == {k for k in df[df.step == 0].key if k.startswith(("val-core/", "val-aux/"))}
+    assert len(df[df.step == 0]) == 13 and summary.skipped == {"duplicate_of_step_line": 1}
+    assert value(df, 0, "val-aux/char_count/reward/mean@1") == 0.121524201853759
+    assert value(df, 1, "timing_s/step") == 48.7025266494602
+    assert value(df, 1, "timing_s/gen") == 16.22749171219766
+    assert value(df, 1, "timing_s/update_actor") == 21.522068275138736
+    assert value(df, 1, "timing_s/old_log_prob") == 10.275943230837584
+    assert value(df, 1, "timing_s/reward") == 0.42415859922766685
+    assert value(df, 1, "perf/throughput") == 3283.320414789452
+    assert value(df, 1, "global_seqlen/min") == 159906
+    assert value(df, 1, "actor/lr") == 1e-06
+    assert df.attempt.eq(0).all() and df.time.isna().all()
+
+
+def test_real_tinyzero_snippets(tmp_path):
+    import_verl_log([real_log("15_tinyzero_countdown_ppo_4090")], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == [2, 52, 92, 122]
+    expected = {2: (5.093, 8.991), 52: (5.041, 8.858), 92: (4.192, 7.891), 122: (4.860, 8.635)}
+    for step, (gen, total) in expected.items():
+        assert value(df, step, "timing_s/gen") == gen
+        assert value(df, step, "timing_s/step") == total
+    assert value(df, 2, "actor/reward_kl_penalty") == -0.001  # TinyZero's critic/kl
+    assert value(df, 2, "critic/vf_explained_var") == -4866.827
+    assert value(df, 2, "perf/mfu/actor") == pytest.approx(value(df, 52, "perf/mfu/actor"), abs=1)
+
+
+def test_real_quickstart_old_key_scheme(tmp_path):
+    summary = import_verl_log([real_log("19_verl_quickstart_doc_oldformat")], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == [0, 1]
+    assert value(df, 0, "timing_s/gen") == 21.47
+    assert value(df, 0, "timing_s/ref") == 4.36
+    assert value(df, 0, "timing_s/values") == 5.8
+    assert value(df, 0, "timing_s/update_critic") == 15.664
+    assert value(df, 0, "timing_s/update_actor") == 20.314
+    assert value(df, 0, "actor/lr") == pytest.approx(1e-6)  # actor/lr(1e-4):0.010
+    assert value(df, 0, "critic/lr") == pytest.approx(1e-5)
+    assert value(df, 1, "timing_s/gen") == 23.02
+    # step 1 logs actor/reward_kl_penalty twice: the first value is kept
+    assert value(df, 1, "actor/reward_kl_penalty") == 0.0 and summary.skipped == {"duplicate_key": 1}
+    assert not df.key.str.startswith("timing/").any()
+    meta = RunReader(tmp_path / "run").meta
+    assert meta["framework"] == "verl" and meta["importer"]["name"] == "verl-log"
+    assert meta["importer"]["sources"] == [str(real_log("19_verl_quickstart_doc_oldformat").resolve())]
+    assert meta["importer"]["renamed_keys"]["timing/gen"] == "timing_s/gen"
+
+
+# -- synthetic fixtures, one per messy case ---------------------------------------------------
+
+
+def test_ansi_colours_ray_prefixes_and_quotes(tmp_path):
+    import_verl_log([DATA / "ansi_ray.log"], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    gens = {s: value(df, s, "timing_s/gen") for s in range(1, 7)}
+    assert gens == {1: 12.5, 2: 13.25, 3: 14.0, 4: 15.0, 5: 16.0, 6: 17.0}
+    # then a restart whose colour codes lost their ESC byte ("[36m", as pasted into an issue)
+    assert value(df, 1, "timing_s/gen", attempt=1) == 2.5
+    assert value(df, 6, "timing_s/step") == 25.5  # the closing backtick is not part of the value
+    assert value(df, 2, "actor/pg_loss") == -0.02
+
+
+def test_crlf_and_tqdm_bars_on_metric_lines(tmp_path):
+    import_verl_log([DATA / "crlf_tqdm.log"], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert [value(df, s, "timing_s/step") for s in (1, 2, 3)] == [10.0, 10.5, 11.0]
+    assert [value(df, s, "timing_s/gen") for s in (1, 2, 3)] == [5.5, 6.5, 7.5]
+
+
+def test_lines_hard_wrapped_mid_token_are_joined(tmp_path):
+    summary = import_verl_log([DATA / "wrapped.log"], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.skipped == {} and len(df) == 30  # 10 fields in each of three lines
+    assert value(df, 1, "timing_s/step") == 48.7025266494602  # wrapped at 80 columns
+    assert value(df, 1, "actor/entropy") == 0.09767807275056839  # split inside the number
+    assert value(df, 2, "timing_s/old_log_prob") == 10.275943230837584  # wrapped at 97 columns
+    assert value(df, 3, "timing_s/step") == 31.25  # "31.2" + newline + "5"
+    assert value(df, 3, "critic/lr") == pytest.approx(1e-5)
+
+
+WRAP_LINE = (
+    "(TaskRunner pid=5) step:7 - global_seqlen/min:159906 - actor/entropy:0.09767807275056839 - "
+    "actor/pg_loss:-0.0036091046008680547 - critic/lr(1e-4):0.100 - training/global_step:7 - "
+    "timing_s/gen:16.22749171219766 - timing_s/step:48.7025266494602 - perf/throughput:3283.320414789452"
+)
+
+
+def _wrapped_values(tmp_path: Path, text: str) -> dict[str, float]:
+    run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    (run.parent / f"{run.name}.log").write_text(f"(TaskRunner pid=5) Training\n{text}\n(WorkerDict pid=6) next\n")
+    import_verl_log([run.parent / f"{run.name}.log"], run)
+    df = steps(run)
+    assert set(df.step) == {7}
+    return dict(zip(df.key, df.value, strict=True))
+
+
+def test_a_wrap_anywhere_in_a_metric_line_is_undone(tmp_path):
+    expected = _wrapped_values(tmp_path, WRAP_LINE)
+    assert len(expected) == 8 and expected["training/global_step"] == 7
+    for width in range(7, 200, 9):  # a terminal of that many columns
+        pieces = [WRAP_LINE[i : i + width] for i in range(0, len(WRAP_LINE), width)]
+        assert _wrapped_values(tmp_path, "\n".join(pieces)) == expected, width
+    inside = [*range(20, 25), WRAP_LINE.index("global_step") + 7]  # "s|tep:7", "global_|step:7"
+    for cut in [*inside, *range(19, len(WRAP_LINE), 11)]:  # one break anywhere
+        assert _wrapped_values(tmp_path, f"{WRAP_LINE[:cut]}\n{WRAP_LINE[cut:]}") == expected, cut
+
+
+def test_odd_values_free_text_and_repeated_keys(tmp_path):
+    summary = import_verl_log([DATA / "values.log"], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 1, "a/np") == 0.5 and value(df, 1, "a/int") == 3
+    assert math.isnan(value(df, 1, "a/nan"))
+    assert value(df, 1, "a/inf") == math.inf and value(df, 1, "a/neginf") == -math.inf
+    assert value(df, 1, "a/sci") == 1e-06 and value(df, 1, "a/SCI") == 320.0
+    assert value(df, 1, "a/bool") == 1.0 and value(df, 1, "a/neg") == -0.25
+    assert value(df, 1, "critic/lr") == pytest.approx(1e-5)
+    assert value(df, 1, "a/dup") == 1.0
+    assert value(df, 4, "a/np") == 0.25
+    assert summary.skipped == {
+        "bad_value": 2,  # "note: resumed from checkpoint", "a/text:abc"
+        "free_text_field": 1,  # "epoch 3"
+        "duplicate_key": 1,
+        "bad_step": 1,  # "step:two - a/x:1.0"
+        "empty_step_line": 1,  # "step:3"
+    }
+
+
+def test_strict_names_the_first_unreadable_metric_line(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "verl-log", DATA / "values.log", "--out", tmp_path / "run", "--strict")
+    assert code == 1
+    assert err == f"rlscope: {DATA / 'values.log'}:1: bad value: note: resumed from checkpoint\n"
+
+
+def test_pretty_printed_validation_dicts(tmp_path):
+    summary = import_verl_log([DATA / "validation_dicts.log"], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    # "Initial validation metrics" (split over quoted lines, a worker line in between) before step 1
+    assert value(df, 0, "val-core/gsm8k/acc/mean@1") == 0.25
+    assert value(df, 0, "val-aux/gsm8k/reward/mean@1") == 0.5
+    # "Final validation metrics" repeats step 2's value and adds one
+    assert value(df, 2, "val-core/gsm8k/acc/mean@1") == 0.75
+    assert value(df, 2, "val-aux/gsm8k/reward/mean@1") == 0.625
+    # a bare dict of metric keys before step 3; the config dump is not read as metrics
+    assert value(df, 2, "val-core/math/acc/std@1") == 0.1
+    assert not df.key.str.contains("lr|ppo_epochs|total_epochs").any()
+    # pprint(metrics) after step 3's line repeats it: not a second attempt of step 3
+    assert df.attempt.eq(0).all() and summary.restarts == 0
+    assert summary.skipped == {"duplicate_of_step_line": 1} and value(df, 4, "timing_s/gen") == 13.0
+
+
+def test_printed_dicts_without_console_step_lines(tmp_path):
+    log = tmp_path / "wandb_only.log"
+    log.write_text(
+        "(TaskRunner pid=1) ('Initial validation metrics: {\\'val-core/a/acc/mean@1\\': 0.5}')\n"
+        "(TaskRunner pid=1) \"Final validation metrics: {'val-core/a/acc/mean@1': 0.9}\"\n"
+        "(TaskRunner pid=1) {'val-core/b/acc/mean@1': 0.25,\n"
+    )
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert value(df, 0, "val-core/a/acc/mean@1") == 0.5 and len(df) == 1
+    assert summary.skipped == {"dict_without_step": 1, "unterminated_block": 1}
+
+
+def test_fully_async_late_validation_is_not_a_restart(tmp_path):
+    summary = import_verl_log([DATA / "fully_async.log"], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 0 and df.attempt.eq(0).all()
+    assert value(df, 1, "timing_s/param_sync") == 1.2  # a second line for the same step: merged
+    assert value(df, 1, "val-core/gsm8k/acc/mean@1") == 0.4  # logged after step 2, at step 1
+    assert value(df, 1, "fully_async/rollouter/idle_ratio") == 0.1  # renamed from rollouter/idle_ratio
+    assert value(df, 1, "rollouter/validate_time") == 3.5
+    assert value(df, 1, "fully_async/trainer/idle_ratio") == 0.55
+    assert value(df, 3, "fully_async/trainer/idle_ratio") == 0.6
+    assert summary.skipped == {"duplicate_of_step_line": 1}  # the pprint of the validation line
+
+
+def test_restart_keeps_each_attempt(tmp_path):
+    summary = import_verl_log([DATA / "restart.log"], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 1
+    assert value(df, 3, "timing_s/gen", attempt=0) == 11.0
+    assert value(df, 3, "timing_s/gen", attempt=1) == 12.0
+    assert value(df, 2, "val-core/gsm8k/acc/mean@1", attempt=1) == 0.3  # the restarted run's validation
+    assert value(df, 2, "timing_s/gen", attempt=0) == 10.5
+    assert value(df, 4, "timing_s/gen", attempt=0) == 12.5  # first time step 4 is logged
+    assert set(df.attempt) == {0, 1}
+
+
+def test_restart_split_over_two_files(tmp_path):
+    lines = (DATA / "restart.log").read_text().splitlines(keepends=True)
+    (tmp_path / "a.log").write_text("".join(lines[:4]))
+    (tmp_path / "b.log").write_text("".join(lines[4:]))
+    import_verl_log([tmp_path / "a.log", tmp_path / "b.log"], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 3, "timing_s/gen", attempt=1) == 12.0 and len(df) == 13
+
+
+def test_a_repeated_line_becomes_a_second_attempt(tmp_path):
+    log = tmp_path / "dup.log"
+    log.write_text("step:1 - timing_s/gen:1.0\nstep:1 - timing_s/gen:1.0\nstep:2 - timing_s/gen:2.0\n")
+    import_verl_log([log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 1, "timing_s/gen", attempt=1) == 1.0 and value(df, 2, "timing_s/gen") == 2.0
+
+
+def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):
+    log = tmp_path / "mixed.log"
+    with open(log, "wb") as fh:
+        fh.write(b"step:1 - timing_s/gen:1.0\n\xff\xfe\x80 not utf-8 \x81\nstep:2 - timing_s/gen:2.0\n")
+        fh.write(b"x" * (1_500_000) + b" step:9 - a:1\n")
+        fh.write(b"step:3 - timing_s/gen:3.0")  # no final newline
+    summary = import_verl_log([log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == [1, 2, 3] and summary.skipped == {"overlong_line": 1}
+
+
+def test_stdin(tmp_path, capsys, monkeypatch):
+    data = (DATA / "ansi_ray.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, out, _ = run_cli(capsys, "verl-log", "-", "--out", tmp_path / "run")
+    assert code == 0 and "7 steps (1..6)" in out
+    assert RunReader(tmp_path / "run").meta["importer"]["sources"] == ["<stdin>"]
+
+
+def test_cli_summary_and_meta(tmp_path, capsys):
+    meta = '{"gpu": {"type": "H100", "count": 8}, "framework": "verl-fork"}'
+    code, out, err = run_cli(capsys, "verl-log", DATA / "restart.log", "--out", tmp_path / "run", "--meta", meta)
+    assert code == 0 and err == ""
+    assert out.startswith("verl-log: 7 steps (0..4), 3 keys, 13 values") and "1 restart(s)" in out
+    written = RunReader(tmp_path / "run").meta
+    assert written["gpu"] == {"type": "H100", "count": 8} and written["framework"] == "verl-fork"
+    assert written["importer"]["restarts"] == 1 and written["importer"]["steps"] == 7
+
+
+def test_segments_are_written_in_bounded_batches(tmp_path):
+    sink = StepSink(tmp_path / "run", importer="test", sources=[], flush_rows=10)
+    for step in range(100):
+        sink.add(step, {"timing_s/gen": float(step), "timing/step": 2.0 * step})
+    summary = sink.close()
+    reader = RunReader(tmp_path / "run")
+    assert len(reader.segments("steps")) == 20 and reader.row_count("steps") == 200
+    assert summary.steps == 100 and summary.renamed == {"timing/step": "timing_s/step"}
+
+
+# -- verl file logger, W&B CSV --------------------------------------------------------------
+
+
+def test_verl_jsonl(tmp_path):
+    summary = import_verl_jsonl([DATA / "verl_file_logger.jsonl"], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 1, "timing_s/gen") == 10.5 and value(df, 1, "perf/mfu/actor") == 0.31
+    assert math.isnan(value(df, 1, "actor/pg_loss"))  # orjson writes NaN as null
+    assert value(df, 2, "actor/entropy") == 0.5
+    assert value(df, 1, "timing_s/gen", attempt=1) == 9.0  # the step went back: a restart
+    # not JSON, a step that is not a number, the truncated last line; a list value
+    assert summary.skipped == {"bad_json": 3, "non_numeric_value": 1}
+    assert RunReader(tmp_path / "run").meta["importer"]["name"] == "verl-jsonl"
+
+
+def test_verl_jsonl_strict(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "verl-jsonl", DATA / "verl_file_logger.jsonl", "-o", tmp_path / "run", "--strict")
+    assert (
+        code == 1 and err.startswith(f"rlscope: {DATA / 'verl_file_logger.jsonl'}:3: bad json") and err.count("\n") == 1
+    )
+
+
+def test_wandb_csv(tmp_path):
+    summary = import_wandb_csv([DATA / "wandb_history.csv"], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == [0, 1, 2, 3]
+    assert value(df, 0, "val-core/gsm8k/acc/mean@1") == 0.2
+    assert value(df, 1, "timing_s/gen") == 10.5 and value(df, 1, "actor/pg_loss") == -0.01
+    assert math.isnan(value(df, 2, "actor/pg_loss")) and value(df, 3, "timing_s/gen") == math.inf
+    assert df[df.step == 1].time.iloc[0] == pytest.approx(1767225632.6)
+    assert not df.key.str.startswith("_").any()  # _runtime and _timestamp are W&B's, not metrics
+    assert len(df[df.step == 0]) == 1  # empty cells are not values
+    assert summary.skipped == {"bad_row": 1, "non_numeric_value": 1}
+
+
+def test_wandb_csv_with_a_byte_order_mark(tmp_path):
+    csv_file = tmp_path / "excel.csv"
+    csv_file.write_bytes("\ufeff_step,timing_s/gen\r\n1,2.5\r\n".encode())
+    import_wandb_csv([csv_file], tmp_path / "run", strict=True)
+    assert value(steps(tmp_path / "run"), 1, "timing_s/gen") == 2.5
+
+
+def test_wandb_csv_strict_and_wrong_file(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "wandb-csv", DATA / "wandb_history.csv", "-o", tmp_path / "a", "--strict")
+    assert code == 1 and err.startswith(f"rlscope: {DATA / 'wandb_history.csv'}:6: bad row")
+    code, _, err = run_cli(capsys, "wandb-csv", DATA / "values.log", "-o", tmp_path / "b")
+    assert code == 1 and "no step column" in err and err.count("\n") == 1
+
+
+# -- following a live file --------------------------------------------------------------------
+
+
+def test_follow_tails_a_growing_log(tmp_path):
+    log = tmp_path / "live.log"
+    log.write_text("(TaskRunner pid=1) step:1 - timing_s/gen:1.5 - timing_s/step:3.0\n")
+    stop = threading.Event()
+
+    def write() -> None:
+        time.sleep(0.5)  # let the importer reach the end of what is there
+        with open(log, "a") as fh:
+            for step in (2, 3, 4):
+                fh.write(f"(TaskRunner pid=1) step:{step} - timing_s/gen:{step}.5")  # half a line...
+                fh.flush()
+                time.sleep(0.05)
+                fh.write(f" - timing_s/step:{step}.0\n")  # ...then the rest
+                fh.flush()
+                time.sleep(0.05)
+        stop.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        summary = import_verl_log([log], tmp_path / "run", tail=Tail(True, 0.02, max_seconds=10, stop=stop))
+    finally:
+        writer.join()
+    df = steps(tmp_path / "run")
+    assert [value(df, s, "timing_s/step") for s in (1, 2, 3, 4)] == [3.0, 2.0, 3.0, 4.0]
+    assert value(df, 4, "timing_s/gen") == 4.5 and summary.steps == 4
+    assert df[df.step == 1].time.isna().all() and df[df.step == 4].time.notna().all()
+
+
+def test_follow_a_file_logger_rewritten_by_a_restart(tmp_path):
+    path = tmp_path / "run.jsonl"
+    filler = {f"actor/x{i}": 0.5 for i in range(20)}
+    path.write_text("".join(json.dumps({"step": s, "data": {"timing_s/gen": s, **filler}}) + "\n" for s in (1, 2, 3)))
+    stop = threading.Event()
+
+    def restart() -> None:
+        time.sleep(0.5)  # the importer has read the first run's lines by then
+        with open(path, "wb") as fh:  # verl's FileLogger opens its file with "wb"
+            fh.write(b'{"step": 2, "data": {"timing_s/gen": 20.0}}\n')
+            fh.flush()
+        time.sleep(0.3)
+        stop.set()
+
+    writer = threading.Thread(target=restart)
+    writer.start()
+    try:
+        import_verl_jsonl([path], tmp_path / "out", tail=Tail(True, 0.02, max_seconds=10, stop=stop))
+    finally:
+        writer.join()
+    df = steps(tmp_path / "out")
+    assert value(df, 3, "timing_s/gen") == 3.0 and value(df, 2, "timing_s/gen", attempt=1) == 20.0
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_follow_ends_cleanly_when_interrupted(tmp_path, capsys, how):
+    log = tmp_path / "live.log"
+    log.write_text("step:1 - timing_s/gen:1.0\nstep:2 - timing_s/gen:2.0\n")
+    if how == "ctrl-c":
+        timer = threading.Timer(0.5, _thread.interrupt_main)
+    else:
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        code, out, err = run_cli(
+            capsys, "verl-log", log, "--out", tmp_path / "run", "--follow", "--poll", "0.02", "--max-seconds", "20"
+        )
+    finally:
+        timer.cancel()
+    assert code == 0 and err == ""
+    assert "2 steps (1..2)" in out and "stopped by interrupt" in out
+    assert steps(tmp_path / "run").shape[0] == 2
+
+
+def test_follow_stops_after_max_seconds(tmp_path, capsys):
+    log = tmp_path / "live.log"
+    log.write_text("step:1 - timing_s/gen:1.0\n")
+    started = time.monotonic()
+    code, out, _ = run_cli(capsys, "verl-log", log, "--out", tmp_path / "run", "--follow", "--max-seconds", "0.3")
+    assert code == 0 and "1 steps" in out and time.monotonic() - started < 5
+
+
+# -- TensorBoard ------------------------------------------------------------------------------
+
+
+def write_events(folder: Path, name: str, events: list[tuple[int, float, dict]]) -> None:
+    """Write scalar events ``(step, wall time, {tag: value or summary Value})`` to ``folder/name``."""
+    pytest.importorskip("tensorboard", reason="tensorboard is an optional dependency")
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    scratch = folder.parent / f".{name}.tmp"  # written aside, then renamed in whole
+    writer = EventFileWriter(str(scratch))
+    for step, wall, tags in events:
+        values = [
+            v if isinstance(v, summary_pb2.Summary.Value) else summary_pb2.Summary.Value(tag=t, simple_value=v)
+            for t, v in tags.items()
+        ]
+        writer.add_event(event_pb2.Event(step=step, wall_time=wall, summary=summary_pb2.Summary(value=values)))
+    writer.close()
+    (written,) = scratch.iterdir()
+    written.rename(folder / name)
+    scratch.rmdir()
+
+
+def test_tensorboard_scalars_tensors_and_a_restart(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is an optional dependency")
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.util import tensor_util
+
+    tb = tmp_path / "tensorboard_log" / "proj" / "exp"
+    tb.mkdir(parents=True)
+    tensor = summary_pb2.Summary.Value(tag="perf/throughput", tensor=tensor_util.make_tensor_proto(3283.5))
+    histo = summary_pb2.Summary.Value(tag="actor/grad_hist", histo=summary_pb2.HistogramProto(num=1))
+    write_events(
+        tb,
+        "events.out.tfevents.1700000000.host.1.0",
+        [
+            (1, 1700000010.0, {"timing_s/gen": 10.5, "mfu/actor": 0.3, "x": tensor, "h": histo}),
+            (2, 1700000020.0, {"timing_s/gen": 11.5}),
+        ],
+    )
+    write_events(tb, "events.out.tfevents.1700000100.host.2.0", [(2, 1700000110.0, {"timing_s/gen": 12.5})])
+    summary = import_tensorboard([tmp_path / "tensorboard_log"], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 1, "timing_s/gen") == 10.5 and value(df, 1, "perf/mfu/actor") == pytest.approx(0.3)
+    assert value(df, 1, "perf/throughput") == 3283.5
+    assert value(df, 2, "timing_s/gen", attempt=1) == 12.5 and summary.restarts == 1
+    assert df[df.step == 1].time.iloc[0] == 1700000010.0
+    assert summary.skipped == {"non_scalar": 1}
+
+
+def test_tensorboard_follow_picks_up_a_new_event_file(tmp_path):
+    tb = tmp_path / "tb"
+    tb.mkdir()
+    write_events(tb, "events.out.tfevents.1700000000.host.1.0", [(1, 1.0, {"timing_s/gen": 1.0})])
+    stop = threading.Event()
+
+    def restart() -> None:
+        time.sleep(0.3)
+        write_events(tb, "events.out.tfevents.1700000100.host.2.0", [(2, 2.0, {"timing_s/gen": 2.0})])
+        stop.set()
+
+    writer = threading.Thread(target=restart)
+    writer.start()
+    try:
+        import_tensorboard([tb], tmp_path / "run", tail=Tail(True, 0.02, max_seconds=10, stop=stop))
+    finally:
+        writer.join()
+    assert sorted(set(steps(tmp_path / "run").step)) == [1, 2]
+
+
+def test_tensorboard_needs_one_run(tmp_path, capsys):
+    for run in ("a", "b"):
+        (tmp_path / "tb" / run).mkdir(parents=True)
+        write_events(tmp_path / "tb" / run, "events.out.tfevents.1700000000.h.1.0", [(1, 1.0, {"timing_s/gen": 1.0})])
+    code, _, err = run_cli(capsys, "tensorboard", tmp_path / "tb", "--out", tmp_path / "run")
+    assert code == 1 and "holds the event files of 2 runs" in err and err.count("\n") == 1
+
+
+def test_tensorboard_missing_is_one_line(tmp_path, capsys, monkeypatch):
+    for name in (
+        "tensorboard",
+        "tensorboard.backend.event_processing.event_file_loader",
+        "tensorboard.compat.proto",
+        "tensorboard.util",
+    ):
+        monkeypatch.setitem(sys.modules, name, None)
+    (tmp_path / "tb").mkdir()
+    code, _, err = run_cli(capsys, "tensorboard", tmp_path / "tb", "--out", tmp_path / "run")
+    assert (
+        code == 1
+        and err == "rlscope: reading TensorBoard event files needs the tensorboard package: pip install tensorboard\n"
+    )
+
+
+# -- bad input: one line on stderr, never a traceback --------------------------------------
+
+
+def bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    garbage = tmp / "garbage.log"
+    garbage.write_bytes(bytes(range(256)) * 40)
+    events = tmp / "events.out.tfevents.1700000000.host"
+    events.write_bytes(bytes(range(256)) * 4)
+    text = tmp / "notes.txt"
+    text.write_text("no metrics here\njust words\n")
+    (tmp / "empty").mkdir()
+    run = tmp / "used"
+    (run / "steps").mkdir(parents=True)
+    (run / "steps" / "part-00000000000000000001-000001-x.parquet").write_bytes(b"")
+    a_file = tmp / "a-file"
+    a_file.write_text("x")
+    log = str(DATA / "ansi_ray.log")
+    return {
+        "missing": (["verl-log", str(tmp / "nope.log")], "no such file"),
+        "directory": (["verl-log", str(tmp)], "is a directory, expected a file"),
+        "binary": (["verl-log", str(garbage)], "binary data"),
+        "binary-jsonl": (["verl-jsonl", str(garbage)], "binary data"),
+        "binary-csv": (["wandb-csv", str(garbage)], "binary data"),
+        "no-metrics": (["verl-log", str(text)], "no metrics found"),
+        "tb-missing": (["tensorboard", str(tmp / "nope")], "no such file or directory"),
+        "tb-empty": (["tensorboard", str(tmp / "empty")], "no TensorBoard event files"),
+        "tb-garbage": (["tensorboard", str(events)], "no metrics found"),
+        "tb-not-events": (["tensorboard", str(garbage)], "not a TensorBoard event file"),
+        "run-dir-used": (["verl-log", log, "--out", str(run)], "already holds a steps table"),
+        "run-dir-is-file": (["verl-log", log, "--out", str(a_file)], "is a file"),
+    }
+
+
+BAD_CASES = [
+    "missing",
+    "directory",
+    "binary",
+    "binary-jsonl",
+    "binary-csv",
+    "no-metrics",
+    "tb-missing",
+    "tb-empty",
+    "tb-garbage",
+    "tb-not-events",
+    "run-dir-used",
+    "run-dir-is-file",
+]
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_is_one_line(tmp_path, capsys, case):
+    if case.startswith("tb"):
+        pytest.importorskip("tensorboard", reason="tensorboard is an optional dependency")
+    args, message = bad_inputs(tmp_path)[case]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "run")]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 1 and message in err
+    assert err.startswith("rlscope: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["csv", "x.log", "--out", "r"], "invalid choice"),
+        (["verl-log", "x.log"], "--out"),
+        (["verl-log", "x.log", "--out", "r", "--poll", "0"], "--poll must be positive"),
+        (["verl-log", "x.log", "--out", "r", "--meta", "[1]"], "expected a JSON object"),
+    ],
+)
+def test_usage_errors(capsys, args, message):
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and message in err and err.count("\n") == 1
