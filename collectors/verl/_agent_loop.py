@@ -1,0 +1,195 @@
+"""verl's agent loop: one trajectories row per sample, before verl reduces them to min/mean/max.
+
+Each agent-loop worker (a Ray actor) runs one ``_run_agent_loop`` per sample, which hands
+the sample's ``AgentLoopOutput`` (token ids, turns, reward, ``AgentLoopMetrics`` with
+``generate_sequences`` / ``tool_calls`` / ``compute_score`` seconds and ``num_preempted``)
+to ``_agent_loop_postprocess``. verl then keeps only batch statistics
+(``agent_loop/*/{min,mean,max}`` in the legacy trainer, nothing in the v1 trainer). The
+hook wraps ``_run_agent_loop`` to learn the sample's step and start time (a context
+variable, so concurrent samples in one event loop stay apart) and each class's
+``_agent_loop_postprocess`` to write the row once the reward is in. Validation samples are
+skipped: the trajectories table describes training steps.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlscope.collectors.verl._hook import Hook
+
+__all__ = ["trajectory_rows", "wrap_postprocess", "wrap_run_agent_loop"]
+
+_MAX_ORIGINS = 256  # steps whose rollout start this process remembers
+
+
+@dataclass
+class _Sample:
+    step: Any
+    validate: bool
+    sample_index: Any
+    rollout_n: Any
+    submit: float
+    captured: bool = False
+
+
+_current: contextvars.ContextVar[_Sample | None] = contextvars.ContextVar("rlscope_verl_sample", default=None)
+_origins: dict[int, float] = {}
+_origins_lock = threading.Lock()
+
+
+def _origin(step: int, when: float) -> float:
+    """When this process saw the step's first sample start: the zero of submit/finish times."""
+    with _origins_lock:
+        if step not in _origins:
+            _origins[step] = when
+            while len(_origins) > _MAX_ORIGINS:
+                del _origins[next(iter(_origins))]
+        return _origins[step]
+
+
+def _step_of(value: Any) -> int | None:
+    """A step as verl hands it over: an int, a 0-d tensor or array, or tensordict's NonTensorData."""
+    for candidate in (value, getattr(value, "data", None)):
+        try:
+            step = int(candidate)
+            break
+        except (TypeError, ValueError):
+            continue
+    else:
+        return None
+    return step if step >= 0 else None  # verl passes -1 when it has no step
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _group(uid: Any) -> int | None:
+    """A prompt's G samples share their uid; the group column wants an int64."""
+    if uid is None:
+        return None
+    return int.from_bytes(hashlib.blake2b(str(uid).encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def trajectory_rows(
+    outputs: list[Any], sample: Mapping[str, Any], submit: float | None, finish: float, origin: float, index: Any
+) -> list[dict[str, Any]]:
+    """Rows of the trajectories table for one sample's agent-loop output(s)."""
+    uid = sample.get("uid")
+    second = next((sample[k] for k in ("session_id", "priority") if sample.get(k) is not None), index)
+    rows = []
+    for i, out in enumerate(outputs):
+        metrics = _field(out, "metrics")
+        extra = _field(out, "extra_fields") or {}
+        preempted = _field(metrics, "num_preempted")
+        reward = _field(out, "reward_score")
+        parts = [uid if uid is not None else "", second]
+        if len(outputs) > 1:
+            parts.append(i)
+        rows.append(
+            {
+                "traj_id": "_".join(str(p) for p in parts),
+                "group": _group(uid),
+                "data_source": None if sample.get("data_source") is None else str(sample["data_source"]),
+                "prompt_tokens": len(_field(out, "prompt_ids") or ()),
+                "response_tokens": len(_field(out, "response_ids") or ()),
+                "turns": _field(out, "num_turns"),
+                "preemptions": preempted if isinstance(preempted, int) and preempted >= 0 else None,
+                "gen_s": _field(metrics, "generate_sequences"),
+                "tool_s": _field(metrics, "tool_calls"),
+                "reward_s": _seconds(_field(metrics, "compute_score")),
+                "submit_time": None if submit is None else submit - origin,
+                "finish_time": finish - origin,
+                "policy_version_start": extra.get("min_global_steps"),
+                "policy_version_end": extra.get("max_global_steps"),
+                "reward": None if reward is None else float(reward),
+                "reward_status": None if reward is None else "ok",
+            }
+        )
+    return rows
+
+
+def _capture(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    output = kwargs["output"] if "output" in kwargs else args[0]
+    validate = kwargs["validate"] if "validate" in kwargs else args[1]
+    sample = _current.get()
+    if validate or (sample is not None and (sample.validate or sample.captured)):
+        return
+    if sample is not None:
+        sample.captured = True  # a subclass that calls super() must not write the sample twice
+    step = _step_of(kwargs.get("global_steps"))
+    if step is None and sample is not None:
+        step = _step_of(sample.step)
+    if step is None:
+        hook.warn_once("trajectories:step", "rlscope verl hook: agent-loop samples carry no step; not recorded")
+        return
+    finish = time.time()
+    submit = sample.submit if sample is not None else None
+    index = f"{sample.sample_index}_{sample.rollout_n}" if sample is not None else None
+    outputs = output if isinstance(output, list) else [output]
+    for row in trajectory_rows(outputs, kwargs, submit, finish, _origin(step, submit or finish), index):
+        hook.log_trajectory(step, row)
+
+
+def _enter_sample(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> contextvars.Token | None:
+    try:
+        info = kwargs["trajectory"] if "trajectory" in kwargs else args[1]
+        sample = _Sample(
+            info.get("step"), bool(info.get("validate")), info.get("sample_index"), info.get("rollout_n"), time.time()
+        )
+        step = _step_of(sample.step)
+        if step is not None and not sample.validate:
+            _origin(step, sample.submit)
+        return _current.set(sample)
+    except Exception as exc:  # noqa: BLE001 - never harm training
+        hook.fault("trajectories", exc)
+        return None
+
+
+def _leave_sample(token: contextvars.Token | None) -> None:
+    if token is not None:
+        _current.reset(token)
+
+
+def _after_postprocess(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    try:
+        _capture(hook, args, kwargs)
+    except Exception as exc:  # noqa: BLE001 - never harm training
+        hook.fault("trajectories", exc)
+
+
+# Wrapper bodies call only module-level helpers: Ray pickles an actor class that is not
+# importable by name (verl's v1 worker is decorated with @ray.remote) by value, methods too.
+
+
+def wrap_run_agent_loop(hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def _run_agent_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _enter_sample(hook, args, kwargs)
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            _leave_sample(token)
+
+    return _run_agent_loop
+
+
+def wrap_postprocess(hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def _agent_loop_postprocess(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await original(self, *args, **kwargs)
+        _after_postprocess(hook, args, kwargs)
+        return result
+
+    return _agent_loop_postprocess

@@ -1,0 +1,193 @@
+"""The hook's state in one process: its Recorder, what waits for a step number, and its counters.
+
+verl's timers and its logprob debug metrics run before the trainer knows it will log them
+under ``Tracking.log(data, step)``; the hook keeps what they produced here and stamps it
+with the step of the next ``Tracking.log``. The Recorder is created on first use, so a
+process that imports verl but never trains (a GPU worker, a reward worker) writes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import sys
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlscope.trace.recorder import Recorder
+from rlscope.trace.store import locate, read_meta, write_meta
+
+__all__ = [
+    "CROSSCHECK_KEY",
+    "MAX_PENDING_LOGPROB",
+    "MAX_PENDING_SPANS",
+    "SOURCE",
+    "Hook",
+    "process_hook",
+    "set_process_hook",
+    "verl_version",
+]
+
+log = logging.getLogger("rlscope")
+
+SOURCE = "verl-hook"  # the ``source`` of the logprob rows this hook writes
+# Kept while no Tracking.log has come (a process that times phases but never logs); oldest dropped beyond.
+MAX_PENDING_SPANS = 10_000
+MAX_PENDING_LOGPROB = 4  # per-token arrays are large: a few steps' worth at most
+CROSSCHECK_KEY = "rlscope/verl_hook/probs_diff_max"  # max |exp(old) - exp(rollout)| over the same tokens as verl
+
+# A phase's role in the spans table; every other verl stage runs on the trainer's GPUs.
+_ROLES = {"gen": "rollout", "reward": "reward"}
+
+
+def verl_version() -> str | None:
+    """verl's version without importing anything new: the module if loaded, else the installed dist."""
+    module = sys.modules.get("verl")
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class Hook:
+    """Everything the patches share in one process. Recording methods may raise; the wrappers
+    catch, count (``fault``) and carry on.
+
+    A patched class can travel by pickle (Ray ships actor classes that are not importable by
+    name, methods included); a Hook pickles as a reference to whatever hook the receiving
+    process has, so a wrapper's closure never drags a lock or a Recorder across.
+    """
+
+    def __init__(self, run_dir: str | None):
+        self.run_dir = run_dir
+        self._lock = threading.Lock()
+        self._recorder: Recorder | None = None
+        self._spans: deque[tuple[str, float, float]] = deque()
+        self._logprob: deque[tuple[np.ndarray, float]] = deque()
+        self.patches: dict[str, str] = {}  # "module:attr" -> patched | pending | missing | failed: <error>
+        self.faults: dict[str, int] = {}
+        self.pending_dropped = 0
+        self._warned: set[str] = set()
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return process_hook, ()
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def warn_once(self, key: str, message: str, *args: object) -> None:
+        with self._lock:
+            first = key not in self._warned
+            self._warned.add(key)
+        if first:
+            log.warning(message, *args)
+
+    def fault(self, feature: str, exc: BaseException) -> None:
+        """Count an exception a wrapper caught; the first of each feature is logged."""
+        with self._lock:
+            self.faults[feature] = self.faults.get(feature, 0) + 1
+        self.warn_once(
+            f"fault:{feature}",
+            "rlscope verl hook: %s capture failed (%s: %s); training continues, see rlscope.collectors.verl.status()",
+            feature,
+            type(exc).__name__,
+            exc,
+        )
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            rec = self._recorder
+            out: dict[str, Any] = {
+                "installed": True,
+                "run_dir": self.run_dir,
+                "patches": dict(self.patches),
+                "faults": dict(self.faults),
+                "pending": len(self._spans) + len(self._logprob),
+                "pending_dropped": self.pending_dropped,
+            }
+        out["recorder"] = rec.status() if rec is not None else None
+        return out
+
+    # -- the Recorder -----------------------------------------------------------------------
+
+    def recorder(self) -> Recorder:
+        """This process's Recorder, created (and meta.json merged) on first use."""
+        with self._lock:
+            if self._recorder is None:
+                if self.run_dir is None:
+                    raise RuntimeError("RLSCOPE_RUN_DIR is not set in this process")
+                meta: dict[str, Any] = {"framework": "verl"}
+                version = verl_version()
+                if version:
+                    meta["framework_version"] = version
+                self._recorder = Recorder(self.run_dir, meta=meta)
+            return self._recorder
+
+    def update_meta(self, meta: Mapping[str, Any]) -> None:
+        """Merge what the trainer's config tells into meta.json (driver only, once per Tracking)."""
+        self.recorder()
+        loc = locate(self.run_dir)
+        write_meta(loc, {**read_meta(loc), **meta})
+
+    def flush(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            rec = self._recorder
+        if rec is not None:
+            rec.flush(timeout)
+
+    # -- data that waits for its step -----------------------------------------------------------
+
+    def _hold(self, queue: deque, item: Any, limit: int) -> None:
+        with self._lock:
+            queue.append(item)
+            while len(queue) > limit:
+                queue.popleft()
+                self.pending_dropped += 1
+
+    def add_span(self, phase: str, start: float, end: float) -> None:
+        self._hold(self._spans, (str(phase), start, end), MAX_PENDING_SPANS)
+
+    def add_logprob(self, deltas: np.ndarray, probs_diff_max: float) -> None:
+        self._hold(self._logprob, (deltas, probs_diff_max), MAX_PENDING_LOGPROB)
+
+    def on_log(self, step: Any, data: Mapping[str, Any]) -> None:
+        """A ``Tracking.log``: record its metrics and give everything waiting this step."""
+        rec = self.recorder()
+        rec.log_step(step, data)
+        step = int(step)
+        with self._lock:
+            spans, self._spans = self._spans, deque()
+            logprob, self._logprob = self._logprob, deque()
+        for phase, start, end in spans:
+            rec.log_span(step, phase, start, end, role=_ROLES.get(phase, "trainer"))
+        for deltas, probs_diff_max in logprob:
+            rec.log_logprob_delta(step, deltas, source=SOURCE)
+            rec.log_step(step, {CROSSCHECK_KEY: probs_diff_max})
+
+    def log_trajectory(self, step: int, row: Mapping[str, Any]) -> None:
+        self.recorder().log_trajectories(step, [row])
+
+
+_process: Hook | None = None
+_disabled: Hook | None = None
+
+
+def set_process_hook(hook: Hook) -> None:
+    global _process
+    _process = hook
+
+
+def process_hook() -> Hook:
+    """The hook installed in this process, or a disabled one (no run directory) where none is."""
+    global _disabled
+    if _process is not None:
+        return _process
+    if _disabled is None:
+        _disabled = Hook(None)
+    return _disabled

@@ -1,0 +1,308 @@
+"""The verl hook, loaded the way users load it (VERL_USE_EXTERNAL_MODULES), on verl's own code.
+
+Three subprocesses run ``tests/verl_support/drive_verl.py`` side by side, each importing verl
+once: ``main`` drives verl's Tracking, marked_timer, calculate_debug_metrics,
+compute_data_metrics and agent-loop worker on tiny CPU batches; ``faults`` removes one
+patch target, makes the hook's own code fail, and takes the run directory away; ``v1``
+runs verl's v1 (TransferQueue) agent-loop worker after a Ray-style pickle round trip. The
+test compares what verl computed with what the hook wrote. Skipped where verl is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlscope import RunReader
+from rlscope.collectors.verl import _hook as hook_state
+from rlscope.collectors.verl._hook import CROSSCHECK_KEY, SOURCE, Hook
+from rlscope.collectors.verl._patch import Target, install_targets
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = ROOT / "tests" / "verl_support"
+HOOK = "rlscope.collectors.verl"
+
+needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
+
+
+def _env(run_dir: Path, modules: str) -> dict[str, str]:
+    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES=modules, RLSCOPE_RUN_DIR=str(run_dir))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT), str(ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Both scenarios, started together (each spends most of its time importing verl)."""
+    if importlib.util.find_spec("verl") is None:
+        pytest.skip("verl is not installed")
+    base = tmp_path_factory.mktemp("verl")
+    modules = {"main": HOOK, "faults": f"break_verl,{HOOK}", "v1": HOOK}
+    procs = {
+        name: (
+            base / name,
+            subprocess.Popen(
+                [sys.executable, str(SUPPORT / "drive_verl.py"), name],
+                cwd=ROOT,
+                env=_env(base / name, modules[name]),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for name in modules
+    }
+    out = {}
+    for name, (run_dir, proc) in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{name} failed:\n{stderr[-4000:]}"
+        line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
+        out[name] = {"result": json.loads(line[len("RESULT ") :]), "run_dir": run_dir, "stderr": stderr}
+    return out
+
+
+def _same(a: float | None, b: float) -> bool:
+    return a is not None and ((math.isnan(b) and math.isnan(a)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12))
+
+
+@needs_verl
+def test_verl_loads_the_hook_and_every_target_of_this_version_is_patched(driven):
+    patches = driven["main"]["result"]["status"]["patches"]
+    v1 = "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess"
+    assert patches.pop(v1) == "pending"  # the v1 trainer's module was never imported here
+    assert set(patches.values()) == {"patched"}, patches
+    assert driven["main"]["result"]["status"]["faults"] == {}
+
+
+@needs_verl
+def test_every_dict_passed_to_tracking_log_is_recorded_under_its_step(driven):
+    main = driven["main"]
+    steps = RunReader(main["run_dir"]).read("steps").to_pylist()
+    got: dict[int, dict[str, float | None]] = {}
+    for row in steps:
+        got.setdefault(row["step"], {})[row["key"]] = row["value"]
+    for step, seen in main["result"]["steps"].items():
+        logged = dict(got[int(step)])
+        logged.pop(CROSSCHECK_KEY)
+        assert logged.keys() == seen["metrics"].keys()
+        assert all(_same(logged[k], v) for k, v in seen["metrics"].items())
+    assert got[4] == {"after": 1.0}
+
+
+@needs_verl
+def test_timer_phases_become_spans_with_start_end_and_the_trainer_step(driven):
+    main = driven["main"]
+    spans = RunReader(main["run_dir"]).read("spans").to_pylist()
+    for step, seen in main["result"]["steps"].items():
+        mine = {s["phase"]: s for s in spans if s["step"] == int(step)}
+        assert mine.keys() == seen["timing_raw"].keys() == {"step", "gen", "old_log_prob", "adv"}
+        for phase, seconds in seen["timing_raw"].items():
+            span = mine[phase]
+            assert -1e-3 < (span["end"] - span["start"]) - seconds < 0.25  # verl's own timer runs inside ours
+        assert mine["step"]["start"] <= mine["gen"]["start"] < mine["gen"]["end"] <= mine["step"]["end"]
+        assert mine["gen"]["role"] == "rollout" and mine["adv"]["role"] == "trainer"
+    assert {s["step"] for s in spans} == {1, 2}
+    # A block that raises: verl's behaviour kept (the error goes through, nothing timed), no span.
+    assert "raised inside the timed block" in main["result"]["timer_exception"]
+    assert main["result"]["broken_timed"] is False
+
+
+@needs_verl
+def test_logprob_deltas_are_taken_on_the_tokens_verl_uses(driven):
+    main = driven["main"]
+    reader = RunReader(main["run_dir"])
+    rows = {r["step"]: r for r in reader.read("logprob").to_pylist()}
+    steps = {(r["step"], r["key"]): r["value"] for r in reader.read("steps").to_pylist()}
+    assert rows.keys() == {1, 2}
+    for step, seen in main["result"]["steps"].items():
+        row = rows[int(step)]
+        assert row["source"] == SOURCE
+        assert row["n_tokens"] == seen["n_tokens"]  # tool and padding tokens (delta 50) are left out
+        assert row["abs_max"] == pytest.approx(seen["delta_abs_max"], rel=1e-6)
+        assert row["mean"] == pytest.approx(seen["delta_mean"], rel=1e-5)
+        # verl's diff is |exp(old) - exp(rollout)|; ours over the same tokens must agree with it.
+        verl_max = seen["metrics"]["training/rollout_probs_diff_max"]
+        assert steps[(int(step), CROSSCHECK_KEY)] == pytest.approx(verl_max, rel=1e-6)
+
+
+@needs_verl
+def test_each_agent_loop_sample_is_one_trajectory_row_that_verl_reduces(driven):
+    main = driven["main"]
+    result = main["result"]
+    cases = result["cases"]
+    rows = RunReader(main["run_dir"]).read("trajectories").to_pylist()
+    assert {r["step"] for r in rows} == {1, 2}  # step 3 was validation
+    for step, seen in result["steps"].items():
+        mine = sorted((r for r in rows if r["step"] == int(step)), key=lambda r: int(r["traj_id"].split("_")[1]))
+        assert [r["traj_id"] for r in mine] == [f"{c['uid']}_{i}" for i, c in enumerate(cases)]
+        for row, case in zip(mine, cases, strict=True):
+            assert row["data_source"] == case["source"]
+            assert (row["prompt_tokens"], row["response_tokens"]) == (case["prompt"], case["response"])
+            assert (row["gen_s"], row["tool_s"], row["preemptions"]) == (case["gen"], case["tool"], case["pre"])
+            assert row["turns"] == (4 if case["tool_tokens"] else 2)
+            assert row["reward"] == pytest.approx(case["response"] / 10) and row["reward_status"] == "ok"
+            assert 0 <= row["submit_time"] < row["finish_time"]
+        assert mine[0]["group"] == mine[1]["group"] != mine[2]["group"] == mine[3]["group"]
+        metrics = seen["metrics"]
+        gen = [r["gen_s"] for r in mine]
+        assert max(gen) == metrics["agent_loop/generate_sequences/max"]
+        assert sum(gen) / len(gen) == pytest.approx(metrics["agent_loop/generate_sequences/mean"])
+        assert max(r["tool_s"] for r in mine) == metrics["agent_loop/tool_calls/max"]
+        assert sum(r["preemptions"] for r in mine) / 4 == metrics["agent_loop/num_preempted/mean"]
+        assert max(r["response_tokens"] for r in mine) == metrics["response_length/max"]
+        assert sum(r["prompt_tokens"] for r in mine) / 4 == metrics["prompt_length/mean"]
+        assert sum(r["turns"] for r in mine) / 4 == metrics["num_turns/mean"]
+        assert sum(r["reward"] for r in mine) / 4 == pytest.approx(metrics["critic/score/mean"], rel=1e-6)
+
+
+@needs_verl
+def test_v1_worker_shipped_by_ray_records_its_samples_under_their_global_step(driven):
+    v1 = driven["v1"]
+    if "skipped" in v1["result"]:
+        pytest.skip(v1["result"]["skipped"])
+    status = v1["result"]["status"]
+    assert status["patches"]["verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess"] == "patched"
+    assert status["faults"] == {}
+    rows = RunReader(v1["run_dir"]).read("trajectories").to_pylist()
+    cases = v1["result"]["cases"]
+    assert len(rows) == len(cases)  # the validation sample is not recorded
+    by_id = {r["traj_id"]: r for r in rows}
+    for i, case in enumerate(cases):
+        row = by_id[f"{case['uid']}_{i % 2}"]  # verl's own key: uid, session
+        assert row["step"] == 7
+        assert (row["response_tokens"], row["gen_s"], row["preemptions"]) == (
+            case["response"],
+            case["gen"],
+            case["pre"],
+        )
+        assert row["reward"] == pytest.approx(case["response"] / 10)
+
+
+@needs_verl
+def test_meta_says_verl_and_what_the_config_states(driven):
+    meta = json.loads((driven["main"]["run_dir"] / "meta.json").read_text())
+    assert meta["framework"] == "verl" and meta["framework_version"] == driven["main"]["result"]["verl_version"]
+    assert (meta["batch_size"], meta["group_size"], meta["max_response_length"]) == (2, 2, 10)
+    assert meta["gpu"] == {"count": 8} and meta["model"] == {"name": "Qwen/Qwen2.5-0.5B"}
+    assert "topology" not in meta  # not stated by the config: left absent
+
+
+@needs_verl
+def test_missing_target_is_logged_once_and_the_other_patches_still_record(driven):
+    faults = driven["faults"]
+    status = faults["result"]["status"]
+    assert status["patches"]["verl.utils.debug.metrics:calculate_debug_metrics"] == "missing"
+    assert faults["stderr"].count("has no verl.utils.debug.metrics:calculate_debug_metrics") == 1
+    snapshot = RunReader(str(faults["run_dir"]) + "-snapshot")
+    steps = {(r["step"], r["key"]): r["value"] for r in snapshot.read("steps").to_pylist()}
+    assert steps == {(1, "ok"): 1.0, (3, "ok"): 3.0}  # the unusable step "not-a-step" is a counted fault
+    assert [(s["step"], s["phase"]) for s in snapshot.read("spans").to_pylist()] == [(1, "gen")]
+
+
+@needs_verl
+def test_hook_failures_and_a_lost_run_dir_are_counted_while_training_goes_on(driven):
+    result = driven["faults"]["result"]
+    assert result["status"]["faults"] == {"metrics": 1, "spans": 1}
+    assert result["timed_despite_fault"] is True  # verl's timer still filled timing_raw
+    assert result["logged_after_loss"] == 3  # the driver ran to its end: nothing raised into it
+    recorder = result["status"]["recorder"]
+    assert recorder["write_errors"] >= 1 and recorder["dropped_rows"] >= 3
+
+
+def test_without_run_dir_nothing_is_installed_and_it_is_said_once():
+    code = "import json, sys, rlscope.collectors.verl as h; print(json.dumps([h.status(), repr(sys.meta_path)]))"
+    env = {k: v for k, v in os.environ.items() if k != "RLSCOPE_RUN_DIR"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    status, meta_path = json.loads(proc.stdout)
+    assert status == {"installed": False, "run_dir": None}
+    assert "_Watcher" not in meta_path
+    assert proc.stderr.count("RLSCOPE_RUN_DIR is not set") == 1
+
+
+def test_a_ray_actor_class_is_patched_where_ray_runs_it_and_pickles_by_value(tmp_path, monkeypatch):
+    actor = pytest.importorskip("ray.actor")
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+
+    (tmp_path / "rlscope_fake_actor.py").write_text(
+        textwrap.dedent(
+            """
+            import ray
+
+            @ray.remote
+            class Worker:
+                async def step(self, x):
+                    return x + 1
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, "rlscope_fake_actor", raising=False)
+    hook = Hook(str(tmp_path / "run"))
+    monkeypatch.setattr(hook_state, "_process", hook)
+
+    def wrap(hook: Hook, original: Any) -> Any:
+        async def step(self: Any, x: int) -> int:
+            hook.add_span("step", 0.0, 1.0)
+            return await original(self, x)
+
+        return step
+
+    install_targets(hook, [Target("f", "rlscope_fake_actor", "Worker.step", wrap)])
+    module = importlib.import_module("rlscope_fake_actor")
+    assert hook.patches == {"rlscope_fake_actor:Worker.step": "patched"}
+    assert isinstance(module.Worker, actor.ActorClass)
+    shipped = cloudpickle.loads(cloudpickle.dumps(module.Worker.__ray_metadata__.modified_class))
+    assert asyncio.run(object.__new__(shipped).step(1)) == 2
+    assert hook.status()["pending"] == 1  # the closure's Hook came back as this process's hook, not a copy
+
+
+def test_a_module_imported_later_is_patched_on_import_and_keeps_its_loader(tmp_path, monkeypatch):
+    pkg = tmp_path / "rlscope_fake_target"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent(
+            """
+            class Tracker:
+                def log(self, x):
+                    return x * 2
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, "rlscope_fake_target", raising=False)
+    calls: list[int] = []
+
+    def wrap(hook: Hook, original: Any) -> Any:
+        def log(self: Any, x: int) -> int:
+            calls.append(x)
+            return original(self, x)
+
+        return log
+
+    hook = Hook(str(tmp_path / "run"))
+    targets = [
+        Target("f", "rlscope_fake_target", "Tracker.log", wrap),
+        Target("g", "rlscope_fake_target", "Gone.log", wrap),
+    ]
+    install_targets(hook, targets)
+    assert set(hook.patches.values()) == {"pending"}
+    module = importlib.import_module("rlscope_fake_target")
+    assert module.Tracker().log(3) == 6 and calls == [3]
+    assert hook.patches == {"rlscope_fake_target:Tracker.log": "patched", "rlscope_fake_target:Gone.log": "missing"}
+    assert type(module.__loader__).__name__ == "SourceFileLoader"
+    assert not any(type(f).__name__ == "_Watcher" for f in sys.meta_path)  # done watching
+    install_targets(hook, targets[:1])  # installing again never wraps twice
+    assert module.Tracker().log(1) == 2 and calls == [3, 1]
