@@ -15,6 +15,7 @@ import importlib.util
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -41,6 +42,12 @@ def _env(run_dir: Path, modules: str) -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def driven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Both scenarios, started together (each spends most of its time importing verl)."""
@@ -48,13 +55,17 @@ def driven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         pytest.skip("verl is not installed")
     base = tmp_path_factory.mktemp("verl")
     modules = {"main": HOOK, "faults": f"break_verl,{HOOK}", "v1": HOOK}
+    envs = {name: _env(base / name, modules[name]) for name in modules}
+    # main also starts the driver's services: NVML sampling (a stand-in pynvml) and the exporter
+    envs["main"].update(RLSCOPE_GPU_INTERVAL="0.05", RLSCOPE_EXPORT_PORT=str(_free_port()))
+    envs["main"]["PYTHONPATH"] = os.pathsep.join([str(SUPPORT / "fake_nvml"), envs["main"]["PYTHONPATH"]])
     procs = {
         name: (
             base / name,
             subprocess.Popen(
                 [sys.executable, str(SUPPORT / "drive_verl.py"), name],
                 cwd=ROOT,
-                env=_env(base / name, modules[name]),
+                env=envs[name],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -186,6 +197,19 @@ def test_v1_worker_shipped_by_ray_records_its_samples_under_their_global_step(dr
             case["pre"],
         )
         assert row["reward"] == pytest.approx(case["response"] / 10)
+
+
+@needs_verl
+def test_the_driver_samples_its_gpus_and_serves_metrics_in_process(driven):
+    main = driven["main"]
+    services = main["result"]["status"]["services"]
+    assert services["gpu_sampler"]["samples"] > 0 and services["gpu_sampler"]["errors"] == 0
+    gpu = RunReader(str(main["run_dir"])).read("gpu", ["gpu", "util_pct", "power_w"]).to_pylist()
+    assert {(r["gpu"], r["util_pct"], r["power_w"]) for r in gpu} == {(0, 37.0, 300.0), (1, 81.0, 300.0)}
+    text = main["result"]["metrics_text"]
+    (last,) = [ln for ln in text.splitlines() if ln.startswith("rlscope_last_step{")]
+    assert float(last.rsplit(" ", 1)[1]) == 4  # the last step the trainer logged
+    assert services["exporter"].startswith("http://127.0.0.1:")
 
 
 @needs_verl

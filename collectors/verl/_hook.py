@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import sys
 import threading
 from collections import deque
@@ -23,6 +24,10 @@ from rlscope.trace.store import locate, read_meta, write_meta
 
 __all__ = [
     "CROSSCHECK_KEY",
+    "ENV_EXPORT_HOST",
+    "ENV_EXPORT_PORT",
+    "ENV_GPU_INTERVAL",
+    "ENV_GPU_ROLE",
     "MAX_PENDING_LOGPROB",
     "MAX_PENDING_SPANS",
     "SOURCE",
@@ -39,6 +44,12 @@ SOURCE = "verl-hook"  # the ``source`` of the logprob rows this hook writes
 MAX_PENDING_SPANS = 10_000
 MAX_PENDING_LOGPROB = 4  # per-token arrays are large: a few steps' worth at most
 CROSSCHECK_KEY = "rlscope/verl_hook/probs_diff_max"  # max |exp(old) - exp(rollout)| over the same tokens as verl
+
+# Services the driver (the process that builds verl's Tracking) starts beside the patches.
+ENV_GPU_INTERVAL = "RLSCOPE_GPU_INTERVAL"  # seconds between NVML samples of this node; 0 turns it off
+ENV_GPU_ROLE = "RLSCOPE_GPU_ROLE"  # role label of this node's GPUs
+ENV_EXPORT_PORT = "RLSCOPE_EXPORT_PORT"  # serve Prometheus /metrics of the run from this process
+ENV_EXPORT_HOST = "RLSCOPE_EXPORT_HOST"
 
 # A phase's role in the spans table; every other verl stage runs on the trainer's GPUs.
 _ROLES = {"gen": "rollout", "reward": "reward"}
@@ -75,6 +86,7 @@ class Hook:
         self.faults: dict[str, int] = {}
         self.pending_dropped = 0
         self._warned: set[str] = set()
+        self._services: dict[str, Any] | None = None  # started once, in the driver
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return process_hook, ()
@@ -112,7 +124,37 @@ class Hook:
                 "pending_dropped": self.pending_dropped,
             }
         out["recorder"] = rec.status() if rec is not None else None
+        services = self._services or {}
+        sampler, server = services.get("gpu_sampler"), services.get("exporter")
+        out["services"] = {
+            "gpu_sampler": None if sampler is None else {"samples": sampler.samples, "errors": sampler.errors},
+            "exporter": None if server is None else server.url,
+        }
         return out
+
+    def start_services(self) -> None:
+        """In the driver: this node's NVML sampler and, if ``RLSCOPE_EXPORT_PORT`` is set, the exporter.
+
+        Each is optional and independent: no GPU is one logged line, a busy port another.
+        """
+        with self._lock:
+            if self._services is not None:
+                return
+            self._services = {}
+        interval = float(os.environ.get(ENV_GPU_INTERVAL, "1.0"))
+        if interval > 0:
+            from rlscope.collectors.gpu_sampler import GpuSampler
+
+            sampler = GpuSampler(self.recorder(), interval=interval, role=os.environ.get(ENV_GPU_ROLE, "unknown"))
+            if sampler.start():
+                self._services["gpu_sampler"] = sampler
+        port = os.environ.get(ENV_EXPORT_PORT, "").strip()
+        if port:
+            from rlscope.exporter import serve
+
+            host = os.environ.get(ENV_EXPORT_HOST, "127.0.0.1")
+            self._services["exporter"] = serve(self.run_dir, port=int(port), host=host)
+            log.info("rlscope verl hook: serving %s", self._services["exporter"].url)
 
     # -- the Recorder -----------------------------------------------------------------------
 

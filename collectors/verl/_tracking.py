@@ -85,6 +85,10 @@ def _after_init(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             hook.update_meta(meta_from_config(config))
     except Exception as exc:  # noqa: BLE001
         hook.fault("meta", exc)
+    try:
+        hook.start_services()
+    except Exception as exc:  # noqa: BLE001 - a busy port or a bad setting never stops training
+        hook.fault("services", exc)
 
 
 # Wrapper bodies call only module-level helpers: a wrapper may be pickled by value (see Hook).

@@ -197,6 +197,12 @@ def scenario_main(run_dir: str) -> dict[str, Any]:
     hook.flush()
     out["cases"] = CASES
     out["status"] = hook.status()
+    url = out["status"]["services"]["exporter"]
+    if url:  # the driver serves the run's metrics in-process when RLSCOPE_EXPORT_PORT is set
+        import urllib.request
+
+        with urllib.request.urlopen(url, timeout=10) as response:
+            out["metrics_text"] = response.read().decode()
     return out
 
 
