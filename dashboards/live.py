@@ -1,0 +1,635 @@
+"""Live data for the dashboard: one cached view per run directory, refreshed incrementally.
+
+A dashboard beside a training job refreshes every few seconds for days, so a refresh must
+cost what the new rows cost, not what the run holds. Each refresh reads only the segments
+added since the last one (``RunReader.read_new`` with one ``Cursor`` per run), recomputes the
+per-step aggregates of the steps those rows touch (phase seconds, tail split, response
+lengths, engine loads, staleness, rewards, log-prob histograms) and appends them. Raw rows
+are kept only for the most recent ``window`` steps; the analyzers run on that window when a
+page asks and something changed, and on the whole run only when the user asks.
+
+A run directory that is empty, lacks ``meta.json`` or some tables is not an error: the view
+says what is missing and picks the data up once it appears. Rows that arrive for a step
+already more than ``window`` steps old replace that step's aggregates with what they alone
+say (a live writer does not do that).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
+from rlscope.analyzers._data import TRAJECTORY_COLUMNS, wide_steps
+from rlscope.analyzers.sync_balance import engine_balance
+from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
+from rlscope.errors import MetaError, RLScopeError
+from rlscope.trace.reader import Cursor, RunReader
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
+from rlscope.trace.store import read_meta
+
+__all__ = ["WINDOW_STEPS", "LiveRun", "LiveRuns", "UnknownRun"]
+
+log = logging.getLogger("rlscope")
+
+WINDOW_STEPS = 50
+"""Steps whose raw rows are kept and analysed live (the analyzers' "recent quarter" is then 13 steps)."""
+
+_MIN_REFRESH_S = 0.5  # callbacks of one tick share a read
+_BULK_ROWS = 500_000  # first load: rows of a table read at once, so memory stays bounded
+_GPU_KEEP_S = 3600.0  # without phase spans, keep the last hour of NVML samples
+_SETTLE_S = 1.0  # a folder modified this recently is listed again (coarse mtime clocks)
+
+_COLUMNS: dict[str, list[str]] = {
+    "steps": ["step", "attempt", "time", "key", "value"],
+    "spans": ["step", "phase", "role", "host", "start", "end"],
+    "trajectories": sorted(
+        {*TRAJECTORY_COLUMNS, "traj_id", "data_source", "reward", "reward_status", "reward_error"},
+        key=TABLES["trajectories"].names.index,
+    ),
+    "logprob": ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
+    "gpu": ["time", "host", "gpu", "role", "util_pct"],
+}
+_STEP_TABLES = ("steps", "spans", "trajectories", "logprob")
+_N_BINS = len(LOGPROB_BIN_EDGES) - 1
+
+
+class UnknownRun(ValueError):
+    """A request named a run that is not one of the dashboard's (only indices are accepted)."""
+
+
+def _upsert(frame: pd.DataFrame, new: pd.DataFrame, steps: Iterable[int]) -> pd.DataFrame:
+    """``frame`` with every row of ``steps`` replaced by ``new``'s rows (index: step)."""
+    if frame.empty:
+        return new.sort_index(kind="stable")
+    kept = frame[~frame.index.isin(list(steps))]
+    if new.empty:
+        return kept
+    out = pd.concat([kept, new])
+    if not out.index.is_monotonic_increasing:
+        out = out.sort_index(kind="stable")
+    return out
+
+
+def _empty(table: str) -> pd.DataFrame:
+    return TABLES[table].empty_table().select(_COLUMNS[table]).to_pandas()
+
+
+@dataclass(frozen=True)
+class _Watch:
+    """A table folder's mtime, and when it was listed: lets an idle refresh skip the listing."""
+
+    mtime_ns: int
+    listed_at: float
+
+
+class _WindowReader(RunReader):
+    """The live window's tables behind ``RunReader.read``, for analyzers that read tables themselves.
+
+    ``gpu_idle``, ``mismatch`` and ``rewards`` take a ``RunReader``; this one serves the cached
+    window from memory, so analysing it never touches the disk. ``RunReader.__init__`` is
+    deliberately not called: there is no directory behind it.
+    """
+
+    def __init__(self, meta: dict, tables: dict[str, pa.Table]):
+        self.meta = meta
+        self.warnings: list[str] = []
+        self._tables = tables
+
+    def read(
+        self,
+        table: str,
+        columns: Iterable[str] | None = None,
+        filter: pc.Expression | None = None,
+        dictionary: Iterable[str] = (),
+    ) -> pa.Table:
+        cols = self._columns(table, columns)
+        data = self._tables.get(table)
+        data = TABLES[table].empty_table() if data is None else data
+        if filter is not None:
+            data = data.filter(filter)
+        data = data.select(cols)
+        for name in set(dictionary) & set(cols):
+            column = data.column(name)
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                data = data.set_column(cols.index(name), name, pc.dictionary_encode(column))
+        return data
+
+
+class LiveRun:
+    """One run directory as the dashboard sees it: per-step aggregates plus a recent window.
+
+    Every frame below is indexed by step (rows of one step together) and replaced, never
+    mutated, by ``refresh``, so a page may keep using the frame it got while a refresh runs.
+    """
+
+    def __init__(self, index: int, path: str, label: str, window: int = WINDOW_STEPS):
+        self.index = index
+        self.path = path
+        self.label = label
+        self.window = max(1, int(window))
+        self.version = 0  # bumped whenever new rows were folded in
+        self.problem: str | None = "no data read yet"
+        self._refreshed = -math.inf
+        self._lock = threading.RLock()
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget everything read: the next refresh reads the run from the start."""
+        self.meta: dict = {}
+        self.meta_missing = False
+        self._reader: RunReader | None = None
+        self._cursor = Cursor()
+        self._watch: dict[str, _Watch] = {}
+        self._loaded = False
+        self._steps: list[int] = []  # every step seen, sorted
+        self._attempt: dict[int, int] = {}
+        # raw rows of the recent window
+        self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
+        self._traj = _empty("trajectories").set_index("step", drop=False)
+        self._spans = _empty("spans").set_index("step", drop=False)
+        self._logprob_rows = _empty("logprob").set_index("step", drop=False)
+        self._gpu_parts: list[pd.DataFrame] = []
+        # per-step aggregates over the whole run
+        self.phases = pd.DataFrame()  # anatomy.phase_seconds: phase columns, other, step
+        self.tails = pd.DataFrame()  # longtail per_step (+ estimated)
+        self.lengths = pd.DataFrame()  # response tokens: p10, p50, p90, max, mean
+        self.engines = pd.DataFrame()  # long: step, engine, load
+        self.balance = pd.DataFrame()  # n_engines, cv, utilisation
+        self.idle = pd.DataFrame()  # trainer, rollouter idle ratios
+        self.lags = pd.DataFrame()  # long: step, lag, n, tokens
+        self.reward_steps = pd.DataFrame()  # rewards.analyze by_step
+        self.reward_errors = pd.DataFrame()  # long: step, source, code, count
+        self.logprob = pd.DataFrame()  # columns 0..bins-1: summed |delta| counts
+        self.step_spans = pd.DataFrame()  # start, end of each step's spans
+        self._models = pd.DataFrame()  # drift ledger inputs per step
+        self._splits = pd.DataFrame()  # best split per step (filled lazily)
+        self._analysis: tuple[int, Diagnosis | None] = (-1, None)
+        self._full: tuple[int, Diagnosis] | None = None
+        self._old_step: tuple[int, pd.DataFrame] | None = None
+
+    # -- facts --------------------------------------------------------------------------
+
+    @property
+    def facts(self) -> RunFacts:
+        return RunFacts.from_meta(self.meta)
+
+    @property
+    def last_step(self) -> int | None:
+        return self._steps[-1] if self._steps else None
+
+    @property
+    def n_steps(self) -> int:
+        return len(self._steps)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Fold in the rows added since the last refresh; True if there were any.
+
+        Calls within ``_MIN_REFRESH_S`` of the previous one return at once, so the callbacks
+        of one tick share a read. A failing read leaves the cached view as it was and is
+        retried on the next refresh.
+        """
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._refreshed < _MIN_REFRESH_S:
+                return False
+            self._refreshed = now
+            try:
+                return self._refresh()
+            except (OSError, pa.ArrowException, RLScopeError) as exc:
+                self.problem = (
+                    f"could not read {self.label}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                )
+                log.warning("dashboard: %s", self.problem)
+                return False
+
+    def _refresh(self) -> bool:
+        if self.meta_missing and self._meta_appeared():
+            self._reset()  # the facts (GPUs, topology) changed: rebuild every aggregate with them
+        if self._reader is None and not self._open():
+            return False
+        reader = self._reader
+        assert reader is not None
+        if not self._loaded:
+            changed = self._first_load(reader)
+            self._loaded = True
+        else:
+            batch = {t: reader.read_new(t, self._cursor, _COLUMNS[t]) for t in TABLES if self._changed(t)}
+            changed = any(t.num_rows for t in batch.values())
+            if changed:
+                self._absorb(batch)
+        self.problem = None if self._steps or self._gpu_parts else "no steps recorded yet"
+        if changed:
+            self.version += 1
+        return changed
+
+    def _open(self) -> bool:
+        try:
+            self._reader = RunReader(self.path)
+            self.meta = dict(self._reader.meta)
+        except MetaError as exc:
+            try:
+                self._reader = RunReader(self.path, require_meta=False)
+            except RLScopeError as inner:
+                self.problem = f"waiting for data: {inner}"
+                return False
+            self.meta_missing = True
+            log.info("dashboard: %s", exc)
+        except RLScopeError as exc:
+            self.problem = f"waiting for data: {exc}"
+            return False
+        return True
+
+    def _meta_appeared(self) -> bool:
+        try:
+            read_meta(self.path)
+        except RLScopeError:
+            return False
+        return True
+
+    def _changed(self, table: str) -> bool:
+        """Whether ``table``'s folder may hold new segments (always, unless it is local and settled)."""
+        assert self._reader is not None
+        loc = self._reader.location
+        if not loc.is_local:
+            return True
+        try:
+            mtime = os.stat(loc.join(table)).st_mtime_ns
+        except OSError:
+            return table in self._watch  # a folder that vanished: let the reader say so
+        now = time.time()
+        seen = self._watch.get(table)
+        self._watch[table] = _Watch(mtime, now)
+        if seen is None or seen.mtime_ns != mtime:
+            return True
+        return seen.listed_at - mtime / 1e9 < _SETTLE_S
+
+    def _first_load(self, reader: RunReader) -> bool:
+        """Read what the run holds in bounded chunks of steps, then only the recent NVML samples."""
+        for table in TABLES:
+            self._changed(table)  # note each folder's mtime before listing it
+        segments = {t: reader.segments(t) for t in TABLES}
+        for table, segs in segments.items():
+            seen = self._cursor.seen_in(table)
+            for seg in segs:
+                seen.add(seg.name)
+                seen.update(origin for origin, _ in seg.origins)
+        datasets = {t: reader.dataset(t, segs) for t, segs in segments.items() if segs}
+        step_tables = [t for t in _STEP_TABLES if t in datasets]
+        rows = sum(seg.rows for t in step_tables for seg in segments[t])
+        ranges: list[tuple[int, int] | None] = [None]  # a run that fits in one chunk is read in one pass
+        if rows > _BULK_ROWS:
+            counts = pd.Series(dtype="int64")
+            for table in step_tables:
+                col = datasets[table].to_table(columns=["step"]).column("step").to_numpy()
+                counts = counts.add(pd.Series(col).value_counts(), fill_value=0)
+            ranges = list(_chunks(counts.sort_index()))
+        for bounds in ranges if step_tables else []:
+            where = None if bounds is None else (pc.field("step") >= bounds[0]) & (pc.field("step") <= bounds[1])
+            self._absorb({t: datasets[t].to_table(columns=_COLUMNS[t], filter=where) for t in step_tables})
+        changed = bool(step_tables)
+        if "gpu" in datasets:
+            gpu = datasets["gpu"]
+            cutoff = self._gpu_cutoff()
+            if cutoff is None:
+                latest = pc.max(gpu.to_table(columns=["time"]).column("time")).as_py()
+                cutoff = -math.inf if latest is None else latest - _GPU_KEEP_S
+            samples = gpu.to_table(columns=_COLUMNS["gpu"], filter=pc.field("time") >= cutoff)
+            self._absorb({"gpu": samples})
+            changed = changed or samples.num_rows > 0
+        return changed
+
+    # -- folding new rows in -------------------------------------------------------------
+
+    def _absorb(self, batch: dict[str, pa.Table]) -> None:
+        frames = {t: batch[t].to_pandas() for t in batch if batch[t].num_rows}
+        touched: set[int] = set()
+        for table in _STEP_TABLES:
+            if table in frames:
+                touched.update(frames[table]["step"].unique().tolist())
+        for step in touched:
+            i = bisect.bisect_left(self._steps, step)
+            if i == len(self._steps) or self._steps[i] != step:
+                self._steps.insert(i, step)
+        if "steps" in frames:
+            self._merge_wide(frames["steps"])
+        for table, attr in (("trajectories", "_traj"), ("spans", "_spans"), ("logprob", "_logprob_rows")):
+            if table in frames:
+                new = frames[table].set_index("step", drop=False)
+                setattr(self, attr, pd.concat([getattr(self, attr), new]))
+        if "logprob" in frames:
+            self._fold_logprob(frames["logprob"])
+        if "gpu" in frames:
+            self._gpu_parts.append(frames["gpu"])
+        if touched:
+            self._recompute(sorted(touched))
+        self._evict()
+
+    def _merge_wide(self, long: pd.DataFrame) -> None:
+        """Steps' metrics into the wide window: a higher attempt replaces a step, the same attempt adds keys."""
+        long = long.assign(attempt=long["attempt"].fillna(0).astype("int64"))
+        new = wide_steps(long)
+        if new.empty:
+            return
+        attempts = long.groupby("step")["attempt"].max()
+        replace, merge = [], []
+        for step in new.index:
+            previous, now = self._attempt.get(step, -1), int(attempts[step])
+            if now > previous:
+                replace.append(step)
+                self._attempt[step] = now
+            elif now == previous:
+                merge.append(step)
+        rows = [new.loc[replace]]
+        if merge:
+            old = self._wide.reindex(merge)
+            rows.append(new.loc[merge].combine_first(old))
+        self._wide = _upsert(self._wide, pd.concat(rows), replace + merge)
+
+    def _fold_logprob(self, rows: pd.DataFrame) -> None:
+        counts = np.stack([np.asarray(c, dtype="int64") for c in rows["abs_counts"]])
+        new = pd.DataFrame(counts[:, :_N_BINS], index=rows["step"].to_numpy()).groupby(level=0).sum()
+        if not self.logprob.empty:
+            new = new.add(self.logprob.reindex(new.index).fillna(0), fill_value=0).astype("int64")
+        new.index.name = "step"
+        self.logprob = _upsert(self.logprob, new, new.index)
+
+    def _recompute(self, steps: list[int]) -> None:
+        """Per-step aggregates of ``steps`` from their rows (new rows are in the window until evicted)."""
+        wide = self._wide.reindex([s for s in steps if s in self._wide.index])
+        traj = self._traj[self._traj.index.isin(steps)]
+        frames = RunFrames(wide, traj.reset_index(drop=True), self.meta)
+        a = anatomy.analyze(frames)
+        t = longtail.analyze(frames)
+        self.phases = _upsert(self.phases, a.seconds, a.seconds.index)
+        self.tails = _upsert(self.tails, t.per_step.assign(estimated=t.estimated), t.per_step.index)
+        if self.facts.n_gpus and self.facts.n_gpus > 1 and not a.seconds.empty:
+            models = drift.per_step_models(frames, a, t.per_step["tail_share"])
+            self._models = _upsert(self._models, models, models.index)
+            self._splits = self._splits.drop(index=models.index, errors="ignore")
+        idle_keys = [k for k in (TRAINER_IDLE, ROLLOUTER_IDLE) if k in wide.columns]
+        if idle_keys:
+            idle = wide[idle_keys].rename(columns={TRAINER_IDLE: "trainer", ROLLOUTER_IDLE: "rollouter"})
+            self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
+        self.lengths = _upsert(self.lengths, _lengths(traj, wide), steps)
+        if not traj.empty:
+            engines, balance = _engine_loads(traj)
+            self.engines = _upsert(self.engines, engines, steps)
+            self.balance = _upsert(self.balance, balance, steps)
+            self.lags = _upsert(self.lags, _lag_counts(traj), steps)
+            result = rewards.analyze(traj.reset_index(drop=True))
+            if result.available:
+                self.reward_steps = _upsert(self.reward_steps, result.by_step.set_index("step"), steps)
+                self.reward_errors = _upsert(self.reward_errors, _error_counts(traj), steps)
+        spans = self._spans[self._spans.index.isin(steps)].dropna(subset=["start", "end"])
+        if not spans.empty:
+            bounds = spans.groupby(level="step").agg(start=("start", "min"), end=("end", "max"))
+            self.step_spans = _upsert(self.step_spans, bounds, bounds.index)
+
+    def _evict(self) -> None:
+        """Drop raw rows older than the window (their aggregates stay)."""
+        if len(self._steps) < self.window:
+            return
+        horizon = self._steps[-self.window]
+        self._wide = self._wide[self._wide.index >= horizon]
+        self._traj = self._traj[self._traj.index >= horizon]
+        self._spans = self._spans[self._spans.index >= horizon]
+        self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]
+        cutoff = self._gpu_cutoff()
+        if cutoff is None and self._gpu_parts:
+            cutoff = max(float(p["time"].max()) for p in self._gpu_parts) - _GPU_KEEP_S
+        if cutoff is not None:
+            self._gpu_parts = [p for p in self._gpu_parts if len(p) and p["time"].max() >= cutoff]
+
+    def _gpu_cutoff(self) -> float | None:
+        """Start of the oldest step in the window, by its phase spans (None without spans)."""
+        spans = self._spans.dropna(subset=["start"])
+        return float(spans["start"].min()) if not spans.empty else None
+
+    # -- what pages ask for --------------------------------------------------------------
+
+    def trajectories(self, step: int) -> pd.DataFrame:
+        """One step's trajectories: from the window, else read from disk (only when asked)."""
+        with self._lock:
+            if step in self._traj.index:
+                return self._traj.loc[[step]].reset_index(drop=True)
+            if self._old_step is not None and self._old_step[0] == step:
+                return self._old_step[1]
+            if self._reader is None:
+                return _empty("trajectories")
+            rows = self._reader.read("trajectories", _COLUMNS["trajectories"], filter=pc.field("step") == step)
+            frame = rows.to_pandas()
+            self._old_step = (step, frame)
+            return frame
+
+    def gpu_window(self, steps: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """NVML samples and phase spans of the last ``steps`` steps (the last hour without spans)."""
+        with self._lock:
+            gpu = pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu")
+            spans = self._spans.reset_index(drop=True).dropna(subset=["start", "end"])
+        if not spans.empty:
+            last = sorted(spans["step"].unique())[-steps:]
+            spans = spans[spans["step"].isin(last)]
+            lo, hi = spans["start"].min(), spans["end"].max()
+            gpu = gpu[(gpu["time"] >= lo) & (gpu["time"] <= hi)]
+        return gpu.sort_values("time", kind="stable").reset_index(drop=True), spans
+
+    def lag_lengths(self) -> pd.DataFrame:
+        """Samples and mean response tokens by staleness (policy versions) over the window."""
+        with self._lock:
+            traj = self._traj
+        df = traj[_lag_mask(traj)] if not traj.empty else traj
+        if df.empty:
+            return pd.DataFrame(columns=["n", "mean_tokens"], index=pd.Index([], dtype="int64", name="lag"))
+        lag = (df["trainer_version"] - df["policy_version_start"]).astype("int64").to_numpy()
+        grouped = df["response_tokens"].astype(float).groupby(lag)
+        return pd.DataFrame({"n": grouped.size(), "mean_tokens": grouped.mean()}).rename_axis("lag")
+
+    def analysis(self) -> Diagnosis | None:
+        """Every analyzer on the recent window, recomputed only when new rows arrived."""
+        with self._lock:
+            version, cached = self._analysis
+            if version == self.version:
+                return cached
+            result = None
+            if self._steps:
+                traj = self._traj.reset_index(drop=True)
+                tables = {
+                    "trajectories": pa.Table.from_pandas(traj, preserve_index=False),
+                    "spans": pa.Table.from_pandas(self._spans.reset_index(drop=True), preserve_index=False),
+                    "logprob": pa.Table.from_pandas(self._logprob_rows.reset_index(drop=True), preserve_index=False),
+                    "steps": _long_table(self._wide),
+                    "gpu": pa.Table.from_pandas(
+                        pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu"), preserve_index=False
+                    ),
+                }
+                frames = RunFrames(self._wide, traj, self.meta, _WindowReader(self.meta, tables))
+                result = analyze_run(frames)
+            self._analysis = (self.version, result)
+            return result
+
+    def full_analysis(self, *, recompute: bool) -> tuple[int, Diagnosis] | None:
+        """Every analyzer on the whole run, read from disk: only when asked (``recompute``), then cached."""
+        with self._lock:
+            if recompute and self._reader is not None:
+                self._full = (self.last_step or 0, analyze_run(self._reader))
+            return self._full
+
+    def splits(self) -> pd.DataFrame:
+        """Each step's best split for the drift topology, computed for the steps not yet done."""
+        with self._lock:
+            models, done = self._models, self._splits
+            todo = models.index.difference(done.index)
+            n = self.facts.n_gpus
+            if len(todo) and n:
+                topology = self.facts.kind if self.facts.is_pooled else "async_streaming"
+                rows = {}
+                for step in todo:
+                    m = models.loc[step]
+                    best = best_split(StepModel(m["t_thr_s"], m["t_tail_s"], m["t_train_s"], n), topology)
+                    rows[step] = (best.n_rollout, best.n_train, best.step_s, topology)
+                new = pd.DataFrame.from_dict(
+                    rows, orient="index", columns=["best_rollout", "best_train", "best_step_s", "topology"]
+                )
+                self._splits = _upsert(done, new.rename_axis("step"), new.index)
+            return self._splits
+
+
+def _chunks(counts: pd.Series) -> list[tuple[int, int]]:
+    """Consecutive step ranges holding at most ``_BULK_ROWS`` rows each (a step is never split)."""
+    out: list[tuple[int, int]] = []
+    steps = counts.index.to_numpy(dtype="int64")
+    rows = counts.to_numpy(dtype="int64")
+    first = 0
+    while first < len(steps):
+        total = np.cumsum(rows[first:])
+        last = first + max(1, int(np.searchsorted(total, _BULK_ROWS, side="right")))
+        out.append((int(steps[first]), int(steps[last - 1])))
+        first = last
+    return out
+
+
+def _lengths(traj: pd.DataFrame, wide: pd.DataFrame) -> pd.DataFrame:
+    columns = ["p10", "p50", "p90", "max", "mean"]
+    sized = traj.dropna(subset=["response_tokens"]) if not traj.empty else traj
+    if not sized.empty:
+        g = sized["response_tokens"].astype(float).groupby(level="step")
+        q = g.quantile([0.1, 0.5, 0.9]).unstack()
+        return pd.DataFrame(
+            {"p10": q[0.1], "p50": q[0.5], "p90": q[0.9], "max": g.max(), "mean": g.mean()}
+        ).rename_axis("step")
+    keys = {"response_length/mean": "mean", "response_length/max": "max"}
+    if set(keys) <= set(wide.columns):
+        return wide[list(keys)].rename(columns=keys).dropna(how="all").reindex(columns=columns)
+    return pd.DataFrame(columns=columns, index=pd.Index([], dtype="int64", name="step"))
+
+
+def _engine_loads(traj: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    df = traj[traj["engine"].notna()]
+    if df.empty:
+        return pd.DataFrame(columns=["engine", "load", "unit"]), pd.DataFrame(
+            columns=["n_engines", "cv", "utilisation"]
+        )
+    unit = "response_tokens" if df["response_tokens"].notna().any() else "gen_s"
+    loads = df.groupby([df.index, "engine"])[unit].sum().rename("load").reset_index(level="engine")
+    loads.index.name = "step"
+    loads["unit"] = unit
+    rows = {}
+    for step, per in loads.groupby(level="step"):
+        b = engine_balance(per["load"].to_numpy())
+        rows[step] = (b.n_engines, b.cv, b.utilisation)
+    balance = pd.DataFrame.from_dict(rows, orient="index", columns=["n_engines", "cv", "utilisation"])
+    return loads, balance.rename_axis("step")
+
+
+def _lag_mask(traj: pd.DataFrame) -> np.ndarray:
+    return (traj["trainer_version"].notna() & traj["policy_version_start"].notna()).to_numpy()
+
+
+def _lag_counts(traj: pd.DataFrame) -> pd.DataFrame:
+    """Samples per (step, staleness in policy versions)."""
+    df = traj[_lag_mask(traj)]
+    if df.empty:
+        return pd.DataFrame(columns=["lag", "n"], index=pd.Index([], dtype="int64", name="step"))
+    lag = (df["trainer_version"] - df["policy_version_start"]).astype("int64").rename("lag")
+    counts = lag.groupby([lag.index, lag.to_numpy()]).size()
+    counts.index.names = ["step", "lag"]
+    return counts.rename("n").reset_index(level="lag")
+
+
+def _error_counts(traj: pd.DataFrame) -> pd.DataFrame:
+    status = traj["reward_status"].fillna("ok").astype(str).str.lower()
+    err = traj[status.ne("ok").to_numpy()]
+    if err.empty:
+        return pd.DataFrame(columns=["source", "code", "count"])
+    frame = pd.DataFrame(
+        {
+            "source": err["data_source"].fillna("(unknown)").astype(str).to_numpy(),
+            "code": err["reward_error"].fillna("unknown").astype(str).to_numpy(),
+        },
+        index=err.index,
+    )
+    counts = frame.groupby([frame.index, "source", "code"]).size().rename("count").reset_index(level=[1, 2])
+    counts.index.name = "step"
+    return counts
+
+
+def _long_table(wide: pd.DataFrame) -> pa.Table:
+    """The wide window back in the ``steps`` table's long format (for the mismatch analyzer's fallback)."""
+    if wide.empty:
+        return TABLES["steps"].empty_table()
+    long = wide.rename_axis("step").reset_index().melt(id_vars="step", var_name="key", value_name="value")
+    long = long.dropna(subset=["value"])
+    return pa.table(
+        {
+            "step": pa.array(long["step"], pa.int64()),
+            "attempt": pa.nulls(len(long), pa.int32()),
+            "time": pa.nulls(len(long), pa.float64()),
+            "key": pa.array(long["key"].astype(str), pa.string()),
+            "value": pa.array(long["value"], pa.float64()),
+            "text": pa.nulls(len(long), pa.string()),
+        }
+    )
+
+
+class LiveRuns:
+    """The run directories given on the command line, in order; pages pick them by index only."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], window: int = WINDOW_STEPS):
+        names = [os.path.basename(os.path.normpath(os.fspath(p))) or os.fspath(p) for p in paths]
+        labels = [n if names.count(n) == 1 else f"{n} [{i}]" for i, n in enumerate(names)]
+        self.runs: tuple[LiveRun, ...] = tuple(
+            LiveRun(i, os.fspath(p), label, window) for i, (p, label) in enumerate(zip(paths, labels, strict=True))
+        )
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def resolve(self, values: object) -> list[LiveRun]:
+        """The runs named by ``values`` (an index or a list of indices); anything else is refused.
+
+        Why so strict: the selection comes from the browser, and only the directories given
+        on the command line may ever be read, so a path, a label or an index out of range is
+        an ``UnknownRun`` error, never a lookup.
+        """
+        items = values if isinstance(values, list) else [values]
+        out: list[LiveRun] = []
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(self.runs):
+                raise UnknownRun(f"no run {v!r}")
+            if self.runs[v] not in out:
+                out.append(self.runs[v])
+        return out

@@ -1,0 +1,124 @@
+"""Advice: the topology what-if, the split it recommends, and how the balanced split drifted.
+
+The what-if is fitted to the recent window (colocated, separated, one-step overlap and
+async streaming at their best splits); the drift chart is each step's best split, so a
+split sized for the start of the run can be checked against where answers have grown to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import dash
+from dash import Input, Output, State, callback, dcc, html
+from dash.exceptions import PreventUpdate
+
+from rlscope.analyzers.topology import TopologyResult
+from rlscope.dashboards import figures
+from rlscope.dashboards.live import LiveRun
+from rlscope.dashboards.pages import _common as common
+
+__all__ = ["layout"]
+
+
+_ADVICE_IDS = {"split-imbalanced", "split-drift", "async-recommended", "separated-sync", "async-idle-imbalanced"}
+
+
+def layout(**_: object) -> html.Div:
+    return html.Div(
+        [
+            html.Div(id="advice-notices"),
+            html.H3("Topology what-if (recent steps)"),
+            html.Div(id="advice-table"),
+            html.Div(id="advice-recommendation"),
+            html.Div([common.graph("advice-curve"), common.graph("advice-drift")], className="rls-grid"),
+            dcc.Store(id="advice-seen"),
+        ]
+    )
+
+
+dash.register_page(__name__, path="/advice", name="Advice", order=6, title="rlscope · Advice", layout=layout)
+
+
+def _split(n_rollout: float, n_train: float) -> str:
+    return "time-shared" if math.isnan(n_rollout) else f"{int(n_rollout)}:{int(n_train)}"
+
+
+def _rows(label: str, t: TopologyResult) -> list[tuple]:
+    rows = []
+    for topology, r in t.what_if.iterrows():
+        mark = " (current)" if topology == t.current else ""
+        rows.append(
+            (
+                label,
+                f"{str(topology).replace('_', ' ')}{mark}",
+                _split(r["n_rollout"], r["n_train"]),
+                f"{r['step_s']:.0f}",
+                f"{r['speedup']:.2f}x",
+            )
+        )
+    return rows
+
+
+def _recommendation(label: str, t: TopologyResult) -> str:
+    best = str(t.what_if["step_s"].idxmin())
+    row = t.what_if.loc[best]
+    now = t.step_now_s
+    where = "" if best == "colocated" else f" at {_split(row['n_rollout'], row['n_train'])}"
+    current = t.current.replace("_", " ")
+    if best == t.current:
+        return f"{label}: the current {current}{where} is the fastest option the model sees ({row['step_s']:.0f} s per step)."
+    return (
+        f"{label}: {best.replace('_', ' ')}{where} predicts {row['step_s']:.0f} s per step against {now:.0f} s "
+        f"for the current {current} ({now / row['step_s']:.2f}x); the measured recent step is {t.step_measured_s:.0f} s."
+    )
+
+
+def _render(runs: Sequence[LiveRun]) -> tuple:
+    rows, notes, advice = [], [], []
+    curve = figures.placeholder(
+        "the what-if needs meta.json's GPU count and step timers", "Predicted step time by split"
+    )
+    for i, run in enumerate(runs):
+        d = run.analysis()
+        if d is None or d.topology.model is None:
+            notes.append(
+                html.Div(
+                    f"{run.label}: the what-if needs meta.json's GPU count and step timers.", className="rls-muted"
+                )
+            )
+            continue
+        rows += _rows(run.label, d.topology)
+        notes.append(html.P(_recommendation(run.label, d.topology)))
+        advice += [f for f in d.findings if f.id in _ADVICE_IDS]
+        if i == 0:
+            curve = figures.split_curve(d.topology.splits, d.topology.n_rollout)
+            if len(runs) > 1:
+                curve.update_layout(title_text=f"Predicted step time by split: {figures.text(run.label)}")
+    table = common.table(["run", "topology", "rollout:train", "predicted step s", "vs current"], rows) if rows else []
+    drift = figures.split_drift(
+        {r.label: r.splits() for r in runs},
+        {r.label: r.facts.rollout_gpus if r.facts.is_pooled else None for r in runs},
+    )
+    return common.notices(runs), table, [*notes, common.findings_list(advice)], curve, drift
+
+
+@callback(
+    Output("advice-notices", "children"),
+    Output("advice-table", "children"),
+    Output("advice-recommendation", "children"),
+    Output("advice-curve", "figure"),
+    Output("advice-drift", "figure"),
+    Output("advice-seen", "data"),
+    Input("app-runs", "value"),
+    Input("app-tick", "n_intervals"),
+    State("advice-seen", "data"),
+)
+def _update(values: object, _tick: int | None, seen: list | None) -> tuple:
+    runs = common.select(values)
+    key = common.stamp(runs)
+    if key == seen:
+        raise PreventUpdate
+    out = common.render_safely(lambda: _render(runs), ([], [], [], *common.failed(2)))
+    return (*out, key)

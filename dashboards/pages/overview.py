@@ -1,0 +1,137 @@
+"""Overview: headline numbers, step time by phase, the MFU waterfall and the current findings.
+
+Findings and the waterfall come from the analyzers run on the recent window (recomputed
+only when new rows arrive); the whole run is analysed only when the button asks for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import dash
+from dash import Input, Output, State, callback, dcc, html
+from dash.exceptions import PreventUpdate
+
+from rlscope.advice.finding import Severity
+from rlscope.analyzers import Diagnosis
+from rlscope.analyzers._data import recent
+from rlscope.dashboards import figures
+from rlscope.dashboards.live import LiveRun
+from rlscope.dashboards.pages import _common as common
+
+__all__ = ["layout"]
+
+
+def layout(**_: object) -> html.Div:
+    return html.Div(
+        [
+            html.Div(id="overview-notices"),
+            html.Div(id="overview-headline"),
+            html.Div(
+                [common.graph("overview-phases"), common.graph("overview-waterfall")],
+                className="rls-grid",
+            ),
+            html.H3("Findings"),
+            html.Div(id="overview-findings"),
+            html.Button("Analyse the whole run", id="overview-full", n_clicks=0, className="rls-button"),
+            html.Div(id="overview-full-findings"),
+            dcc.Store(id="overview-seen"),
+        ]
+    )
+
+
+dash.register_page(__name__, path="/", name="Overview", order=0, title="rlscope · Overview", layout=layout)
+
+
+def _number(value: float, fmt: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
+
+
+def _card(name: str, value: str) -> html.Div:
+    return html.Div(
+        [html.Div(name, className="rls-card-name"), html.Div(value, className="rls-card-value")], className="rls-card"
+    )
+
+
+def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
+    facts = run.facts
+    topology = facts.kind.replace("_", " ")
+    if facts.is_pooled:
+        topology += f" {facts.rollout_gpus}:{facts.train_gpus}"
+    step_s = gen = tail = mfu = math.nan
+    counts = "-"
+    if d is not None:
+        if not d.anatomy.seconds.empty:
+            now = recent(d.anatomy.seconds).mean()
+            step_s, gen = float(now["step"]), float(now["gen"] / now["step"]) if now["step"] > 0 else math.nan
+        tail, mfu = d.longtail.tail_share, d.mfu.mfu
+        found = d.findings
+        counts = " · ".join(f"{sum(f.severity is s for f in found)} {s.value}" for s in reversed(Severity))
+    cards = [
+        _card("run", run.label),
+        _card("topology", topology),
+        _card("GPUs", str(facts.n_gpus or "?")),
+        _card("steps", f"{run.n_steps} (last {run.last_step})" if run.n_steps else "none yet"),
+        _card("step time", _number(step_s, ".0f") + " s"),
+        _card("generation / step", _number(gen, ".0%")),
+        _card("tail share", _number(tail, ".0%")),
+        _card("MFU", _number(mfu, ".1%")),
+        _card("findings", counts),
+    ]
+    return html.Div(cards, className="rls-cards")
+
+
+def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
+    analyses = {r.label: r.analysis() for r in runs}
+    headline = [_headline(r, analyses[r.label]) for r in runs]
+    if len(runs) == 1:
+        run, d = runs[0], analyses[runs[0].label]
+        phases = figures.step_phases(run.phases, overlapped=run.facts.overlapped)
+        if d is None:
+            waterfall = figures.placeholder("no steps yet", "MFU waterfall")
+        else:
+            steps = len(d.anatomy.seconds)
+            waterfall = figures.mfu_waterfall(
+                d.mfu.waterfall, d.mfu.mfu, f"MFU waterfall (last quarter of the last {steps} steps)"
+            )
+    else:
+        phases = figures.step_time_compare({r.label: r.phases["step"] for r in runs if not r.phases.empty})
+        waterfall = figures.mfu_compare(
+            {label: (d.mfu.waterfall, d.mfu.mfu) for label, d in analyses.items() if d is not None}
+        )
+    found = []
+    for run in runs:
+        d = analyses[run.label]
+        title = f"{run.label}: last {len(d.anatomy.seconds) if d else 0} steps"
+        found += [html.H4(title), common.findings_list(d.findings if d else [])]
+    whole = []
+    for run in runs:
+        result = run.full_analysis(recompute=full)
+        if result is not None:
+            step, d = result
+            whole += [html.H4(f"{run.label}: whole run as of step {step}"), common.findings_list(d.findings)]
+    return common.notices(runs), headline, phases, waterfall, found, whole
+
+
+@callback(
+    Output("overview-notices", "children"),
+    Output("overview-headline", "children"),
+    Output("overview-phases", "figure"),
+    Output("overview-waterfall", "figure"),
+    Output("overview-findings", "children"),
+    Output("overview-full-findings", "children"),
+    Output("overview-seen", "data"),
+    Input("app-runs", "value"),
+    Input("app-tick", "n_intervals"),
+    Input("overview-full", "n_clicks"),
+    State("overview-seen", "data"),
+)
+def _update(values: object, _tick: int | None, clicks: int | None, seen: list | None) -> tuple:
+    runs = common.select(values)
+    key = common.stamp(runs, clicks)
+    if key == seen:
+        raise PreventUpdate
+    full = dash.ctx.triggered_id == "overview-full"
+    out = common.render_safely(lambda: _render(runs, full), ([], [], *common.failed(2), [], []))
+    return (*out, key)

@@ -1,0 +1,95 @@
+"""Rollout: when trajectories finish, how much the slowest 10% cost, response lengths, engine load.
+
+The finish-time CDF and engine load are for one step (the latest by default); a step older
+than the live window is read from disk only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dash
+from dash import Input, Output, State, callback, dcc, html
+from dash.exceptions import PreventUpdate
+
+from rlscope.dashboards import figures
+from rlscope.dashboards.live import LiveRun
+from rlscope.dashboards.pages import _common as common
+
+__all__ = ["layout"]
+
+
+def layout(**_: object) -> html.Div:
+    return html.Div(
+        [
+            html.Div(id="rollout-notices"),
+            html.Label(
+                [
+                    "Step for the finish-time CDF and engine load: ",
+                    dcc.Input(
+                        id="rollout-step",
+                        type="number",
+                        min=0,
+                        step=1,
+                        debounce=True,
+                        placeholder="latest",
+                        style={"width": "140px"},
+                    ),
+                ],
+                className="rls-control",
+            ),
+            html.Div([common.graph("rollout-cdf"), common.graph("rollout-tail")], className="rls-grid"),
+            html.Div([common.graph("rollout-lengths"), common.graph("rollout-engines")], className="rls-grid"),
+            dcc.Store(id="rollout-seen"),
+        ]
+    )
+
+
+dash.register_page(__name__, path="/rollout", name="Rollout", order=1, title="rlscope · Rollout", layout=layout)
+
+
+def _step(value: object, runs: Sequence[LiveRun]) -> int | None:
+    """The step asked for if it is a whole number, else the latest step of the first run that has one."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        return int(value)
+    return next((r.last_step for r in runs if r.last_step is not None), None)
+
+
+def _render(runs: Sequence[LiveRun], step: int | None) -> tuple:
+    finish, engines = {}, {}
+    if step is not None:
+        for run in runs:
+            traj = run.trajectories(step)
+            done = traj[~traj["aborted"].eq(True)] if "aborted" in traj else traj
+            finish[run.label] = done["finish_time"].dropna().to_numpy(dtype=float)
+            loads = run.engines  # one snapshot: a refresh may replace the attribute meanwhile
+            engines[run.label] = loads[loads.index == step] if not loads.empty else loads
+    return (
+        common.notices(runs),
+        figures.finish_cdf(finish, step),
+        figures.tail_shares({r.label: r.tails["tail_share"] for r in runs if not r.tails.empty}),
+        figures.response_lengths({r.label: r.lengths for r in runs}),
+        figures.engine_load(engines, step),
+    )
+
+
+@callback(
+    Output("rollout-notices", "children"),
+    Output("rollout-cdf", "figure"),
+    Output("rollout-tail", "figure"),
+    Output("rollout-lengths", "figure"),
+    Output("rollout-engines", "figure"),
+    Output("rollout-seen", "data"),
+    Input("app-runs", "value"),
+    Input("app-tick", "n_intervals"),
+    Input("rollout-step", "value"),
+    State("rollout-seen", "data"),
+)
+def _update(values: object, _tick: int | None, step_value: object, seen: list | None) -> tuple:
+    runs = common.select(values)
+    step = _step(step_value, runs)
+    key = common.stamp(runs, step)
+    if key == seen:
+        raise PreventUpdate
+    out = common.render_safely(lambda: _render(runs, step), ([], *common.failed(4)))
+    return (*out, key)

@@ -1,0 +1,93 @@
+"""Serve a live dashboard of run directories at http://HOST:PORT/ until stopped.
+
+usage: rlscope dashboard RUN_DIR [RUN_DIR ...] [--port 8050] [--host 127.0.0.1] [--refresh 5]
+
+Pages: Overview (step time by phase, MFU waterfall, findings), Rollout, Async, Mismatch,
+Rewards, GPU and Advice (topology what-if). Pick one run in the header, or several to
+overlay them; ?runs=0,1 in the address preselects runs by their order on this command line.
+Every refresh reads only the segments added since the last one, so the dashboard can run
+beside a training job for its whole length; a run directory may still be empty.
+Only the directories named here can be shown. Listens on loopback by default: the dashboard
+has no login, so pass --host 0.0.0.0 only on a network you trust.
+Port 0 picks a free port; the address is printed on the first line. Ctrl-C or SIGTERM stops.
+Needs the dashboard extra: pip install 'rlscope[dashboard]'.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+
+from rlscope.cli._args import parser_for
+from rlscope.errors import RLScopeError, RunDirError, UsageError
+from rlscope.trace.store import locate
+
+__all__ = ["main"]
+
+log = logging.getLogger("rlscope")
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _check_run_dir(path: str) -> None:
+    """A run directory must exist (it may still be empty: a run about to start)."""
+    import pyarrow.fs as pafs
+
+    loc = locate(path)
+    try:
+        info = loc.fs.get_file_info(loc.path)
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot access ({exc})") from None
+    if info.type == pafs.FileType.NotFound:
+        raise RunDirError(f"{path}: no such run directory")
+    if info.type != pafs.FileType.Directory:
+        raise RunDirError(f"{path}: is a file, expected a run directory")
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = parser_for("dashboard", __doc__)
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050; 0 picks one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS", help="refresh period (5; 0 = never)")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0-65535, got {args.port}")
+    if args.refresh < 0:
+        raise UsageError(f"--refresh must be >= 0, got {args.refresh}")
+    for run_dir in args.run_dirs:
+        _check_run_dir(run_dir)
+    try:
+        from werkzeug.serving import make_server
+
+        from rlscope.dashboards.app import create_app
+    except ImportError as exc:
+        raise RLScopeError(f"the dashboard needs dash and plotly ({exc}): pip install 'rlscope[dashboard]'") from None
+
+    app = create_app(args.run_dirs, refresh_s=args.refresh)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    try:
+        server = make_server(args.host, args.port, app.server, threaded=True)
+    except OSError as exc:
+        raise RLScopeError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    if args.host not in _LOOPBACK:
+        log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", args.host)
+    print(f"serving http://{host}:{server.server_port}/ for {len(args.run_dirs)} run(s); Ctrl-C stops", flush=True)
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    thread = threading.Thread(target=server.serve_forever, name="rlscope-dashboard", daemon=True)
+    thread.start()
+    try:
+        while not stop.wait(0.5) and thread.is_alive():
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.shutdown()
+        thread.join(5)
+    return 0

@@ -1,0 +1,293 @@
+"""``rlscope dashboard`` served for real and driven by headless Chromium (Playwright).
+
+One server (a subprocess on a free 127.0.0.1 port) shows a run that a Recorder keeps
+growing in a thread, plus three sample traces. Every page must render with no browser
+console error; the growing run must show its new steps after a refresh; the compare view
+must overlay two runs; data strings must stay text. Screenshots go to test-artifacts/dashboard/
+(and, with RLSCOPE_DOCS_SCREENSHOTS=1, the README's two to docs/img/). The HTTP tests need
+no browser and also run where Chromium is missing.
+
+Chromium is Debian's (apt-get install -y --no-install-recommends chromium); Playwright's
+own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlscope import Recorder
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ["healthy-colocated", "agentic-failing-reward", "separated-8b"]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
+PAGES = {"overview": "/", "rollout": "/rollout", "async": "/async", "mismatch": "/mismatch",
+         "rewards": "/rewards", "gpu": "/gpu", "advice": "/advice"}  # fmt: skip
+MARKUP_SOURCE = '<b>bold</b><img src="x" onerror="window.__rlscope_xss=1">'
+STEP_PERIOD_S = 1.0
+MAX_STEPS = 90  # the writer stops by itself even if the test does not stop it
+
+
+def _write_step(rec: Recorder, step: int, rng: np.random.Generator, t0: float) -> None:
+    """One colocated step of a small run: metrics, spans, 64 trajectories, NVML samples, log-prob deltas."""
+    gen, fwd, train = 20.0 + step, 4.0, 8.0
+    start = t0 + (step - 1) * 40.0
+    rec.log_step(
+        step,
+        {
+            "timing_s/gen": gen,
+            "timing_s/old_log_prob": fwd,
+            "timing_s/update_actor": train,
+            "timing_s/step": gen + fwd + train + 1.0,
+            "perf/total_num_tokens": 64 * 1500,
+        },
+    )
+    finish = np.sort(rng.uniform(2.0, gen, 64))
+    rec.log_trajectories(
+        step,
+        [
+            {
+                "traj_id": f"{step}-{i}",
+                "data_source": MARKUP_SOURCE if i % 2 else "math",
+                "response_tokens": int(200 + 20 * f),
+                "prompt_tokens": 300,
+                "finish_time": float(f),
+                "submit_time": 0.0,
+                "engine": f"engine-{i % 4}",
+                "policy_version_start": step - 1 - (i % 2),
+                "trainer_version": step - 1,
+                "aborted": False,
+                "reward": float(i % 3 == 0),
+                "reward_status": "ok",
+            }
+            for i, f in enumerate(finish)
+        ],
+    )
+    t = start
+    for phase, seconds, role in (
+        ("gen", gen, "rollout"),
+        ("old_log_prob", fwd, "trainer"),
+        ("update_actor", train, "trainer"),
+    ):
+        rec.log_span(step, phase, t, t + seconds, role=role, host="node-0")
+        t += seconds
+    rec.log_span(step, "step", start, t, role="trainer", host="node-0")
+    times = np.arange(start, t, 2.0)
+    rec.log_gpu(
+        {
+            "time": float(x),
+            "host": "node-0",
+            "gpu": g,
+            "role": "actor_rollout",
+            "util_pct": 90.0 if x < start + gen else 40.0,
+        }
+        for g in range(2)
+        for x in times
+    )
+    rec.log_logprob_delta(step, rng.normal(0, 1e-3, 4096))
+    rec.flush()
+
+
+@pytest.fixture(scope="module")
+def growing_run(tmp_path_factory) -> Iterator[tuple[Path, threading.Event]]:
+    """A run with 3 steps, then one more every STEP_PERIOD_S seconds until stopped (at most MAX_STEPS)."""
+    path = tmp_path_factory.mktemp("growing") / "growing-run"
+    meta = {"model": {"active_params": 1.5e9}, "gpu": {"type": "H100-SXM-80GB", "count": 8}, "topology": "colocated"}
+    rec = Recorder(path, meta=meta, flush_interval=3600)
+    rng = np.random.default_rng(0)
+    t0 = 1.75e9
+    for step in (1, 2, 3):
+        _write_step(rec, step, rng, t0)
+    stop = threading.Event()
+
+    def grow() -> None:
+        step = 4
+        while step <= MAX_STEPS and not stop.wait(STEP_PERIOD_S):
+            _write_step(rec, step, rng, t0)
+            step += 1
+
+    thread = threading.Thread(target=grow, daemon=True)
+    thread.start()
+    yield path, stop
+    stop.set()
+    thread.join(10)
+    rec.close()
+
+
+@pytest.fixture(scope="module")
+def server(growing_run) -> Iterator[str]:
+    """``rlscope dashboard`` in a subprocess on a free loopback port; yields its base URL."""
+    dirs = [str(growing_run[0]), *(str(ROOT / "sample_traces" / s) for s in SAMPLES)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlscope", "dashboard", *dirs, "--port", "0", "--refresh", "1"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert match, f"no address printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        yield match.group(0)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's chromium: apt-get install -y --no-install-recommends chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"],
+        )  # fmt: skip
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.errors = []  # console errors and uncaught exceptions seen on this page
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    context.close()
+
+
+def _rendered(page, timeout_s: float = 15) -> None:
+    """Wait until the page's graphs are drawn and none still shows the 'loading' placeholder."""
+    page.wait_for_selector(".js-plotly-plot", timeout=timeout_s * 1000)
+    page.wait_for_function(
+        "() => ![...document.querySelectorAll('.annotation-text')].some(e => e.textContent === 'loading')",
+        timeout=timeout_s * 1000,
+    )
+
+
+def _legend(page) -> list[str]:
+    return page.eval_on_selector_all(".legendtext", "els => els.map(e => e.textContent)")
+
+
+def test_every_page_renders_without_console_errors(server, page):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for name, path in PAGES.items():
+        page.goto(f"{server.rstrip('/')}{path}?runs=2")
+        _rendered(page)
+        page.wait_for_timeout(300)
+        body = page.inner_text("body")
+        assert "could not" not in body, f"{name}: {body[:500]}"
+        assert page.locator(".js-plotly-plot").count() >= 1, name
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_growing_run_shows_new_steps_after_a_refresh(server, page):
+    page.goto(server + "?runs=0")
+    _rendered(page)
+    first = int(re.search(r"last (\d+)", page.inner_text(".rls-cards")).group(1))
+    page.wait_for_function(
+        f"() => (/last (\\d+)/.exec(document.querySelector('.rls-cards').innerText) || [0, 0])[1] > {first + 1}",
+        timeout=15000,
+    )
+    later = int(re.search(r"last (\d+)", page.inner_text(".rls-cards")).group(1))
+    bars = page.evaluate(
+        "() => Array.from(document.querySelector('#overview-phases .js-plotly-plot')._fullData[0].x, Number)"
+    )
+    assert later > first + 1 and max(bars) >= later - 1  # the chart grew too (it may lag the headline by a tick)
+    page.screenshot(path=str(ARTIFACTS / "growing-overview.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_data_strings_are_shown_as_text_not_markup(server, page):
+    page.goto(server.rstrip("/") + "/rewards?runs=0")
+    _rendered(page)
+    assert MARKUP_SOURCE in _legend(page)  # the legend shows the tags as typed
+    assert page.evaluate("() => window.__rlscope_xss") is None
+    assert page.locator('img[src="x"]').count() == 0
+    assert page.errors == []
+
+
+def test_compare_view_overlays_two_runs(server, page):
+    page.goto(server + "?runs=1,2")
+    _rendered(page)
+    page.wait_for_function("() => document.querySelectorAll('#overview-phases .legendtext').length >= 2")
+    names = page.eval_on_selector_all("#overview-phases .legendtext", "els => els.map(e => e.textContent)")
+    assert {"healthy-colocated", "agentic-failing-reward"} <= set(names)
+    assert len(page.locator(".rls-cards").all()) == 2
+    page.screenshot(path=str(ARTIFACTS / "compare-overview.png"), full_page=True)
+    if os.environ.get("RLSCOPE_DOCS_SCREENSHOTS"):
+        for name, runs in (("overview", 2), ("gpu", 3)):
+            page.goto(f"{server.rstrip('/')}{PAGES[name]}?runs={runs}")
+            _rendered(page)
+            page.wait_for_timeout(500)
+            page.locator("#react-entry-point").screenshot(path=str(ROOT / "docs" / "img" / f"dashboard-{name}.png"))
+    assert page.errors == []
+
+
+# -- no browser needed ---------------------------------------------------------------------
+
+
+def _post_callback(server: str, output_prefix: str, runs: object) -> int:
+    """POST a page callback as the browser would, with ``runs`` as the run selection; the status code."""
+    with urllib.request.urlopen(server + "_dash-dependencies", timeout=10) as answer:
+        deps = json.load(answer)
+    dep = next(d for d in deps if d["output"].startswith(output_prefix))
+    outputs = [
+        dict(zip(("id", "property"), o.rsplit(".", 1), strict=True)) for o in dep["output"].strip(".").split("...")
+    ]
+    payload = {
+        "output": dep["output"],
+        "outputs": outputs,
+        "inputs": [{**i, "value": runs if i["id"] == "app-runs" else 1} for i in dep["inputs"]],
+        "state": [{**s, "value": None} for s in dep["state"]],
+        "changedPropIds": ["app-runs.value"],
+    }
+    request = urllib.request.Request(
+        server + "_dash-update-component",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return answer.status
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [["/etc"], "/etc/passwd", ["../../etc/passwd"], [str(ROOT / "sample_traces" / "moe-mismatch")], [99], [True]],
+)
+def test_a_request_naming_another_path_is_refused(server, runs):
+    assert _post_callback(server, "..overview-notices", [1]) == 200  # a run on the command line is served
+    assert _post_callback(server, "..overview-notices", runs) == 204  # anything else: refused, nothing read
+
+
+def test_static_routes_do_not_serve_files_outside_the_package(server):
+    for path in ("_dash-component-suites/dash/..%2F..%2F..%2F..%2Fetc%2Fpasswd", "assets/..%2F..%2Fetc%2Fpasswd"):
+        try:
+            with urllib.request.urlopen(server + path, timeout=10) as answer:
+                body = answer.read()
+        except urllib.error.HTTPError as exc:
+            assert exc.code in (400, 403, 404, 500)
+            continue
+        assert b"root:" not in body

@@ -1,0 +1,630 @@
+"""Dashboard figure builders on the sample traces, the live data layer, and the pages served in-process.
+
+Expected values are derived here straight from the run-directory tables (numpy and pandas
+on what ``RunReader`` returns), not from the analyzers the dashboard uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+import pytest
+
+pytest.importorskip("dash")
+pytest.importorskip("plotly")
+
+from rlscope import Recorder, RunReader
+from rlscope.dashboards import figures
+from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
+from rlscope.trace.schema import LOGPROB_BIN_EDGES
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+NAMES = ["healthy-colocated", "async-drift", "agentic-failing-reward", "moe-mismatch", "longtail-8b"]
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, LiveRun]:
+    live = LiveRuns([SAMPLES / n for n in NAMES])
+    for run in live.runs:
+        run.refresh(force=True)
+    return {run.label: run for run in live.runs}
+
+
+def _table(name: str, table: str, columns: list[str], **where) -> pd.DataFrame:
+    reader = RunReader(SAMPLES / name)
+    expr = None
+    for col, value in where.items():
+        cond = pc.field(col) == value
+        expr = cond if expr is None else expr & cond
+    return reader.read(table, columns, filter=expr).to_pandas()
+
+
+def _metric(name: str, key: str) -> pd.Series:
+    steps = _table(name, "steps", ["step", "key", "value"])
+    return steps[steps["key"] == key].set_index("step")["value"].sort_index()
+
+
+def _traces(fig, kind: str | None = None) -> list:
+    return [t for t in fig.data if kind is None or t.type == kind]
+
+
+def _trace(fig, name: str):
+    (trace,) = [t for t in fig.data if t.name == name]
+    return trace
+
+
+def _is_placeholder(fig) -> bool:
+    return not fig.data and len(fig.layout.annotations) == 1
+
+
+# -- overview ------------------------------------------------------------------------------
+
+
+def test_step_phases_stack_the_verl_stage_timers(runs):
+    fig = figures.step_phases(runs["healthy-colocated"].phases)
+    bars = _traces(fig)
+    assert bars and all(t.type == "bar" for t in bars)
+    assert {"gen", "old_log_prob", "ref", "update_actor", "reward"} <= {t.name for t in bars}
+    assert fig.layout.barmode == "stack"
+    assert fig.layout.xaxis.title.text == "step" and fig.layout.yaxis.title.text == "seconds"
+    gen = _metric("healthy-colocated", "timing_s/gen")
+    assert list(_trace(fig, "gen").x) == gen.index.tolist()
+    np.testing.assert_allclose(_trace(fig, "gen").y, gen.to_numpy())
+    # phases + other = the step timer, or the timers' sum where they add up to a little more
+    steps = _table("healthy-colocated", "steps", ["step", "key", "value"])
+    timers = steps[steps["key"].str.startswith("timing_s/")].pivot(index="step", columns="key", values="value")
+    expected = np.maximum(timers["timing_s/step"], timers.drop(columns="timing_s/step").sum(axis=1))
+    stacked = np.sum([np.asarray(t.y, dtype=float) for t in bars], axis=0)
+    np.testing.assert_allclose(stacked, expected.to_numpy(), rtol=1e-9)
+
+
+def test_overlapped_generation_is_a_line_beside_the_step(runs):
+    run = runs["moe-mismatch"]
+    assert run.facts.overlapped
+    fig = figures.step_phases(run.phases, overlapped=True)
+    gen = _trace(fig, "gen (beside the step)")
+    assert gen.type == "scatter" and "gen" not in {t.name for t in fig.data if t.type == "bar"}
+    np.testing.assert_allclose(gen.y, _metric("moe-mismatch", "timing_s/gen").to_numpy())
+
+
+def test_mfu_waterfall_goes_from_peak_to_mfu(runs):
+    d = runs["longtail-8b"].analysis()
+    fig = figures.mfu_waterfall(d.mfu.waterfall, d.mfu.mfu)
+    (w,) = fig.data
+    assert w.type == "waterfall"
+    assert w.x[0] == "peak" and w.x[-1] == "MFU" and list(w.x[1:-1]) == list(d.mfu.waterfall.index)
+    assert w.y[0] == 100 and w.measure[-1] == "total"
+    assert 100 + sum(w.y[1:-1]) == pytest.approx(100 * d.mfu.mfu, abs=1e-6)  # every lost point charged once
+    assert 0.05 < d.mfu.mfu < 0.25  # DOMAIN's 8B ledger: ~13%
+    assert _is_placeholder(figures.mfu_waterfall(pd.Series(dtype=float), math.nan))
+
+
+def test_compare_views_overlay_one_trace_per_run(runs):
+    a, b = runs["healthy-colocated"], runs["agentic-failing-reward"]
+    fig = figures.step_time_compare({a.label: a.phases["step"], b.label: b.phases["step"]})
+    assert [t.name for t in fig.data] == [a.label, b.label]
+    np.testing.assert_allclose(fig.data[1].y, _metric(b.label, "timing_s/step").to_numpy(), rtol=1e-5)  # see above
+    d1, d2 = a.analysis(), b.analysis()
+    fig = figures.mfu_compare({a.label: (d1.mfu.waterfall, d1.mfu.mfu), b.label: (d2.mfu.waterfall, d2.mfu.mfu)})
+    assert [t.name for t in fig.data] == [a.label, b.label] and fig.layout.barmode == "group"
+    assert fig.data[0].y[-1] == pytest.approx(100 * d1.mfu.mfu)
+
+
+# -- rollout -------------------------------------------------------------------------------
+
+
+def _finish(name: str, step: int) -> np.ndarray:
+    traj = _table(name, "trajectories", ["finish_time", "aborted"], step=step)
+    return np.sort(traj.loc[~traj["aborted"].fillna(False), "finish_time"].to_numpy(dtype=float))
+
+
+def test_finish_cdf_of_one_step_marks_t90(runs):
+    run = runs["agentic-failing-reward"]
+    expected = _finish(run.label, 24)
+    traj = run.trajectories(24)
+    fig = figures.finish_cdf({run.label: traj.loc[~traj["aborted"].eq(True), "finish_time"].to_numpy()}, 24)
+    (line,) = fig.data
+    np.testing.assert_allclose(line.x, expected)
+    assert line.y[-1] == 1.0 and line.y[0] == pytest.approx(1 / expected.size)
+    t90 = expected[math.ceil(0.9 * expected.size) - 1]
+    (vline,) = fig.layout.shapes
+    assert vline.x0 == pytest.approx(t90)
+    assert fig.layout.xaxis.title.text == "seconds since the rollout began"
+    assert "step 24" in fig.layout.title.text
+
+
+def test_an_old_step_is_read_from_disk_only_when_asked(tmp_path):
+    path = _small_run(tmp_path / "run", steps=8)
+    run = LiveRun(0, str(path), "run", window=3)
+    run.refresh(force=True)
+    assert sorted(run._traj.index.unique()) == [6, 7, 8]  # raw rows only for the window
+    old = run.trajectories(2)
+    assert len(old) == 16 and set(old["step"]) == {2}
+
+
+def test_tail_share_is_the_slowest_tenth_of_rollout_time(runs):
+    run = runs["healthy-colocated"]
+    fig = figures.tail_shares({run.label: run.tails["tail_share"]})
+    line = _trace(fig, run.label)
+    for step, y in zip(line.x, line.y, strict=True):
+        t = _finish(run.label, int(step))
+        t90 = t[math.ceil(0.9 * t.size) - 1]
+        assert y == pytest.approx((t[-1] - t90) / t[-1])
+    assert fig.layout.yaxis.tickformat == ".0%"
+
+
+def test_response_length_band_is_per_step_quantiles(runs):
+    run = runs["healthy-colocated"]
+    fig = figures.response_lengths({run.label: run.lengths})
+    assert {t.name for t in fig.data} == {"p10", "median", "p90", "max"}
+    traj = _table(run.label, "trajectories", ["step", "response_tokens"])
+    by = traj.groupby("step")["response_tokens"]
+    np.testing.assert_allclose(_trace(fig, "median").y, by.median().to_numpy())
+    np.testing.assert_allclose(_trace(fig, "max").y, by.max().to_numpy())
+    assert _trace(fig, "p10").fill == "tonexty"
+
+
+def test_engine_load_sums_response_tokens_per_engine(runs):
+    run = runs["agentic-failing-reward"]
+    step = 24
+    fig = figures.engine_load({run.label: run.engines[run.engines.index == step]}, step)
+    (bars,) = fig.data
+    traj = _table(run.label, "trajectories", ["engine", "response_tokens"], step=step)
+    expected = traj.groupby("engine")["response_tokens"].sum()
+    assert list(bars.x) == [f"engine-{i}" for i in range(8)]  # engine-10 would sort after engine-9
+    np.testing.assert_allclose(bars.y, expected.loc[list(bars.x)].to_numpy())
+    cv = expected.std(ddof=0) / expected.mean()
+    assert f"CV {cv:.0%}" in fig.layout.title.text
+    assert fig.layout.yaxis.title.text == "response tokens"
+
+
+# -- async ---------------------------------------------------------------------------------
+
+
+def test_idle_ratios_are_verls_fully_async_metrics(runs):
+    run = runs["async-drift"]
+    fig = figures.idle_ratios({run.label: run.idle})
+    assert [t.name for t in fig.data] == ["trainer", "rollouter"]
+    np.testing.assert_allclose(fig.data[0].y, _metric(run.label, "fully_async/trainer/idle_ratio").to_numpy())
+    np.testing.assert_allclose(fig.data[1].y, _metric(run.label, "fully_async/rollouter/idle_ratio").to_numpy())
+    healthy = runs["healthy-colocated"]
+    fig = figures.idle_ratios({healthy.label: healthy.idle})
+    assert _is_placeholder(fig) and "async" in fig.layout.annotations[0].text
+
+
+def _lags(name: str) -> pd.DataFrame:
+    traj = _table(name, "trajectories", ["step", "policy_version_start", "trainer_version", "response_tokens"])
+    return traj.assign(lag=traj["trainer_version"] - traj["policy_version_start"])
+
+
+def test_staleness_distribution_is_the_share_of_samples_per_lag(runs):
+    run = runs["async-drift"]
+    fig = figures.staleness({run.label: run.lags})
+    assert all(t.type == "bar" for t in fig.data) and fig.layout.barmode == "stack"
+    expected = _lags(run.label).groupby("step")["lag"].value_counts(normalize=True).unstack(fill_value=0)
+    for trace in fig.data:
+        lag = int(trace.name.split()[0])
+        np.testing.assert_allclose(trace.y, expected[lag].to_numpy())
+    np.testing.assert_allclose(np.sum([t.y for t in fig.data], axis=0), 1.0)
+
+
+def test_staleness_vs_length_shows_longer_answers_are_staler(runs):
+    run = runs["async-drift"]
+    fig = figures.staleness_vs_length({run.label: run.lag_lengths()})
+    (bars,) = fig.data
+    expected = _lags(run.label).groupby("lag")["response_tokens"].mean()  # 20 steps: all inside the window
+    assert list(bars.x) == expected.index.tolist()
+    np.testing.assert_allclose(bars.y, expected.to_numpy())
+    assert list(bars.y) == sorted(bars.y)  # drop-stale would remove the longest answers
+    assert fig.layout.xaxis.title.text == "policy versions behind"
+
+
+# -- mismatch ------------------------------------------------------------------------------
+
+
+def test_mismatch_heatmap_is_each_steps_histogram_with_the_precision_thresholds(runs):
+    run = runs["moe-mismatch"]
+    fig = figures.mismatch_heatmap(run.logprob, 1e-2)
+    (heat,) = fig.data
+    assert heat.type == "heatmap"
+    rows = _table(run.label, "logprob", ["step", "abs_counts"])
+    counts = rows.groupby("step")["abs_counts"].apply(lambda s: np.sum(np.stack(s.to_numpy()), axis=0))
+    z = np.asarray(heat.z, dtype=float)
+    assert z.shape == (len(LOGPROB_BIN_EDGES) - 1, len(counts))
+    for j, (step, c) in enumerate(counts.items()):
+        assert heat.x[j] == step
+        share = c / c.sum()
+        np.testing.assert_allclose(z[c > 0, j], np.log10(share[c > 0]))
+        assert np.isnan(z[c == 0, j]).all()
+    assert heat.y[1] == pytest.approx(-7 + 0.125)  # bin [1e-7, 10^-6.75): log10 centre
+    lines = {round(s.y0, 6): s.line.dash for s in fig.layout.shapes}
+    assert lines == {-3.0: "dash", -2.0: "solid", 0.0: "dash"}  # fp8 run: its own level solid
+    assert fig.layout.yaxis.title.text == "|Δ log p| per token"
+
+
+def test_mismatch_median_lies_in_the_bin_holding_half_the_tokens(runs):
+    run = runs["healthy-colocated"]
+    fig = figures.mismatch_quantiles({run.label: run.logprob}, 1e-3)
+    p50 = _trace(fig, "p50")
+    rows = _table(run.label, "logprob", ["step", "abs_counts"])
+    for step, y in zip(p50.x, p50.y, strict=True):
+        (c,) = rows.loc[rows["step"] == step, "abs_counts"]
+        i = int(np.searchsorted(np.cumsum(c), c.sum() / 2))
+        assert LOGPROB_BIN_EDGES[i] <= 10**y <= LOGPROB_BIN_EDGES[i + 1]
+    assert 1e-4 < 10 ** np.median(p50.y) < 1e-2  # bf16: ~1e-3
+
+
+# -- rewards -------------------------------------------------------------------------------
+
+
+def _rewards(name: str) -> pd.DataFrame:
+    traj = _table(name, "trajectories", ["step", "data_source", "reward", "reward_status"])
+    return traj.assign(error=traj["reward_status"] != "ok")
+
+
+def test_reward_by_source_is_the_mean_of_scored_rewards(runs):
+    run = runs["agentic-failing-reward"]
+    fig = figures.reward_by_source({run.label: run.reward_steps})
+    assert {t.name for t in fig.data} == {"swe-sandbox", "terminal-hard", "tool-math"}
+    traj = _rewards(run.label)
+    scored = traj[~traj["error"]]
+    for trace in fig.data:
+        expected = scored[scored["data_source"] == trace.name].groupby("step")["reward"].mean()
+        np.testing.assert_allclose(trace.y, expected.loc[list(trace.x)].to_numpy())
+    assert fig.layout.yaxis.title.text == "mean reward (scored samples)"
+
+
+def test_zero_share_and_error_rate_tell_a_failing_service_from_a_hard_source(runs):
+    run = runs["agentic-failing-reward"]
+    fig = figures.zero_vs_error({run.label: run.reward_steps})
+    traj = _rewards(run.label)
+    sandbox = traj[traj["data_source"] == "swe-sandbox"]
+    errors = sandbox.groupby("step")["error"].mean()
+    (err,) = [t for t in fig.data if t.name == "swe-sandbox" and t.yaxis == "y2"]
+    np.testing.assert_allclose(err.y, errors.loc[list(err.x)].to_numpy())
+    failing = {int(s) for s, y in zip(err.x, err.y, strict=True) if y > 0}
+    assert failing == set(range(7, 15))
+    (zeros,) = [t for t in fig.data if t.name == "terminal-hard" and t.yaxis == "y"]
+    hard = traj[(traj["data_source"] == "terminal-hard") & ~traj["error"]]
+    np.testing.assert_allclose(zeros.y, (hard["reward"] == 0).groupby(hard["step"]).mean().to_numpy())
+    assert fig.layout.yaxis.title.text == "zero share" and fig.layout.yaxis2.title.text == "error rate"
+
+
+# -- gpu -----------------------------------------------------------------------------------
+
+
+def test_gpu_timeline_aligns_nvml_samples_with_phase_spans(runs):
+    run = runs["healthy-colocated"]
+    gpu, spans = run.gpu_window(3)
+    fig = figures.gpu_timeline({run.label: (gpu, spans)})
+    lines, bars = _traces(fig, "scatter"), _traces(fig, "bar")
+    all_spans = _table(run.label, "spans", ["step", "phase", "start", "end"])
+    last3 = all_spans[all_spans["step"] >= all_spans["step"].max() - 2]
+    t0, t1 = last3["start"].min(), last3["end"].max()
+    samples = _table(run.label, "gpu", ["time", "host", "gpu", "util_pct"])
+    samples = samples[(samples["time"] >= t0) & (samples["time"] <= t1)].sort_values("time")
+    assert len(lines) == samples.groupby(["host", "gpu"]).ngroups == 3
+    first = samples[(samples["host"] == "node-00") & (samples["gpu"] == 0)]
+    assert lines[0].name == "node-00:0 (actor_rollout)"
+    np.testing.assert_allclose(lines[0].x, first["time"] - t0)
+    np.testing.assert_allclose(lines[0].y, first["util_pct"])
+    assert {t.name for t in bars} == set(last3["phase"]) - {"step"}
+    gen = [t for t in bars if t.name == "gen"]
+    rows = last3[last3["phase"] == "gen"]
+    np.testing.assert_allclose(np.concatenate([t.base for t in gen]).astype(float), rows["start"] - t0)
+    np.testing.assert_allclose(np.concatenate([t.x for t in gen]).astype(float), rows["end"] - rows["start"])
+    assert fig.layout.xaxis2.title.text == "seconds since the window began"
+
+
+# -- advice --------------------------------------------------------------------------------
+
+
+def test_split_curve_and_drift_find_domains_8b_balanced_split(runs):
+    run = runs["longtail-8b"]
+    t = run.analysis().topology
+    fig = figures.split_curve(t.splits, t.n_rollout)
+    names = [tr.name for tr in fig.data]
+    assert {"separated sync", "one step overlap", "async streaming"} <= set(names)
+    assert "best async streaming: 42:22" in names and "best one step overlap: 46:18" in names
+    curve = _trace(fig, "async streaming")
+    assert list(curve.x) == list(range(1, 64))
+    drift = figures.split_drift({run.label: run.splits()})
+    (line,) = drift.data
+    assert list(line.x) == list(range(1, 11)) and all(40 <= y <= 44 for y in line.y)
+    assert drift.layout.yaxis.title.text == "rollout GPUs of the best split"
+
+
+# -- helpers, placeholders, escaping -------------------------------------------------------
+
+
+def test_thin_bounds_the_points_a_refresh_sends():
+    frame = pd.DataFrame({"s": np.arange(5000, dtype=float)}, index=pd.Index(np.arange(1, 5001), name="step"))
+    shown = figures.thin(frame)
+    assert len(shown) <= figures.MAX_POINTS and shown.index[-1] == 5000
+    assert shown["s"].mean() == pytest.approx(frame["s"].mean(), rel=1e-3)
+    assert figures.thin(frame.head(10)) is not None and len(figures.thin(frame.head(10))) == 10
+    fig = figures.step_time_compare({"long": frame["s"]})
+    assert len(fig.data[0].x) <= figures.MAX_POINTS
+
+
+EMPTY = pd.DataFrame()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: figures.step_phases(EMPTY),
+        lambda: figures.step_time_compare({}),
+        lambda: figures.mfu_compare({}),
+        lambda: figures.finish_cdf({"r": np.array([])}, None),
+        lambda: figures.tail_shares({}),
+        lambda: figures.response_lengths({"r": EMPTY}),
+        lambda: figures.engine_load({"r": EMPTY}, 3),
+        lambda: figures.staleness({"r": EMPTY}),
+        lambda: figures.staleness_vs_length({"r": EMPTY}),
+        lambda: figures.mismatch_heatmap(EMPTY),
+        lambda: figures.mismatch_quantiles({"r": EMPTY}),
+        lambda: figures.reward_by_source({"r": EMPTY}),
+        lambda: figures.zero_vs_error({"r": EMPTY}),
+        lambda: figures.gpu_timeline({"r": (EMPTY, EMPTY)}),
+        lambda: figures.split_curve(EMPTY),
+        lambda: figures.split_drift({"r": EMPTY}),
+    ],
+)
+def test_empty_inputs_give_a_placeholder_not_an_error(build):
+    assert _is_placeholder(build())
+
+
+def test_strings_from_the_data_are_escaped():
+    series = pd.Series([1.0, 2.0], index=[1, 2])
+    fig = figures.step_time_compare({"<b>run</b>": series})
+    assert fig.data[0].name == "&lt;b&gt;run&lt;/b&gt;"
+    fig = figures.placeholder("<img src=x onerror=alert(1)>")
+    assert fig.layout.annotations[0].text == "&lt;img src=x onerror=alert(1)&gt;"
+
+
+# -- live data layer -----------------------------------------------------------------------
+
+META = {"model": {"active_params": 1e9}, "gpu": {"type": "H100-SXM-80GB", "count": 4}, "topology": "colocated"}
+
+
+def _log_step(rec: Recorder, step: int) -> None:
+    rec.log_step(step, {"timing_s/gen": 10.0 + step, "timing_s/update_actor": 5.0, "timing_s/step": 16.0 + step})
+    rec.log_trajectories(
+        step,
+        [
+            {
+                "finish_time": float(i + step),
+                "response_tokens": 100 * (i + 1),
+                "engine": f"engine-{i % 2}",
+                "data_source": "math",
+                "reward": float(i % 2),
+                "reward_status": "ok" if i % 5 else "error",
+                "reward_error": None if i % 5 else "TIMEOUT",
+                "policy_version_start": step - 1 - i % 2,
+                "trainer_version": step - 1,
+            }
+            for i in range(16)
+        ],
+    )
+    rec.log_span(step, "gen", 100.0 * step, 100.0 * step + 10, role="rollout")
+    rec.log_gpu([{"time": 100.0 * step + k, "gpu": 0, "role": "rollout", "util_pct": 90.0} for k in range(5)])
+    rec.log_logprob_delta(step, np.full(100, 1e-3 * step))
+
+
+def _small_run(path: Path, steps: int, meta: dict | None = META) -> Path:
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        for step in range(1, steps + 1):
+            _log_step(rec, step)
+            rec.flush()
+    return path
+
+
+AGGREGATES = (
+    "phases",
+    "tails",
+    "lengths",
+    "engines",
+    "balance",
+    "lags",
+    "reward_steps",
+    "reward_errors",
+    "logprob",
+    "step_spans",
+)
+
+
+def test_incremental_refreshes_match_one_full_load(tmp_path):
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run", window=4)
+    rec = Recorder(path, meta=META, flush_interval=3600)
+    try:
+        for step in range(1, 9):
+            _log_step(rec, step)
+            rec.flush()
+            assert live.refresh(force=True)
+            assert live.last_step == step
+    finally:
+        rec.close()
+    fresh = LiveRun(0, str(path), "run", window=4)
+    fresh.refresh(force=True)
+    for name in AGGREGATES:
+        pd.testing.assert_frame_equal(getattr(live, name), getattr(fresh, name), check_dtype=False, obj=name)
+    assert len(live.phases) == 8 and sorted(live._traj.index.unique()) == [5, 6, 7, 8]
+    pd.testing.assert_frame_equal(live.splits(), fresh.splits(), check_dtype=False)
+
+
+def test_a_first_load_in_chunks_of_steps_equals_one_pass(tmp_path, monkeypatch):
+    from rlscope.dashboards import live as live_module
+
+    path = _small_run(tmp_path / "run", steps=6)
+    whole = LiveRun(0, str(path), "run", window=3)
+    whole.refresh(force=True)
+    monkeypatch.setattr(live_module, "_BULK_ROWS", 40)  # ~24 rows per step: chunks of one step
+    assert len(live_module._chunks(pd.Series([24] * 6, index=range(1, 7)))) == 6
+    chunked = LiveRun(0, str(path), "run", window=3)
+    chunked.refresh(force=True)
+    for name in AGGREGATES:
+        pd.testing.assert_frame_equal(getattr(chunked, name), getattr(whole, name), check_dtype=False, obj=name)
+
+
+def test_a_refresh_reads_only_new_segments(tmp_path, monkeypatch):
+    path = tmp_path / "run"
+    rec = Recorder(path, meta=META, flush_interval=3600)
+    try:
+        for step in (1, 2, 3):
+            _log_step(rec, step)
+        rec.flush()
+        live = LiveRun(0, str(path), "run")
+        live.refresh(force=True)
+        returned: list[int] = []
+        reader = live._reader
+        original = reader.read_new
+
+        def spy(table, cursor, columns=None):
+            out = original(table, cursor, columns)
+            returned.append(out.num_rows)
+            return out
+
+        monkeypatch.setattr(reader, "read_new", spy)
+        version = live.version
+        assert not live.refresh(force=True) and live.version == version and sum(returned) == 0
+        _log_step(rec, 4)
+        rec.flush()
+        assert live.refresh(force=True) and live.version == version + 1
+        assert sum(returned) == 3 + 16 + 1 + 5 + 1  # step metrics, trajectories, span, NVML samples, histogram
+    finally:
+        rec.close()
+
+
+def test_early_and_partial_runs_say_what_is_missing(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = LiveRun(0, str(empty), "empty")
+    assert not run.refresh(force=True) and "waiting for data" in run.problem
+    assert run.analysis() is None and run.splits().empty
+    no_meta = _small_run(tmp_path / "no-meta", steps=2, meta=None)
+    (no_meta / "meta.json").unlink()
+    run = LiveRun(1, str(no_meta), "no-meta")
+    assert run.refresh(force=True) and run.meta_missing and run.problem is None
+    assert len(run.phases) == 2 and math.isnan(run.analysis().mfu.mfu)
+    shutil.copy(SAMPLES / "healthy-colocated" / "meta.json", no_meta / "meta.json")
+    run.refresh(force=True)
+    assert not run.meta_missing and run.facts.n_gpus == 8
+    gone = LiveRun(2, str(tmp_path / "not-yet"), "not-yet")
+    assert not gone.refresh(force=True) and "waiting for data" in gone.problem
+
+
+def test_only_listed_runs_can_be_selected():
+    live = LiveRuns([SAMPLES / "healthy-colocated", SAMPLES / "async-drift"])
+    assert [r.label for r in live.resolve([1, 0, 1])] == ["async-drift", "healthy-colocated"]
+    assert live.resolve(0)[0].label == "healthy-colocated"
+    for bad in ("/etc/passwd", ["../async-drift"], [str(SAMPLES / "moe-mismatch")], [2], [-1], [True], [1.0], None):
+        with pytest.raises(UnknownRun):
+            live.resolve(bad)
+
+
+# -- pages served in-process ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    """One app per process (Dash Pages' global callbacks): a sample trace, an empty run and a run without meta."""
+    from rlscope.dashboards.app import create_app
+
+    root = tmp_path_factory.mktemp("apps")
+    (root / "empty").mkdir()
+    no_meta = _small_run(root / "no-meta", steps=3)
+    (no_meta / "meta.json").unlink()
+    app = create_app([SAMPLES / "agentic-failing-reward", root / "empty", no_meta], refresh_s=0)
+    client = app.server.test_client()
+    deps = client.get("/_dash-dependencies").get_json()
+    return client, deps
+
+
+def _post(client, deps, prefix: str, runs: object):
+    dep = next(d for d in deps if d["output"].startswith(prefix))
+    outputs = [
+        dict(zip(("id", "property"), o.rsplit(".", 1), strict=True)) for o in dep["output"].strip(".").split("...")
+    ]
+    payload = {
+        "output": dep["output"],
+        "outputs": outputs,
+        "inputs": [{**i, "value": runs if i["id"] == "app-runs" else None} for i in dep["inputs"]],
+        "state": [{**s, "value": None} for s in dep["state"]],
+        "changedPropIds": ["app-runs.value"],
+    }
+    return client.post("/_dash-update-component", json=payload)
+
+
+PAGE_CALLBACKS = ["..overview-", "..rollout-", "..async-", "..mismatch-", "..rewards-", "..gpu-", "..advice-"]
+
+
+@pytest.mark.parametrize("prefix", PAGE_CALLBACKS)
+def test_every_page_renders_full_early_and_partial_runs(client, prefix):
+    client, deps = client
+    for runs in ([0], [1], [2], [0, 2], []):
+        answer = _post(client, deps, prefix, runs)
+        assert answer.status_code == 200, (prefix, runs)
+        body = answer.get_data(as_text=True)
+        assert "could not" not in body, (prefix, runs)
+        json.loads(body)
+    empty = _post(client, deps, prefix, [1]).get_data(as_text=True)
+    assert "waiting for data" in empty
+
+
+def test_pages_refuse_a_run_that_is_not_on_the_command_line(client):
+    client, deps = client
+    for runs in (["/etc/passwd"], "../../etc", [7], [str(SAMPLES / "moe-mismatch")]):
+        assert _post(client, deps, "..overview-", runs).status_code == 204
+    assert client.get("/rollout").status_code == 200 and client.get("/no-such-page").status_code in (200, 404)
+    for search, expected in (("?runs=2,0", [2, 0]), ("?runs=1,9,../etc,-1", [1])):
+        payload = {
+            "output": "app-runs.value",
+            "outputs": {"id": "app-runs", "property": "value"},
+            "inputs": [{"id": "app-url", "property": "search", "value": search}],
+            "changedPropIds": ["app-url.search"],
+        }
+        answer = client.post("/_dash-update-component", json=payload).get_json()
+        assert answer["response"]["app-runs"]["value"] == expected
+    payload["inputs"][0]["value"] = "?runs=/etc/passwd"
+    assert client.post("/_dash-update-component", json=payload).status_code == 204
+
+
+def test_the_whole_run_is_analysed_only_when_asked(client):
+    client, deps = client
+    dep = next(d for d in deps if d["output"].startswith("..overview-"))
+    outputs = [
+        dict(zip(("id", "property"), o.rsplit(".", 1), strict=True)) for o in dep["output"].strip(".").split("...")
+    ]
+    values = {"app-runs": [0], "overview-full": 1}
+    payload = {
+        "output": dep["output"],
+        "outputs": outputs,
+        "inputs": [{**i, "value": values.get(i["id"])} for i in dep["inputs"]],
+        "state": [{**s, "value": None} for s in dep["state"]],
+        "changedPropIds": ["overview-full.n_clicks"],
+    }
+    assert "whole run as of step" not in _post(client, deps, "..overview-", [0]).get_data(as_text=True)
+    body = client.post("/_dash-update-component", json=payload).get_data(as_text=True)
+    assert "agentic-failing-reward: whole run as of step 24" in body and "reward-source-failing" in body
+
+
+def test_command_line_errors_are_one_line(tmp_path, capsys):
+    from rlscope.cli import main
+
+    assert main(["dashboard", str(tmp_path / "missing")]) == 1
+    assert capsys.readouterr().err.strip() == f"rlscope: {tmp_path / 'missing'}: no such run directory"
+    assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--port", "70000"]) == 2
+    assert "--port must be 0-65535" in capsys.readouterr().err
+    assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--refresh", "-1"]) == 2
+    with pytest.raises(SystemExit) as done:
+        main(["dashboard", "--help"])
+    assert done.value.code == 0 and "rlscope dashboard RUN_DIR" in capsys.readouterr().out
