@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Mapping
 
 from rlscope.collectors.nvml import GpuBackend, NoGpuError, NvmlBackend
-
 from rlscope.trace.recorder import Recorder
 
 __all__ = ["GpuSampler"]

@@ -15,7 +15,6 @@ from typing import Any
 
 from rlscope.collectors.gpu_sampler import GpuSampler
 from rlscope.collectors.nvml import GpuBackend, NvmlBackend
-
 from rlscope.trace.recorder import Recorder
 
 __all__ = ["start_gpu_samplers", "stop_gpu_samplers"]

@@ -13,11 +13,11 @@ import time
 import types
 
 import pytest
-from rlscope.collectors.gpu_sampler import GpuSampler
-from rlscope.collectors.nvml import FakeBackend, NoGpuError, NvmlBackend
 
 from rlscope import Recorder, RunReader
 from rlscope.cli import main
+from rlscope.collectors.gpu_sampler import GpuSampler
+from rlscope.collectors.nvml import FakeBackend, NoGpuError, NvmlBackend
 
 
 def _fake_pynvml(count: int = 2, power_supported: bool = True) -> types.ModuleType:

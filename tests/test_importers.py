@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from rlscope import RunReader
+from rlscope.cli import main as cli
 from rlscope.collectors.importers import (
     StepSink,
     Tail,
@@ -24,9 +27,6 @@ from rlscope.collectors.importers import (
     import_verl_log,
     import_wandb_csv,
 )
-
-from rlscope import RunReader
-from rlscope.cli import main as cli
 
 DATA = Path(__file__).parent / "data" / "logs"
 # shared/ lies beside the repository (its checkout and CI's); RLSCOPE_REAL_LOGS points elsewhere

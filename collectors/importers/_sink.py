@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
 
 from rlscope import __version__
+from rlscope.collectors.importers._source import ImportInputError
+from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
 from rlscope.errors import MetaError, RunDirError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import is_segment_name, locate, new_writer_id, read_meta, write_meta, write_segment
