@@ -3,13 +3,15 @@ turns Ctrl-C into a clean stop."""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import IDLE, Tail, read_lines
+from rlscope.collectors.importers._source import IDLE, Tail, check_text_file, read_lines
 
-__all__ = ["each_source", "parse_number", "run_import", "source_lines"]
+__all__ = ["each_source", "open_text_import", "parse_number", "run_import", "source_lines"]
 
 _WRAPPED = re.compile(r"^(?:np|numpy)\.\w+\((.*)\)$")  # numpy 2 reprs: np.float64(0.5), np.int64(3)
 _BOOLS = {"True": 1.0, "true": 1.0, "False": 0.0, "false": 0.0}
@@ -27,6 +29,22 @@ def parse_number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def open_text_import(
+    sources: Sequence[str | os.PathLike[str]],
+    run_dir: str | os.PathLike[str],
+    importer: str,
+    *,
+    strict: bool,
+    tail: Tail | None,
+    meta: Mapping[str, Any] | None,
+) -> tuple[list[str], Tail, StepSink]:
+    """Check that every source is a readable text file (before anything is written) and open the sink."""
+    paths = [os.fspath(s) for s in sources]
+    for path in paths:
+        check_text_file(path)
+    return paths, tail or Tail(), StepSink(run_dir, importer=importer, sources=paths, strict=strict, meta=meta)
 
 
 def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSummary:

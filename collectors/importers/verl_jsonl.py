@@ -17,9 +17,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlscope.collectors.importers._common import each_source, parse_number, run_import, source_lines
+from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import IDLE, Tail, check_text_file
+from rlscope.collectors.importers._source import IDLE, Tail
 
 __all__ = ["import_verl_jsonl"]
 
@@ -83,11 +83,7 @@ def import_verl_jsonl(
     Several files are read in order as one stream; with ``tail.follow`` the last one is
     followed until ``tail`` says stop or Ctrl-C. ``strict`` stops at the first bad line.
     """
-    paths = [os.fspath(s) for s in sources]
-    for path in paths:
-        check_text_file(path)
-    tail = tail or Tail()
-    sink = StepSink(run_dir, importer="verl-jsonl", sources=paths, strict=strict, meta=meta)
+    paths, tail, sink = open_text_import(sources, run_dir, "verl-jsonl", strict=strict, tail=tail, meta=meta)
 
     def body() -> None:
         for path, name, follow in each_source(paths, tail):

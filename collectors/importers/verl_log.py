@@ -38,9 +38,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlscope.collectors.importers._common import each_source, parse_number, run_import, source_lines
+from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import IDLE, Tail, check_text_file
+from rlscope.collectors.importers._source import IDLE, Tail
 from rlscope.collectors.verl_metrics import is_validation_key
 
 __all__ = ["import_verl_log"]
@@ -375,11 +375,7 @@ def import_verl_log(
     With ``tail.follow`` the last one is followed as it grows until ``tail`` says stop or
     Ctrl-C. ``strict`` stops at the first metric line that cannot be read.
     """
-    paths = [os.fspath(s) for s in sources]
-    for path in paths:
-        check_text_file(path)
-    tail = tail or Tail()
-    sink = StepSink(run_dir, importer="verl-log", sources=paths, strict=strict, meta=meta)
+    paths, tail, sink = open_text_import(sources, run_dir, "verl-log", strict=strict, tail=tail, meta=meta)
 
     def body() -> None:
         parser = _Parser(sink)

@@ -15,9 +15,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from rlscope.collectors.importers._common import each_source, parse_number, run_import, source_lines
+from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import IDLE, ImportInputError, Tail, check_text_file
+from rlscope.collectors.importers._source import IDLE, ImportInputError, Tail
 
 __all__ = ["import_wandb_csv"]
 
@@ -95,11 +95,7 @@ def import_wandb_csv(
     Several files are read in order as one stream; with ``tail.follow`` the last one is
     followed until ``tail`` says stop or Ctrl-C. ``strict`` stops at the first bad row.
     """
-    paths = [os.fspath(s) for s in sources]
-    for path in paths:
-        check_text_file(path)
-    tail = tail or Tail()
-    sink = StepSink(run_dir, importer="wandb-csv", sources=paths, strict=strict, meta=meta)
+    paths, tail, sink = open_text_import(sources, run_dir, "wandb-csv", strict=strict, tail=tail, meta=meta)
 
     def body() -> None:
         for path, name, follow in each_source(paths, tail):
