@@ -22,9 +22,9 @@ functions in each module, so a dashboard or a what-if notebook can call them dir
 
 :func:`analyze_run` runs them all on one read of the run and gathers the findings, most
 severe first (``gpu_idle``, ``mismatch`` and ``rewards`` read their own tables, so they run
-only when the frames came from a reader or a path). Analyzers that lack their evidence (no
-trajectories, no GPU count in ``meta.json``) return empty frames and no findings rather
-than failing.
+only when the frames came from a reader or a path; ``rewards`` then reuses the trajectories
+read for the frames). Analyzers that lack their evidence (no trajectories, no GPU count in
+``meta.json``) return empty frames and no findings rather than failing.
 """
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ def analyze_run(
     tick("read")
     frames = load(run)
     reader = frames.reader
+    # frames read here hold the reward columns too: the rewards analyzer reuses them
+    reward_input = reader if isinstance(run, RunFrames) else frames.trajectories
     r: dict[str, Any] = {}
     # in dependency order: later analyzers reuse the anatomy and long-tail results
     plan: list[tuple[str, Callable[[], Any]]] = [
@@ -142,7 +144,7 @@ def analyze_run(
         ("staleness", lambda: staleness.analyze(frames)),
         ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
         ("mismatch", lambda: mismatch.analyze(reader) if reader else None),
-        ("rewards", lambda: rewards.analyze(reader) if reader else None),
+        ("rewards", lambda: rewards.analyze(reward_input) if reader else None),
     ]
     for name, run_analyzer in plan:
         tick(name)

@@ -2,7 +2,9 @@
 
 ``load(run)`` accepts a ``RunReader``, a run-directory path or ready ``RunFrames`` (tests
 and the facade pass frames so a run is read once). The long ``steps`` table becomes one
-wide row per step; only the trajectory columns the analyzers use are read.
+wide row per step; only the trajectory columns the analyzers use are read, their text
+columns as categoricals. A run has millions of trajectory rows, so the analyzers walk them
+with :func:`group_rows` and :func:`labels` (numpy) rather than pandas groupby.
 """
 
 from __future__ import annotations
@@ -23,12 +25,19 @@ from rlscope.collectors.verl_metrics import canonical_metric
 from rlscope.trace.reader import RunReader
 
 __all__ = [
+    "REWARD_COLUMNS",
     "TOPOLOGIES",
     "TRAJECTORY_COLUMNS",
+    "Groups",
     "RunFacts",
     "RunFrames",
     "Trend",
+    "cells",
+    "group_rows",
+    "kept",
+    "labels",
     "load",
+    "numbers",
     "recent",
     "topology_kind",
     "trend",
@@ -47,6 +56,12 @@ TRAJECTORY_COLUMNS = (
     "trainer_version",
     "aborted",
 )
+
+# read with the trajectory columns when the frames come from a reader, for the rewards analyzer
+REWARD_COLUMNS = ("data_source", "reward", "reward_status", "reward_error")
+
+# text columns that repeat a few values over millions of rows: read dictionary-encoded
+_TEXT_COLUMNS = ("engine", "data_source", "reward_status", "reward_error")
 
 # the topologies the analyzers model, in meta.json's wording normalised by topology_kind()
 TOPOLOGIES = ("colocated", "separated_sync", "one_step_overlap", "async_streaming")
@@ -179,7 +194,11 @@ class RunFacts:
 
 @dataclass
 class RunFrames:
-    """A run as pandas frames: wide ``steps`` (index step), ``trajectories`` and ``meta``."""
+    """A run as pandas frames: wide ``steps`` (index step), ``trajectories`` and ``meta``.
+
+    Read from a run directory, ``trajectories`` holds :data:`TRAJECTORY_COLUMNS` and
+    :data:`REWARD_COLUMNS`, text columns as categoricals.
+    """
 
     steps: pd.DataFrame
     trajectories: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(TRAJECTORY_COLUMNS)))
@@ -193,8 +212,22 @@ class RunFrames:
     @classmethod
     def from_reader(cls, reader: RunReader) -> RunFrames:
         steps = wide_steps(reader.read("steps", ["step", "attempt", "time", "key", "value"]))
-        trajectories = reader.read("trajectories", list(TRAJECTORY_COLUMNS)).to_pandas()
+        trajectories = _read_trajectories(reader)
         return cls(steps, trajectories, dict(reader.meta), reader)
+
+
+def _read_trajectories(reader: RunReader) -> pd.DataFrame:
+    """The trajectory columns as pandas, converted a column at a time with each column's Arrow
+    memory handed back once converted: the Arrow and pandas copies of millions of rows are never
+    both resident. (Only this frame may hold the table, or nothing could be freed.)"""
+    table = reader.read("trajectories", [*TRAJECTORY_COLUMNS, *REWARD_COLUMNS], dictionary=_TEXT_COLUMNS)
+    pool = pa.default_memory_pool()
+    columns = {}
+    for name in table.column_names:
+        columns[name] = table.column(name).to_pandas()
+        table = table.drop_columns([name])
+        pool.release_unused()
+    return pd.DataFrame(columns, copy=False)
 
 
 def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:
@@ -204,6 +237,85 @@ def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:
     if not isinstance(run, RunReader):
         run = RunReader(run)
     return RunFrames.from_reader(run)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Rows grouped by an integer key: ``take(column)`` puts a column in key order, and the
+    rows of ``keys[i]`` are then ``starts[i]:ends[i]``."""
+
+    keys: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    order: np.ndarray | None  # None: the rows were already in key order
+
+    def take(self, column: np.ndarray) -> np.ndarray:
+        return column if self.order is None else column[self.order]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.ends - self.starts
+
+
+def group_rows(keys: np.ndarray) -> Groups:
+    """Group rows by ``keys`` (ascending, stable within a key) without pandas' groupby.
+
+    Trajectories arrive in step order, so the usual cost is one pass that checks it.
+    """
+    keys = np.asarray(keys)
+    order = None
+    if keys.size > 1 and not np.all(keys[1:] >= keys[:-1]):
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], keys.size].astype(np.int64)
+    return Groups(keys[starts], starts, ends, order)
+
+
+def cells(groups: Groups, codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """Per row (in key order), its cell ``group * n_codes + code`` of a (group, code) grid.
+
+    ``codes`` are in the rows' original order. The cells are ``intp``, which ``np.bincount``
+    takes without a converted copy.
+    """
+    index = np.repeat(np.arange(groups.keys.size, dtype=np.intp), groups.sizes) * n_codes
+    index += groups.take(codes)
+    return index
+
+
+def numbers(values: pd.Series) -> np.ndarray:
+    """A numeric column as numpy, without a copy when it can: ints stay ints, a gap is NaN."""
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iuf":
+        return values.to_numpy()
+    return values.to_numpy(dtype=float, na_value=np.nan)
+
+
+def kept(mask: np.ndarray) -> np.ndarray | slice:
+    """``mask`` as an index; ``slice(None)`` when it keeps every row, which indexes without a copy."""
+    return slice(None) if mask.all() else mask
+
+
+def labels(values: pd.Series, missing: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, names)`` of a text column: ``names`` sorted as pandas' groupby sorts them and
+    ``codes`` indexing ``names`` per row; a missing value is -1, or ``missing`` if given.
+
+    A categorical is mapped through its categories, so millions of rows cost one lookup.
+    """
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        raw = values.cat.codes.to_numpy()
+        names = values.cat.categories.to_numpy(dtype=object)
+    else:
+        raw, uniques = pd.factorize(values)
+        names = np.asarray(uniques, dtype=object)
+    if missing is not None and (raw < 0).any():
+        names = np.append(names, missing) if missing not in set(names) else names
+        raw = np.where(raw < 0, list(names).index(missing), raw)
+    order = np.argsort(names, kind="stable")
+    if np.array_equal(order, np.arange(names.size)):
+        return raw, names
+    rank = np.append(np.empty(names.size, dtype=np.int32), np.int32(-1))  # code -1 stays -1
+    rank[order] = np.arange(names.size)
+    return rank[raw], names[order]
 
 
 def recent(frame: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:

@@ -63,9 +63,20 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
 
 
-def _best(row: pd.Series, n: int, topology: str) -> pd.Series:
-    split = best_split(StepModel(row["t_thr_s"], row["t_tail_s"], row["t_train_s"], n), topology)
-    return pd.Series({"best_rollout": split.n_rollout, "best_train": split.n_train, "best_step_s": split.step_s})
+def _best(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:
+    """Each step's best split: ``best_rollout``, ``best_train`` and ``best_step_s`` (all floats)."""
+    splits = [
+        best_split(StepModel(thr, tail, train, n), topology)
+        for thr, tail, train in zip(models["t_thr_s"], models["t_tail_s"], models["t_train_s"], strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "best_rollout": [float(s.n_rollout) for s in splits],
+            "best_train": [float(s.n_train) for s in splits],
+            "best_step_s": [s.step_s for s in splits],
+        },
+        index=models.index,
+    )
 
 
 def analyze(
@@ -84,7 +95,7 @@ def analyze(
     models = per_step_models(frames, anatomy, tails) if n and n > 1 and not anatomy.seconds.empty else pd.DataFrame()
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)
-    per_step = models.join(models.apply(_best, axis=1, n=n, topology=topology))
+    per_step = models.join(_best(models, n, topology))
     first = float(per_step["best_rollout"].iloc[: max(1, len(per_step) // 4)].mean())
     last = float(recent(per_step["best_rollout"]).mean())
     result = DriftResult(topology, per_step, first, last, n)

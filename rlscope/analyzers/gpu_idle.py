@@ -18,6 +18,7 @@ import pandas as pd
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import GPU_IDLE_SHARE_CRITICAL, GPU_IDLE_SHARE_WARN, GPU_IDLE_UTIL_PCT, RECENT_FRACTION
+from rlscope.analyzers._data import labels
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GpuIdleResult", "analyze"]
@@ -38,45 +39,85 @@ class GpuIdleResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _join(gpu: pd.DataFrame, windows: pd.DataFrame, label: str) -> pd.DataFrame:
-    """Samples inside each window [``start``, ``end``), tagged with the window's ``label``.
+def _join(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sample, window)`` index pairs of every sample inside each window [start, end).
 
-    ``gpu`` is sorted by time, so each window is one slice; the slices are gathered with
-    one index array instead of a frame per window (runs have thousands of spans).
+    ``times`` is sorted, so each window is one slice; the slices are gathered with one
+    index array instead of a frame per window (runs have thousands of spans).
     """
-    times = gpu["time"].to_numpy()
-    lo = np.searchsorted(times, windows["start"].to_numpy(), side="left")
-    hi = np.searchsorted(times, windows["end"].to_numpy(), side="left")
+    lo = np.searchsorted(times, starts, side="left")
+    hi = np.searchsorted(times, ends, side="left")
     lengths = np.maximum(hi - lo, 0)
     offsets = np.repeat(np.cumsum(lengths) - lengths, lengths)
     index = np.arange(lengths.sum()) - offsets + np.repeat(lo, lengths)
-    return gpu.iloc[index].assign(**{label: np.repeat(windows[label].to_numpy(), lengths)})
+    return index, np.repeat(np.arange(len(starts)), lengths)
 
 
-def _aggregate(samples: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    g = samples.groupby(keys, sort=True)
-    return pd.DataFrame(
-        {"samples": g.size(), "mean_util_pct": g["util_pct"].mean(), "idle_share": g["idle"].mean()}
-    ).reset_index()
+@dataclass(frozen=True)
+class _Samples:
+    """NVML samples with a utilisation, sorted by time; ``role`` indexes ``roles`` (sorted)."""
+
+    time: np.ndarray
+    util: np.ndarray
+    role: np.ndarray
+    roles: np.ndarray
+
+    def aggregate(self, rows: np.ndarray, key: np.ndarray, keys: np.ndarray, name: str) -> pd.DataFrame:
+        """samples, mean_util_pct and idle_share per (``name``, role) of the sample ``rows``, in
+        the order of a groupby on both; ``key`` indexes ``keys`` per row (-1: row left out)."""
+        kept = key >= 0
+        rows, key = rows[kept], key[kept]
+        n_roles = self.roles.size
+        cell = key * n_roles + self.role[rows]
+        size = keys.size * n_roles
+        count = np.bincount(cell, minlength=size)
+        present = np.flatnonzero(count)
+        util = self.util[rows]
+        samples = count[present]
+        return pd.DataFrame(
+            {
+                name: keys[present // n_roles],
+                "role": self.roles[present % n_roles],
+                "samples": samples,
+                "mean_util_pct": np.bincount(cell, weights=util, minlength=size)[present] / samples,
+                "idle_share": np.bincount(cell[util < GPU_IDLE_UTIL_PCT], minlength=size)[present] / samples,
+            }
+        )
+
+
+def _samples(reader: RunReader) -> _Samples | None:
+    gpu = reader.read("gpu", ["time", "role", "util_pct"], dictionary=["role"])
+    util = gpu.column("util_pct").to_numpy(zero_copy_only=False)
+    keep = ~np.isnan(util)
+    if not keep.any():
+        return None
+    role, roles = labels(gpu.column("role").to_pandas()[keep], missing="unknown")
+    time = gpu.column("time").to_numpy()[keep]
+    order = np.argsort(time, kind="stable")
+    return _Samples(time[order], util[keep][order], role[order], roles)
 
 
 def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     """Idle shares from a run's NVML samples, joined to its phase spans when it has them."""
     reader = run if isinstance(run, RunReader) else RunReader(run)
-    gpu = reader.read("gpu", ["time", "host", "gpu", "role", "util_pct"]).to_pandas()
-    gpu = gpu[gpu["util_pct"].notna()]
-    if gpu.empty:
+    samples = _samples(reader)
+    if samples is None:
         return GpuIdleResult(available=False)
-    gpu = gpu.assign(role=gpu["role"].fillna("unknown"), idle=gpu["util_pct"] < GPU_IDLE_UTIL_PCT)
-    gpu = gpu.sort_values("time", kind="stable").reset_index(drop=True)
-    result = GpuIdleResult(True, _aggregate(gpu, ["role"]).set_index("role"))
+    n = samples.time.size
+    # per role alone: every sample in one window
+    by_role = samples.aggregate(np.arange(n), np.zeros(n, dtype=np.int64), np.zeros(1), "window")
+    result = GpuIdleResult(True, by_role.drop(columns="window").set_index("role"))
 
-    spans = reader.read("spans", ["step", "phase", "start", "end"]).to_pandas().dropna(subset=["start", "end"])
+    spans = reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]).to_pandas()
+    spans = spans.dropna(subset=["start", "end"])
     if spans.empty:
         return result
-    steps = spans.groupby("step").agg(start=("start", "min"), end=("end", "max")).reset_index()
-    result.by_step = _aggregate(_join(gpu, steps, "step"), ["step", "role"])
-    result.by_phase = _aggregate(_join(gpu, spans[["phase", "start", "end"]], "phase"), ["phase", "role"])
+    steps = spans.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    rows, window = _join(samples.time, steps["start"].to_numpy(), steps["end"].to_numpy())
+    result.by_step = samples.aggregate(rows, window, steps.index.to_numpy(), "step")
+    phase, phases = labels(spans["phase"])
+    rows, window = _join(samples.time, spans["start"].to_numpy(), spans["end"].to_numpy())
+    result.by_phase = samples.aggregate(rows, phase[window], phases, "phase")
     result.findings = _findings(result.by_step)
     return result
 

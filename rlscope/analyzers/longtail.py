@@ -31,7 +31,7 @@ import pandas as pd
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
-from rlscope.analyzers._data import RunFrames, Trend, load, recent, trend
+from rlscope.analyzers._data import RunFrames, Trend, group_rows, kept, load, numbers, recent, trend
 from rlscope.trace.reader import RunReader
 
 __all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_split"]
@@ -53,12 +53,21 @@ class TailSplit:
 
 
 def tail_split(finish_times: Iterable[float]) -> TailSplit:
-    """Split one step's trajectory finish times (seconds since rollout start) at t90."""
-    t = np.sort(np.asarray([x for x in finish_times if x is not None], dtype=float))
-    t = t[np.isfinite(t)]
+    """Split one step's trajectory finish times (seconds since rollout start) at t90.
+
+    Missing (None, NaN) and infinite times are left out.
+    """
+    values = finish_times if isinstance(finish_times, (np.ndarray, pd.Series)) else list(finish_times)
+    t = np.asarray(values, dtype=float)  # None reads as NaN
+    return _split(t[np.isfinite(t)])
+
+
+def _split(t: np.ndarray) -> TailSplit:
+    """:func:`tail_split` of finite times."""
     if t.size == 0:
         return TailSplit(math.nan, math.nan, math.nan)
     k = (9 * t.size + 9) // 10  # ceil(0.9 n) in integers: 0.9 * 70 is 63.00000000000001
+    t = np.partition(t, (k - 1, t.size - 1))  # the two order statistics, without a full sort
     t90, last = float(t[k - 1]), float(t[-1])
     return TailSplit(last, t90, last - t90)
 
@@ -93,14 +102,26 @@ class LongTailResult:
 
 
 def _measured(trajectories: pd.DataFrame) -> pd.DataFrame:
-    df = trajectories[trajectories["finish_time"].notna()]
-    if "aborted" in df:
-        df = df[~df["aborted"].eq(True)]
-    rows = {}
-    for step, group in df.groupby("step"):
-        s = tail_split(group["finish_time"])
-        rows[step] = (len(group), s.rollout_s, s.t_thr_s, s.t_tail_s, s.tail_share)
-    return pd.DataFrame.from_dict(rows, orient="index", columns=_COLUMNS).rename_axis("step")
+    finish = numbers(trajectories["finish_time"]).astype(float, copy=False)
+    keep = ~np.isnan(finish)
+    if "aborted" in trajectories:
+        keep &= ~trajectories["aborted"].eq(True).to_numpy(dtype=bool, na_value=False)
+    rows = kept(keep)
+    g = group_rows(trajectories["step"].to_numpy()[rows])
+    finish = g.take(finish[rows])
+    # n counts infinite times too; the split leaves them out
+    split = _split if np.isfinite(finish).all() else tail_split
+    splits = [split(finish[a:b]) for a, b in zip(g.starts, g.ends, strict=True)]
+    return pd.DataFrame(
+        {
+            "n": g.sizes,
+            "rollout_s": np.array([s.rollout_s for s in splits], dtype=float),
+            "t_thr_s": np.array([s.t_thr_s for s in splits], dtype=float),
+            "t_tail_s": np.array([s.t_tail_s for s in splits], dtype=float),
+            "tail_share": np.array([s.tail_share for s in splits], dtype=float),
+        },
+        index=pd.Index(g.keys, name="step"),
+    )
 
 
 def _estimated(steps: pd.DataFrame) -> pd.DataFrame:

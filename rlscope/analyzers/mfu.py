@@ -111,17 +111,22 @@ def waterfall(entries: Iterable[LedgerEntry], budget_gpu_s: float) -> Waterfall:
     GPU-seconds not in any entry go to ``idle_other``. If the entries exceed the budget
     (overlapping timers), the budget grows to their sum so that the points still add up.
     """
-    entries = list(entries)
-    lost = pd.Series(0.0, index=pd.Index(CAUSES, name="cause"))
+    mfu, lost = _charge(list(entries), budget_gpu_s)
+    return Waterfall(mfu, pd.Series(lost, index=pd.Index(CAUSES, name="cause"), dtype=float))
+
+
+def _charge(entries: list[LedgerEntry], budget_gpu_s: float) -> tuple[float, dict[str, float]]:
+    """:func:`waterfall` as plain numbers (MFU, points per cause): it runs once per step."""
     budget = max(budget_gpu_s, sum(e.gpu_s for e in entries))
     if budget <= 0:
-        return Waterfall(math.nan, lost * math.nan)
+        return math.nan, dict.fromkeys(CAUSES, math.nan)
+    lost = dict.fromkeys(CAUSES, 0.0)
     useful = 0.0
     for e in entries:
         lost[e.cause] += 100.0 * (e.gpu_s - e.useful_gpu_s) / budget
         useful += e.useful_gpu_s
     lost["idle_other"] += 100.0 * (budget - sum(e.gpu_s for e in entries)) / budget
-    return Waterfall(useful / budget, lost)
+    return useful / budget, lost
 
 
 def ledger(
@@ -201,17 +206,31 @@ def analyze(
         return empty
     per_token = flops_per_token(facts.active_params, facts.critic_params)
     n_train = facts.train_gpus if facts.is_pooled else facts.n_gpus
+    # plain dicts: one pandas lookup per step and value costs more than the arithmetic
+    seconds = anatomy.seconds.loc[steps].to_dict("index")
+    tokens_at = tokens.to_dict()
+    tails = longtail.per_step["tail_share"].to_dict()
+    rollouts = longtail.per_step["rollout_s"].to_dict()
+    idles = frames.steps[ROLLOUTER_IDLE].to_dict() if ROLLOUTER_IDLE in frames.steps else {}
     rows, ledgers, stage_eta = {}, {}, {}
     for step in steps:
-        sec = anatomy.seconds.loc[step]
-        flops = {s: f * tokens[step] for s, f in per_token.items() if sec.get(s, 0.0) > 0}
-        ledgers[step] = _step_ledger(facts, frames.steps, longtail, step, sec, flops)
-        fall = waterfall(ledgers[step], facts.n_gpus * sec["step"])
+        sec = seconds[step]
+        flops = {s: f * tokens_at[step] for s, f in per_token.items() if sec.get(s, 0.0) > 0}
+        tail = tails.get(step, 0.0)
+        ledgers[step] = _step_ledger(
+            facts,
+            sec,
+            flops,
+            tail=0.0 if math.isnan(tail) else tail,
+            idle=idles.get(step, math.nan),
+            rollout_s=rollouts.get(step, sec["gen"]),
+        )
+        mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
         rows[step] = _efficiencies(ledgers[step]) | {
             "step_s": sec["step"],
-            "tokens": tokens[step],
+            "tokens": tokens_at[step],
             "flops": sum(flops.values()),
-            "mfu": fall.mfu,
+            "mfu": mfu,
         }
         stage_eta[step] = {
             s: flops[s] / (n_train * sec[s] * facts.peak_flops) for s in VERL_MFU_KEYS.values() if s in flops
@@ -229,23 +248,21 @@ def analyze(
 
 def _step_ledger(
     facts: RunFacts,
-    steps: pd.DataFrame,
-    longtail: _longtail.LongTailResult,
-    step: int,
-    sec: pd.Series,
+    sec: Mapping[str, float],
     flops: Mapping[str, float],
+    *,
+    tail: float,
+    idle: float,
+    rollout_s: float,
 ) -> list[LedgerEntry]:
-    tail = longtail.per_step["tail_share"].get(step, 0.0)
-    tail = 0.0 if math.isnan(tail) else tail
+    """One step's ledger: ``tail`` share of generation, verl's rollouter ``idle`` ratio (NaN if
+    unlogged) and the measured ``rollout_s``, which size the rollout pool's busy time when pooled."""
     peak = float(facts.peak_flops or math.nan)
     if not facts.is_pooled:
         n = int(facts.n_gpus or 0)
         return ledger(sec, flops, tail_s=tail * sec["gen"], peak=peak, n_rollout=n, n_train=n)
-    idle = steps[ROLLOUTER_IDLE].get(step, math.nan) if ROLLOUTER_IDLE in steps else math.nan
     if not math.isnan(idle):
         rollout_s = (1 - idle) * sec["step"]
-    else:
-        rollout_s = longtail.per_step["rollout_s"].get(step, sec["gen"])
     tail_s = 0.0 if facts.kind == "async_streaming" else tail * rollout_s
     return ledger(
         sec,

@@ -30,7 +30,7 @@ from rlscope.advice.thresholds import (
     MOE_FLIP_DELTA,
     RECENT_FRACTION,
 )
-from rlscope.analyzers._data import wide_steps
+from rlscope.analyzers._data import group_rows, wide_steps
 from rlscope.trace.reader import RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 
@@ -111,8 +111,9 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> MismatchResult:
 
 
 def _from_histograms(df: pd.DataFrame, precision: str, model_type: str, level: float) -> MismatchResult:
-    counts = df.groupby("step")["abs_counts"].apply(lambda s: np.sum(np.stack(s.to_numpy()), axis=0))
-    hist = pd.DataFrame(np.stack(counts.to_numpy()), index=counts.index)
+    g = group_rows(df["step"].to_numpy())
+    counts = np.add.reduceat(g.take(np.stack(df["abs_counts"].to_numpy())), g.starts, axis=0)
+    hist = pd.DataFrame(counts, index=pd.Index(g.keys, name="step"))
     agg = df.groupby("step").agg(
         n_tokens=("n_tokens", "sum"), abs_max=("abs_max", "max"), is_clipped=("is_clipped", "sum")
     )

@@ -26,6 +26,7 @@ from rlscope.advice.thresholds import (
     REWARD_ZERO_COLLAPSE,
     REWARD_ZERO_RISE_MIN,
 )
+from rlscope.analyzers._data import cells, group_rows, labels
 from rlscope.trace.reader import RunReader
 
 __all__ = ["RewardResult", "analyze"]
@@ -49,42 +50,58 @@ def _frame(run: RunReader | pd.DataFrame | str | os.PathLike[str]) -> pd.DataFra
     if isinstance(run, pd.DataFrame):
         return run
     reader = run if isinstance(run, RunReader) else RunReader(run)
-    return reader.read("trajectories", _COLUMNS).to_pandas()
+    return reader.read(
+        "trajectories", _COLUMNS, dictionary=["data_source", "reward_status", "reward_error"]
+    ).to_pandas()
 
 
 def analyze(run: RunReader | pd.DataFrame | str | os.PathLike[str]) -> RewardResult:
     """Reward by data source from a run (or a trajectories frame with the columns above)."""
     df = _frame(run)
-    if df.empty or (df["reward"].isna().all() and (df["reward_status"].fillna("ok") == "ok").all()):
+    if df.empty:
         return RewardResult(available=False)
-    df = df.assign(
-        source=df["data_source"].fillna(_UNKNOWN_SOURCE).astype(str),
-        error=df["reward_status"].fillna("ok").astype(str).str.lower().ne("ok"),
-    )
-    df["scored"] = ~df["error"] & df["reward"].notna()
-    df["zero"] = df["scored"] & (df["reward"] == 0)
-    grouped = df.groupby(["step", "source"], sort=True)
+    reward = df["reward"].to_numpy(dtype=float, na_value=np.nan)
+    status, status_names = labels(df["reward_status"])  # code -1 (missing) reads as "ok" below
+    said = [*status_names, "ok"]
+    if np.isnan(reward).all() and np.array([name == "ok" for name in said])[status].all():
+        return RewardResult(available=False)
+    error = np.array([str(name).lower() != "ok" for name in said])[status]
+    source, names = labels(df["data_source"], missing=_UNKNOWN_SOURCE)
+    g = group_rows(df["step"].to_numpy())
+    # every row falls in one (step, source) cell and one class of (error, rewarded, zero): one
+    # bincount over cells x classes gives all the counts; empty cells are dropped
+    rated = ~np.isnan(reward)
+    kind = error.astype(np.int8) + 2 * rated.astype(np.int8) + 4 * (reward == 0).astype(np.int8)
+    cell = cells(g, source.astype(np.int32) * 8 + kind, names.size * 8)
+    size = g.keys.size * names.size * 8
+    counts = np.bincount(cell, minlength=size).reshape(-1, 8)
+    totals = np.bincount(cell, weights=g.take(np.where(rated, reward, 0.0)), minlength=size).reshape(-1, 8)
+    n = counts.sum(axis=1)
+    present = np.flatnonzero(n)
+    counts = counts[present]
     by_step = pd.DataFrame(
         {
-            "n": grouped.size(),
-            "errors": grouped["error"].sum(),
-            "scored": grouped["scored"].sum(),
-            "zeros": grouped["zero"].sum(),
-            "reward_sum": grouped["reward"].sum(min_count=1),
+            "step": g.keys[present // names.size],
+            "source": names[present % names.size],
+            "n": n[present],
+            "errors": counts[:, [1, 3, 5, 7]].sum(axis=1),
+            "scored": counts[:, [2, 6]].sum(axis=1),  # rewarded without an error
+            "zeros": counts[:, 6],
+            # pandas' sum(min_count=1): NaN where no reward was given
+            "reward_sum": np.where(counts[:, [2, 3, 6, 7]].sum(axis=1) > 0, totals[present].sum(axis=1), np.nan),
         }
-    ).reset_index()
+    )
     by_step["mean_reward"] = by_step["reward_sum"] / by_step["scored"].replace(0, np.nan)
     by_step["zero_share"] = by_step["zeros"] / by_step["scored"].replace(0, np.nan)
     by_step["error_rate"] = by_step["errors"] / by_step["n"]
 
-    steps = np.sort(df["step"].unique())
-    recent_from = steps[len(steps) - max(1, int(np.ceil(len(steps) * RECENT_FRACTION)))]
+    recent_from = g.keys[len(g.keys) - max(1, int(np.ceil(len(g.keys) * RECENT_FRACTION)))]
     summary = _summary_table(by_step, recent_from)
 
-    err = df[df["error"]]
+    codes = df["reward_error"][error].astype(object).fillna("unknown").astype(str)
+    err = pd.DataFrame({"step": df["step"].to_numpy()[error], "source": names[source[error]], "code": codes.to_numpy()})
     errors = (
-        err.assign(code=err["reward_error"].fillna("unknown").astype(str))
-        .groupby(["source", "code"])
+        err.groupby(["source", "code"])
         .agg(count=("step", "size"), first_step=("step", "min"))
         .reset_index()
         .sort_values(["source", "count"], ascending=[True, False])

@@ -27,7 +27,7 @@ from rlscope.advice.thresholds import (
     STALENESS_DROP_THRESHOLD,
     STALENESS_P90_WARN,
 )
-from rlscope.analyzers._data import RunFrames, load, recent
+from rlscope.analyzers._data import Groups, RunFrames, group_rows, kept, load, numbers, recent
 from rlscope.trace.reader import RunReader
 
 __all__ = ["DropBias", "StalenessResult", "analyze", "drop_length_bias", "expected_staleness"]
@@ -79,8 +79,29 @@ class StalenessResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _quantile(x: pd.Series, q: float) -> float:
-    return float(np.quantile(x.to_numpy(dtype=float), q, method="inverted_cdf"))
+def _quantile(x: pd.Series | np.ndarray, q: float) -> float:
+    return float(np.quantile(np.asarray(x, dtype=float), q, method="inverted_cdf"))
+
+
+def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
+    """n, mean, p50, p90, max and the share over ``threshold`` of each step's lags (in step order, not empty)."""
+    n = g.sizes
+    low, high = np.minimum.reduceat(lag, g.starts), np.maximum.reduceat(lag, g.starts)
+    # a step whose lags are all equal (every sample of a synchronous step) has them as quantiles
+    quantiles = np.repeat(low.astype(float)[:, None], 2, axis=1)
+    for i in np.flatnonzero(low < high):
+        quantiles[i] = np.quantile(lag[g.starts[i] : g.ends[i]].astype(float), (0.5, 0.9), method="inverted_cdf")
+    return pd.DataFrame(
+        {
+            "n": n,
+            "mean": np.add.reduceat(lag, g.starts) / n,
+            "p50": quantiles[:, 0],
+            "p90": quantiles[:, 1],
+            "max": high.astype(float),
+            "over_threshold": np.add.reduceat((lag > threshold).astype(np.int64), g.starts) / n,
+        },
+        index=pd.Index(g.keys, name="step"),
+    )
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str], threshold: int | None = None) -> StalenessResult:
@@ -92,32 +113,34 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str], threshold: int 
     if threshold is None:
         threshold = int(frames.meta.get("max_off_policy_threshold") or STALENESS_DROP_THRESHOLD)
     traj = frames.trajectories
-    df = traj.dropna(subset=["trainer_version", "policy_version_start"]) if not traj.empty else traj
     columns = ["n", "mean", "p50", "p90", "max", "over_threshold"]
-    if df.empty:
+    if traj.empty:
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
-    df = df.assign(lag=(df["trainer_version"] - df["policy_version_start"]).astype(float))
-    per_step = df.groupby("step")["lag"].agg(
-        n="size",
-        mean="mean",
-        p50=lambda x: _quantile(x, 0.5),
-        p90=lambda x: _quantile(x, 0.9),
-        max="max",
-        over_threshold=lambda x: float((x > threshold).mean()),
-    )
-    window = df[df["step"].isin(recent(per_step).index)]
-    sized = window.dropna(subset=["response_tokens"])
+    lag = numbers(traj["trainer_version"]) - numbers(traj["policy_version_start"])  # ints when both are
+    keep = ~np.isnan(lag) if lag.dtype.kind == "f" else np.ones(lag.size, dtype=bool)
+    if not keep.any():
+        return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
+    rows = kept(keep)
+    g = group_rows(traj["step"].to_numpy()[rows])
+    lag = g.take(lag[rows])
+    per_step = _per_step(g, lag, threshold)
+    # the last quarter of steps is the tail of the step-sorted rows
+    first = g.starts[len(per_step) - len(recent(per_step))]
+    window_lag = lag[first:]
+    window_len = g.take(numbers(traj["response_tokens"])[rows])[first:].astype(float)
+    sized = ~np.isnan(window_len)
+    lag_s, len_s = window_lag[sized], window_len[sized]
     corr = math.nan
-    if len(sized) > 2 and sized["lag"].nunique() > 1 and sized["response_tokens"].nunique() > 1:
+    if lag_s.size > 2 and lag_s.min() < lag_s.max() and len_s.min() < len_s.max():  # both vary
         # Spearman = Pearson of average ranks (pandas' method="spearman" would import scipy)
-        corr = float(np.corrcoef(sized["lag"].rank(), sized["response_tokens"].rank())[0, 1])
-    drop = drop_length_bias(sized["lag"], sized["response_tokens"], threshold) if not sized.empty else None
+        corr = float(np.corrcoef(pd.Series(lag_s).rank(), pd.Series(len_s).rank())[0, 1])
+    drop = drop_length_bias(lag_s, len_s, threshold) if lag_s.size else None
     result = StalenessResult(per_step, corr, drop)
-    result.findings.extend(_findings(result, window["lag"]))
+    result.findings.extend(_findings(result, window_lag.astype(float)))
     return result
 
 
-def _findings(r: StalenessResult, lags: pd.Series) -> list[Finding]:
+def _findings(r: StalenessResult, lags: np.ndarray) -> list[Finding]:
     out: list[Finding] = []
     p90 = _quantile(lags, 0.9)
     if p90 > STALENESS_P90_WARN:

@@ -30,7 +30,7 @@ from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
 from rlscope.analyzers import anatomy as _anatomy
-from rlscope.analyzers._data import RunFrames, load, recent
+from rlscope.analyzers._data import RunFrames, cells, group_rows, kept, labels, load, numbers, recent
 from rlscope.trace.reader import RunReader
 
 __all__ = ["EngineBalance", "SyncBalanceResult", "analyze", "engine_balance", "sync_bubble"]
@@ -88,15 +88,24 @@ def _engines(traj: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     if traj.empty or "engine" not in traj or traj["engine"].isna().all():
         return pd.DataFrame(columns=columns), None
     unit = "response_tokens" if traj["response_tokens"].notna().any() else "gen_s"
-    df = traj[traj["engine"].notna()]
-    loads = df.groupby(["step", "engine"])[unit].sum()
-    rows = {}
-    for step, per_engine in loads.groupby(level="step"):
-        b = engine_balance(per_engine.to_numpy())
-        heaviest = per_engine.idxmax()[1]
-        share = per_engine.max() / per_engine.sum() if per_engine.sum() > 0 else math.nan
-        rows[step] = (b.n_engines, b.mean_load, b.max_load, b.cv, b.utilisation, heaviest, share)
-    return pd.DataFrame.from_dict(rows, orient="index", columns=columns).rename_axis("step"), unit
+    engine, names = labels(traj["engine"])
+    rows = kept(engine >= 0)
+    g = group_rows(traj["step"].to_numpy()[rows])
+    # load and row count of every (step, engine) cell; an engine without rows is not in its step
+    cell = cells(g, engine[rows], names.size)
+    load = numbers(traj[unit])[rows]
+    load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load.astype(float)  # a gap adds 0
+    shape = (g.keys.size, names.size)
+    loads = np.bincount(cell, weights=g.take(load), minlength=shape[0] * shape[1]).reshape(shape)
+    present = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
+    per_step = []
+    for per_engine, mine in zip(loads, present, strict=True):
+        x = per_engine[mine]
+        b = engine_balance(x)
+        share = x.max() / x.sum() if x.sum() > 0 else math.nan
+        per_step.append((b.n_engines, b.mean_load, b.max_load, b.cv, b.utilisation, names[mine][x.argmax()], share))
+    frame = pd.DataFrame(per_step, columns=columns, index=pd.Index(g.keys, name="step"))
+    return frame, unit
 
 
 def analyze(

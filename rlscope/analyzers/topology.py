@@ -126,10 +126,17 @@ def split_table(model: StepModel) -> pd.DataFrame:
 
 
 def best_split(model: StepModel, topology: str) -> Split:
-    """The integer split with the shortest predicted step (the fewest rollout GPUs on a tie)."""
-    column = split_table(model)[topology]
-    n_r = int(column.idxmin())
-    return Split(n_r, model.n_gpus - n_r, float(column.loc[n_r]))
+    """The integer split with the shortest predicted step (the fewest rollout GPUs on a tie).
+
+    Walks the splits directly rather than through :func:`split_table`: drift asks once per step.
+    """
+    if topology not in POOLED:
+        raise KeyError(topology)
+    times = [(t, r) for r in range(1, model.n_gpus) if not math.isnan(t := step_time(model, topology, r))]
+    if not times:
+        raise ValueError(f"no split of {model.n_gpus} GPUs has a predicted {topology} step time")
+    step_s, n_r = min(times)
+    return Split(n_r, model.n_gpus - n_r, float(step_s))
 
 
 def balanced_ratio(t_gen_s: float, t_train_s: float) -> float:

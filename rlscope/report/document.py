@@ -32,7 +32,7 @@ def clean(value: Any) -> Any:
         return [clean(v) for v in value]
     if isinstance(value, pd.DataFrame):
         named = value.index.name is not None and value.index.name not in value.columns
-        return clean((value.reset_index() if named else value).to_dict(orient="records"))
+        return _records(value.reset_index() if named else value)
     if isinstance(value, pd.Series):
         return clean(value.to_dict())
     if isinstance(value, (np.bool_, bool)):
@@ -44,6 +44,30 @@ def clean(value: Any) -> Any:
     if value is None or isinstance(value, str):
         return value
     return str(value)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """``clean(frame.to_dict(orient="records"))``, a column at a time: per-step tables of long
+    runs hold hundreds of thousands of values, too many to clean one by one."""
+    keys = [str(k) for k in frame.columns]
+    columns = [_cleaned(frame.iloc[:, i]) for i in range(frame.shape[1])]
+    if not keys:
+        return [{} for _ in range(len(frame))]
+    return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+def _cleaned(column: pd.Series) -> list[Any]:
+    """A column's values as :func:`clean` makes them of ``to_dict(orient="records")``."""
+    kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else None
+    if kind is not None and kind in "iub":
+        return column.to_numpy().tolist()
+    if kind == "f":
+        values = column.to_numpy()
+        out = values.tolist()
+        for i in np.flatnonzero(~np.isfinite(values)):
+            out[i] = None
+        return out
+    return [clean(next(iter(row.values()))) for row in column.to_frame().to_dict(orient="records")]
 
 
 def _num(x: Any) -> float | None:

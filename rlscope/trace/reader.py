@@ -76,6 +76,19 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
     return False
 
 
+def _dictionary_schema(schema: pa.Schema, encoded: set[str]) -> pa.Schema:
+    """``schema`` with the string columns in ``encoded`` typed as dictionaries of strings."""
+    if not encoded:
+        return schema
+    fields = [
+        pa.field(f.name, pa.dictionary(pa.int32(), f.type), f.nullable)
+        if f.name in encoded and pa.types.is_string(f.type)
+        else f
+        for f in schema
+    ]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
 class RunReader:
     """Read the tables of one run directory (a local path or a pyarrow filesystem URI).
 
@@ -184,23 +197,37 @@ class RunReader:
         """Rows in ``table``, from segment footers alone (no data read)."""
         return sum(s.rows for s in self.segments(table))
 
-    def dataset(self, table: str, segments: Sequence[SegmentInfo] | None = None) -> ds.Dataset:
-        """The table (or the given segments of it) as a pyarrow dataset with rlscope's schema."""
+    def dataset(
+        self, table: str, segments: Sequence[SegmentInfo] | None = None, dictionary: Iterable[str] = ()
+    ) -> ds.Dataset:
+        """The table (or the given segments of it) as a pyarrow dataset with rlscope's schema.
+
+        String columns named in ``dictionary`` are read dictionary-encoded.
+        """
         segs = self.segments(table) if segments is None else segments
-        return ds.dataset([s.path for s in segs], schema=TABLES[table], format="parquet", filesystem=self.location.fs)
+        schema = _dictionary_schema(TABLES[table], set(dictionary))
+        encoded = {f.name for f in schema if pa.types.is_dictionary(f.type)}
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=encoded))
+        return ds.dataset([s.path for s in segs], schema=schema, format=fmt, filesystem=self.location.fs)
 
     def read(
         self,
         table: str,
         columns: Iterable[str] | None = None,
         filter: pc.Expression | None = None,
+        dictionary: Iterable[str] = (),
     ) -> pa.Table:
-        """Read ``table`` (only ``columns`` if given); an absent table reads as zero rows."""
+        """Read ``table`` (only ``columns`` if given); an absent table reads as zero rows.
+
+        String columns named in ``dictionary`` come back dictionary-encoded (pandas: categorical),
+        which spares a string per row when a column repeats few values (engine, data source).
+        """
         cols = self._columns(table, columns)
+        encoded = [c for c in self._columns(table, dictionary) if c in cols]
         segs = self.segments(table)
         if not segs:
-            return TABLES[table].empty_table().select(cols)
-        return self.dataset(table, segs).to_table(columns=cols, filter=filter)
+            return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
+        return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
 
     def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
         """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor."""

@@ -23,7 +23,7 @@ import itertools
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -801,36 +801,41 @@ def _trainer_phases(
     return phases
 
 
-def _sync_steps(sc: Scenario, steps: int, seed: int, watch: list[int]) -> list[_StepRecord]:
+def _sync_steps(sc: Scenario, steps: int, seed: int, watch: list[int]) -> Iterator[_StepRecord]:
     """Colocated, separated and one-step-overlap runs: each batch is generated whole.
 
     One-step overlap generates batch k+1 while batch k trains, so a step lasts as long as
-    the slower side; colocated and separated runs do one side after the other.
+    the slower side; colocated and separated runs do one side after the other. Steps are
+    yielded one at a time (with the next batch already generated, which an overlapped step
+    waits for), so a long run never holds more than two batches in flight.
     """
     overlap = sc.topology == "one_step_overlap"
-    batches = [
-        _draw_groups(sc, _rng(seed, _DRAW, k), (k - 1) * sc.batch_size, sc.batch_size, _gen_version(sc, k))
-        for k in range(1, steps + 1)
-    ]
-    flights = [_run_batch(sc, b, sc.n_engines, _gen_version(sc, k), watch) for k, b in enumerate(batches, start=1)]
-    gen_s = [float(np.max(f.finish)) for f in flights]
-    records: list[_StepRecord] = []
+
+    def generate(k: int) -> tuple[_Batch, _Flight]:
+        batch = _draw_groups(sc, _rng(seed, _DRAW, k), (k - 1) * sc.batch_size, sc.batch_size, _gen_version(sc, k))
+        return batch, _run_batch(sc, batch, sc.n_engines, _gen_version(sc, k), watch)
+
     window = origin = EPOCH  # one-step overlap: batch 1 is generated before step 1 opens
-    for k, (batch, flight) in enumerate(zip(batches, flights, strict=True), start=1):
+    upcoming = generate(1)
+    for k in range(1, steps + 1):
+        batch, flight = upcoming
+        upcoming = generate(k + 1) if k < steps else None
+        gen_s = float(np.max(flight.finish))
         forward, train, adv, mfu = _trainer_times(sc, batch, _rng(seed, _TRAIN, k))
         rewards = _rewards(sc, k, batch, _rng(seed, _REWARD, k))
         if overlap:
-            start = max(window, origin + gen_s[k - 1])
+            start = max(window, origin + gen_s)
             phases = {
-                "gen": (origin, origin + gen_s[k - 1]),
+                "gen": (origin, origin + gen_s),
                 **_trainer_phases(sc, start, rewards, forward, adv, train),
             }
-            busy_until = max(phases["update_actor"][1], start + gen_s[k] if k < steps else start)
+            next_gen = start + float(np.max(upcoming[1].finish)) if upcoming is not None else start
+            busy_until = max(phases["update_actor"][1], next_gen)
         else:
             start = origin = window
             phases = {
-                "gen": (origin, origin + gen_s[k - 1]),
-                **_trainer_phases(sc, origin + gen_s[k - 1], rewards, forward, adv, train),
+                "gen": (origin, origin + gen_s),
+                **_trainer_phases(sc, origin + gen_s, rewards, forward, adv, train),
             }
             busy_until = phases["update_actor"][1]
         phases["update_weights"] = (busy_until, busy_until + sc.weight_sync_s)
@@ -843,11 +848,10 @@ def _sync_steps(sc: Scenario, steps: int, seed: int, watch: list[int]) -> list[_
             k, start, end, batch, rewards, flight, np.arange(len(batch)), origin, 0.0, phases, mfu, counterfactual
         )
         if overlap:
-            rec.extra["timing_s/wait_prev_gen"] = max(0.0, origin + gen_s[k - 1] - window)
+            rec.extra["timing_s/wait_prev_gen"] = max(0.0, origin + gen_s - window)
             origin = start  # the next batch is generated during this step
-        records.append(rec)
+        yield rec
         window = end
-    return records
 
 
 def _counterfactual(sc: Scenario, batch: _Batch, version: int) -> tuple[float, float]:
@@ -1050,8 +1054,23 @@ _PHASE_UTIL = {  # NVML utilization of a GPU during a trainer-side stage
 _WEIGHT_SYNC = ("update_weights", "param_sync")
 
 
+@dataclass(frozen=True)
+class _Timeline:
+    """What the GPU samples need of a step once its trajectories are written."""
+
+    step: int
+    end: float
+    phases: dict[str, tuple[float, float]]
+    origin: float
+    watch: dict[int, tuple[list[float], list[float]]]  # the flight's sampled engines (shared when async)
+
+    @classmethod
+    def of(cls, rec: _StepRecord) -> _Timeline:
+        return cls(rec.step, rec.end, rec.phases, rec.origin, rec.flight.cluster.watch)
+
+
 def _gpu_table(
-    sc: Scenario, records: list[_StepRecord], gpus: list[tuple[int, str, int | None]], seed: int
+    sc: Scenario, timelines: list[_Timeline], gpus: list[tuple[int, str, int | None]], seed: int
 ) -> pa.Table:
     """NVML-like samples every 2 s on the sampled GPUs.
 
@@ -1060,10 +1079,10 @@ def _gpu_table(
     middling one, and a GPU waiting for the other side reads ~0.
     """
     rng = _rng(seed, _GPU)
-    end = max(r.end for r in records)
+    end = max(r.end for r in timelines)
     train_mem = min(0.92 * sc.gpu_mem_bytes, 16.0 * sc.model.total_params / sc.train_gpus + 10 * 2**30)
     kv_mem = 0.85 * sc.gpu_mem_bytes
-    flights = {id(r.flight): r for r in records}.values()  # async: one flight for all steps
+    flights = {id(r.watch): r for r in timelines}.values()  # async: one flight for all steps
     parts = []
     for index, role, engine in gpus:
         host, local = _host(index)
@@ -1072,12 +1091,12 @@ def _gpu_table(
         if engine is not None:
             et, eu = [], []
             for r in flights:
-                t, u = r.flight.cluster.watch[engine]
+                t, u = r.watch[engine]
                 et.extend(r.origin + np.asarray(t))
                 eu.extend(u)
             util = np.asarray(eu)[np.clip(np.searchsorted(et, times, side="right") - 1, 0, None)]
         mem = np.full(times.size, kv_mem if role == "rollout" else train_mem)
-        for r in records:
+        for r in timelines:
             for phase, (a, b) in r.phases.items():
                 applies = (
                     role == "actor_rollout"
@@ -1086,7 +1105,8 @@ def _gpu_table(
                 )
                 if not applies:
                     continue
-                inside = (times >= a) & (times < b)
+                # times ascend: the samples in [a, b) are one slice
+                inside = slice(*np.searchsorted(times, (a, b), side="left"))
                 if phase == "gen":
                     mem[inside] = kv_mem
                 else:
@@ -1174,11 +1194,45 @@ def _truth_row(sc: Scenario, rec: _StepRecord, table: pa.Table, staleness: np.nd
     }
 
 
+_CHUNK_STEPS = 100
+"""Steps per written segment: a long run is written as it is simulated, never held whole."""
+
+
+@dataclass
+class _Written:
+    """The trajectory columns the ground truth counts, as they were written (compact)."""
+
+    step: np.ndarray
+    source: np.ndarray  # index into Scenario.sources
+    ok: np.ndarray  # reward_status == "ok"
+    error: np.ndarray  # reward_status == "error"
+    reward: np.ndarray  # NaN where the table has null
+    engine: np.ndarray
+
+    @classmethod
+    def of(cls, rec: _StepRecord) -> _Written:
+        status = np.asarray(rec.rewards.status)
+        return cls(
+            np.full(len(rec.batch), rec.step, dtype=np.int64),
+            rec.batch.source.astype(np.int16),
+            status == "ok",
+            status == "error",
+            np.asarray(rec.rewards.reward, dtype=np.float64),
+            np.array([rec.flight.engine[r] for r in rec.rids], dtype=np.int32),
+        )
+
+    @classmethod
+    def concat(cls, parts: list[_Written]) -> _Written:
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__))
+
+
 def simulate(scenario: str | Scenario, steps: int, out: str | os.PathLike[str], seed: int = 0) -> dict[str, Any]:
     """Write a simulated run of ``steps`` trainer steps to ``out``; return its ``meta.json``.
 
     ``out`` must not exist or be an empty directory, so a run is never mixed into another.
     The ground truth is under ``"ground_truth"`` (``docs/simulator.md`` defines each key).
+    Steps, spans, trajectories and logprob are written a segment per ``_CHUNK_STEPS`` steps
+    as they are simulated, the GPU samples and ``meta.json`` at the end.
     """
     sc = get_scenario(scenario) if isinstance(scenario, str) else scenario
     if steps <= 0:
@@ -1195,13 +1249,36 @@ def simulate(scenario: str | Scenario, steps: int, out: str | os.PathLike[str], 
     gpus = _sampled_gpus(sc)
     watch = sorted({e for _, _, e in gpus if e is not None})
     records = (_async_steps if sc.topology == "async" else _sync_steps)(sc, steps, seed, watch)
+    seq = itertools.count(1)
+
+    def write(name: str, table: pa.Table) -> None:
+        try:
+            write_segment(path, name, table, writer_id="simulator", seq=next(seq))
+        except (OSError, pa.ArrowException) as exc:
+            raise RunDirError(f"{path}: cannot write the run ({exc})") from None
 
     rollout_host = _host(0)[0]
     trainer_host = _host(0 if sc.topology == "colocated" else sc.rollout_gpus)[0]
     steps_rows: dict[str, list[Any]] = {k: [] for k in ("step", "attempt", "time", "key", "value")}
     spans: dict[str, list[Any]] = {k: [] for k in ("step", "phase", "role", "host", "start", "end")}
-    trajectories, logprob_rows, truth = [], [], []
+    trajectories: list[pa.Table] = []
+    logprob_rows: list[dict[str, Any]] = []
+    truth: list[dict[str, float]] = []
+    timelines: list[_Timeline] = []
+    written: list[_Written] = []
     counts = {"stale_groups": 0, "stale_trajs": 0}
+
+    def flush() -> None:
+        """Write the steps simulated since the last flush as one segment per table."""
+        write("steps", pa.table(steps_rows))
+        write("spans", pa.table(spans))
+        write("trajectories", pa.concat_tables(trajectories))
+        write("logprob", pa.Table.from_pylist(logprob_rows, schema=LOGPROB))
+        for column in [*steps_rows.values(), *spans.values()]:
+            column.clear()
+        trajectories.clear()
+        logprob_rows.clear()
+
     for rec in records:
         table = _trajectory_table(sc, rec)
         trajectories.append(table)
@@ -1225,32 +1302,27 @@ def simulate(scenario: str | Scenario, steps: int, out: str | os.PathLike[str], 
             for col, v in zip(spans, (rec.step, phase, role, host, round(a, 3), round(b, 3)), strict=True):
                 spans[col].append(v)
         truth.append(_truth_row(sc, rec, table, staleness))
-
-    meta = _meta(sc, steps, seed, records, truth, pa.concat_tables(trajectories))
-    tables = {
-        "steps": pa.table(steps_rows),
-        "spans": pa.table(spans),
-        "trajectories": pa.concat_tables(trajectories),
-        "gpu": _gpu_table(sc, records, gpus, seed),
-        "logprob": pa.Table.from_pylist(logprob_rows, schema=LOGPROB),
-    }
+        timelines.append(_Timeline.of(rec))
+        written.append(_Written.of(rec))
+        if len(trajectories) == _CHUNK_STEPS:
+            flush()
+    if trajectories:
+        flush()
+    write("gpu", _gpu_table(sc, timelines, gpus, seed))
+    meta = _meta(sc, steps, seed, [t.step for t in timelines], truth, _Written.concat(written))
     try:
         write_meta(path, meta)
-        for seq, (name, table) in enumerate(tables.items(), start=1):
-            write_segment(path, name, table, writer_id="simulator", seq=seq)
-    except (OSError, pa.ArrowException) as exc:
+    except OSError as exc:
         raise RunDirError(f"{path}: cannot write the run ({exc})") from None
     return meta
 
 
-def _faults(sc: Scenario, steps: int, traj: pa.Table) -> list[dict[str, Any]]:
+def _faults(sc: Scenario, steps: int, rows: _Written) -> list[dict[str, Any]]:
     """The injected faults, with what the written tables hold of each."""
-    source = np.asarray(traj.column("data_source").to_pylist())
-    status = np.asarray(traj.column("reward_status").to_pylist())
-    step = traj.column("step").to_numpy()
+    names = [s.name for s in sc.sources]
     out: list[dict[str, Any]] = []
     for f in sc.faults:
-        inside = (source == f.source) & (step >= f.steps[0]) & (step <= f.steps[1])
+        inside = (rows.source == names.index(f.source)) & (rows.step >= f.steps[0]) & (rows.step <= f.steps[1])
         out.append(
             {
                 "kind": "reward_error",
@@ -1259,18 +1331,17 @@ def _faults(sc: Scenario, steps: int, traj: pa.Table) -> list[dict[str, Any]]:
                 "rate": f.rate,
                 "error_codes": [c for c, _ in f.codes],
                 "timeout_s": f.timeout_s,
-                "errors_written": int(np.sum(inside & (status == "error"))),
+                "errors_written": int(np.sum(inside & rows.error)),
             }
         )
     if sc.engine_weights:
         heavy = int(np.argmax(sc.engine_weights))
-        engine = np.asarray(traj.column("engine").to_pylist())
         out.append(
             {
                 "kind": "engine_imbalance",
                 "engine": f"engine-{heavy}",
                 "weight": sc.engine_weights[heavy] / float(np.mean(sc.engine_weights)),
-                "share": round(float(np.mean(engine == f"engine-{heavy}")), 6),
+                "share": round(float(np.mean(rows.engine == heavy)), 6),
                 "fair_share": round(1.0 / len(sc.engine_weights), 6),
             }
         )
@@ -1287,26 +1358,23 @@ def _faults(sc: Scenario, steps: int, traj: pa.Table) -> list[dict[str, Any]]:
     return out
 
 
-def _reward_sources(sc: Scenario, traj: pa.Table) -> dict[str, dict[str, Any]]:
+def _reward_sources(sc: Scenario, rows: _Written) -> dict[str, dict[str, Any]]:
     """Per source: trajectories, errors, legitimate zeros and mean reward as written."""
-    source = np.asarray(traj.column("data_source").to_pylist())
-    status = np.asarray(traj.column("reward_status").to_pylist())
-    reward = traj.column("reward").to_numpy(zero_copy_only=False)
     out = {}
-    for s in sc.sources:
-        mine = source == s.name
-        ok = mine & (status == "ok")
+    for i, s in enumerate(sc.sources):
+        mine = rows.source == i
+        ok = mine & rows.ok
         out[s.name] = {
             "trajectories": int(mine.sum()),
-            "errors": int(np.sum(mine & (status == "error"))),
-            "zero_rewards": int(np.sum(ok & (reward == 0.0))),
-            "mean_reward": round(float(np.mean(reward[ok])), 6) if ok.any() else None,
+            "errors": int(np.sum(mine & rows.error)),
+            "zero_rewards": int(np.sum(ok & (rows.reward == 0.0))),
+            "mean_reward": round(float(np.mean(rows.reward[ok])), 6) if ok.any() else None,
         }
     return out
 
 
 def _meta(
-    sc: Scenario, steps: int, seed: int, records: list[_StepRecord], truth: list[dict[str, float]], traj: pa.Table
+    sc: Scenario, steps: int, seed: int, step_numbers: list[int], truth: list[dict[str, float]], rows: _Written
 ) -> dict[str, Any]:
     n = sc.n_gpus
     per_step = {k: [round(row[k], 6) for row in truth] for k in truth[0]}
@@ -1369,14 +1437,14 @@ def _meta(
         },
         "ground_truth": {
             "conventions": "docs/simulator.md#ground-truth",
-            "steps": [r.step for r in records],
+            "steps": step_numbers,
             "per_step": per_step,
             "mean": {k: round(float(np.mean(v)), 6) for k, v in per_step.items()},
             "balanced_split": {
                 "async": {"first": split(0, False), "last": split(-1, False)},
                 "one_step": {"first": split(0, True), "last": split(-1, True)},
             },
-            "faults": _faults(sc, steps, traj),
-            "reward_sources": _reward_sources(sc, traj),
+            "faults": _faults(sc, steps, rows),
+            "reward_sources": _reward_sources(sc, rows),
         },
     }
