@@ -221,3 +221,19 @@ def test_info_reports_tables_rows_and_steps(tmp_path, capsys):
 def test_every_table_has_a_non_nullable_first_column():
     for name, schema in TABLES.items():
         assert not schema.field(0).nullable, name
+
+
+def test_listing_is_reused_until_the_folder_changes(tmp_path):
+    run = _run(tmp_path, [[0], [1]])
+    folder = os.path.join(run, "steps")
+    old = os.stat(folder).st_mtime_ns - 10**10
+    os.utime(folder, ns=(old, old))  # settled: written 10 s ago
+    reader = RunReader(run)
+    first = reader.segments("steps")
+    assert reader._listings["steps"] == (old, first)
+    assert reader.segments("steps") is first  # nothing changed: the cached listing, no walk
+    write_segment(run, "steps", _steps([2]), writer_id="w", seq=7)  # the rename changes the mtime
+    assert sorted(reader.read("steps").column("step").to_pylist()) == [0, 1, 2]
+    compact_run(run)  # deletes change it too
+    assert RunReader(run).row_count("steps") == reader.row_count("steps") == 3
+    assert len(reader.segments("steps")) == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +36,9 @@ __all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo"]
 log = logging.getLogger("rlscope")
 
 ORIGINS_KEY = b"rlscope.origins"
+# A listing is cached only once its folder's mtime is this old: a second rename within the
+# filesystem's timestamp granularity would otherwise leave the mtime unchanged.
+_MTIME_SETTLE_NS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class RunReader:
         self._check_directory()
         self.meta: dict = read_meta(self.location) if require_meta else {}
         self._segments: dict[str, SegmentInfo | None] = {}
+        self._listings: dict[str, tuple[int, list[SegmentInfo]]] = {}  # table -> (folder mtime, segments)
         self.warnings: list[str] = []
 
     # -- discovery ---------------------------------------------------------------------
@@ -143,11 +148,21 @@ class RunReader:
                 self._segments[folder] = None
                 self._warn(f"{folder}: is a file, expected a folder of segments; table {table} skipped")
             return []
+        # A segment appears or goes only by a rename or delete in its folder, which changes the
+        # folder's mtime: while that is unchanged, the last listing still holds (live refreshes
+        # of a long run then cost one stat, not a walk over thousands of segments).
+        mtime = info.mtime_ns
+        cached = self._listings.get(table)
+        if cached is not None and mtime is not None and cached[0] == mtime:
+            return cached[1]
         entries = loc.fs.get_file_info(pafs.FileSelector(folder))
         names = sorted(e.base_name for e in entries if e.is_file and is_segment_name(e.base_name))
         infos = [s for s in (self._segment(table, folder, n) for n in names) if s is not None]
         replaced = {origin for s in infos for origin, _ in s.origins if origin != s.name}
-        return [s for s in infos if s.name not in replaced]
+        listing = [s for s in infos if s.name not in replaced]
+        if mtime is not None and time.time_ns() - mtime > _MTIME_SETTLE_NS:
+            self._listings[table] = (mtime, listing)
+        return listing
 
     def _segment(self, table: str, folder: str, name: str) -> SegmentInfo | None:
         path = f"{folder}/{name}"
