@@ -21,29 +21,14 @@ import threading
 from collections.abc import Sequence
 
 from rlscope.cli._args import parser_for
-from rlscope.errors import RLScopeError, RunDirError, UsageError
-from rlscope.trace.store import locate
+from rlscope.errors import RLScopeError, UsageError
+from rlscope.trace.store import require_directory
 
 __all__ = ["main"]
 
 log = logging.getLogger("rlscope")
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _check_run_dir(path: str) -> None:
-    """A run directory must exist (it may still be empty: a run about to start)."""
-    import pyarrow.fs as pafs
-
-    loc = locate(path)
-    try:
-        info = loc.fs.get_file_info(loc.path)
-    except OSError as exc:
-        raise RunDirError(f"{path}: cannot access ({exc})") from None
-    if info.type == pafs.FileType.NotFound:
-        raise RunDirError(f"{path}: no such run directory")
-    if info.type != pafs.FileType.Directory:
-        raise RunDirError(f"{path}: is a file, expected a run directory")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -58,7 +43,7 @@ def main(argv: Sequence[str]) -> int:
     if args.refresh < 0:
         raise UsageError(f"--refresh must be >= 0, got {args.refresh}")
     for run_dir in args.run_dirs:
-        _check_run_dir(run_dir)
+        require_directory(run_dir)  # it may still be empty: a run about to start
     try:
         from werkzeug.serving import make_server
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from rlscope.errors import RunDirError
 from rlscope.trace.schema import TABLES
-from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta
+from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta, require_directory
 
 __all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo"]
 
@@ -114,15 +114,7 @@ class RunReader:
     # -- discovery ---------------------------------------------------------------------
 
     def _check_directory(self) -> None:
-        loc = self.location
-        try:
-            info = loc.fs.get_file_info(loc.path)
-        except OSError as exc:
-            raise RunDirError(f"{loc.path}: cannot access ({exc})") from None
-        if info.type == pafs.FileType.NotFound:
-            raise RunDirError(f"{loc.path}: no such run directory")
-        if info.type != pafs.FileType.Directory:
-            raise RunDirError(f"{loc.path}: is a file, expected a run directory")
+        loc = require_directory(self.location)
         try:
             entries = loc.fs.get_file_info(pafs.FileSelector(loc.path))
         except OSError as exc:

@@ -31,6 +31,7 @@ __all__ = [
     "locate",
     "new_writer_id",
     "read_meta",
+    "require_directory",
     "segment_name",
     "tmp_path_for",
     "write_meta",
@@ -72,6 +73,20 @@ def locate(run_dir: str | os.PathLike[str] | RunLocation) -> RunLocation:
             raise RunDirError(f"{text}: cannot open this filesystem URI ({exc})") from None
         return RunLocation(fs, path.rstrip("/") or "/")
     return RunLocation(pafs.LocalFileSystem(), os.path.abspath(text))
+
+
+def require_directory(run_dir: str | os.PathLike[str] | RunLocation) -> RunLocation:
+    """The run directory's location; ``RunDirError`` if it is missing, unreachable or a file."""
+    loc = locate(run_dir)
+    try:
+        info = loc.fs.get_file_info(loc.path)
+    except OSError as exc:
+        raise RunDirError(f"{loc.path}: cannot access ({exc})") from None
+    if info.type == pafs.FileType.NotFound:
+        raise RunDirError(f"{loc.path}: no such run directory")
+    if info.type != pafs.FileType.Directory:
+        raise RunDirError(f"{loc.path}: is a file, expected a run directory")
+    return loc
 
 
 def new_writer_id() -> str:
