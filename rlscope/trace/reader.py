@@ -237,20 +237,34 @@ class RunReader:
         return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
 
     def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
-        """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor."""
+        """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor.
+
+        Segments none of whose rows were seen are read together in one scan (a first read
+        of a long run is one dataset, not one per segment); a compacted segment that holds
+        some seen rows is read alone and sliced.
+        """
         cols = self._columns(table, columns)
         seen = cursor.seen_in(table)
-        parts: list[pa.Table] = []
+        whole: list[SegmentInfo] = []
+        partial: list[SegmentInfo] = []
         for seg in self.segments(table):
             if seg.name in seen or all(o in seen for o, _ in seg.origins):
                 seen.add(seg.name)
-                continue
+            elif any(o in seen for o, _ in seg.origins):
+                partial.append(seg)
+            else:
+                whole.append(seg)
+        parts: list[pa.Table] = []
+        if whole:
+            parts.append(self.dataset(table, whole).to_table(columns=cols))
+        for seg in partial:
             data = self.dataset(table, [seg]).to_table(columns=cols)
             offset = 0
             for origin, rows in seg.origins:
                 if origin not in seen:
                     parts.append(data.slice(offset, rows))
                 offset += rows
+        for seg in whole + partial:
             seen.add(seg.name)
             seen.update(o for o, _ in seg.origins)
         if not parts:
