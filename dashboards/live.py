@@ -35,7 +35,7 @@ from rlscope.analyzers._data import TRAJECTORY_COLUMNS, wide_steps
 from rlscope.analyzers.sync_balance import engine_balance
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
 from rlscope.errors import MetaError, RLScopeError
-from rlscope.trace.reader import Cursor, RunReader
+from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
 from rlscope.trace.store import read_meta
 
@@ -107,12 +107,18 @@ class _WindowReader(RunReader):
         self.warnings: list[str] = []
         self._tables = tables
 
+    def segments(self, table: str) -> list[SegmentInfo]:
+        """The window's table as one segment in memory (``read`` ignores which segments it is given)."""
+        data = self._tables.get(table)
+        return [SegmentInfo(table, "", data.num_rows, ())] if data is not None and data.num_rows else []
+
     def read(
         self,
         table: str,
         columns: Iterable[str] | None = None,
         filter: pc.Expression | None = None,
         dictionary: Iterable[str] = (),
+        segments: Sequence[SegmentInfo] | None = None,
     ) -> pa.Table:
         cols = self._columns(table, columns)
         data = self._tables.get(table)

@@ -22,8 +22,9 @@ functions in each module, so a dashboard or a what-if notebook can call them dir
 
 :func:`analyze_run` runs them all on one read of the run and gathers the findings, most
 severe first (``gpu_idle``, ``mismatch`` and ``rewards`` read their own tables, so they run
-only when the frames came from a reader or a path; ``rewards`` then reuses the trajectories
-read for the frames). Analyzers that lack their evidence (no trajectories, no GPU count in
+only when the frames came from a reader or a path; ``rewards`` then reuses the trajectory
+columns read for the frames, which are decoded in the background while the analyzers that
+need none of them run). Analyzers that lack their evidence (no trajectories, no GPU count in
 ``meta.json``) return empty frames and no findings rather than failing.
 """
 
@@ -105,6 +106,8 @@ class Diagnosis:
 
 STAGES = (
     "read",
+    "gpu_idle",
+    "mismatch",
     "anatomy",
     "longtail",
     "mfu",
@@ -112,9 +115,23 @@ STAGES = (
     "drift",
     "sync_balance",
     "staleness",
-    "gpu_idle",
-    "mismatch",
     "rewards",
+)
+
+# the trajectory columns the analyzers read from every run, in the order they first need them
+# (a fallback such as gen_s is read only when its column is empty)
+_TRAJECTORY_READS = (
+    "step",
+    "finish_time",
+    "aborted",
+    "engine",
+    "response_tokens",
+    "trainer_version",
+    "policy_version_start",
+    "data_source",
+    "reward",
+    "reward_status",
+    "reward_error",
 )
 
 
@@ -129,12 +146,18 @@ def analyze_run(
     tick = on_stage or (lambda _name: None)
     tick("read")
     frames = load(run)
+    # read from a run directory, the trajectories are decoded in the background while the
+    # analyzers that need none of them (GPU idle, mismatch, the step anatomy) run
+    frames.trajectories.prefetch(_TRAJECTORY_READS)
     reader = frames.reader
     # frames read here hold the reward columns too: the rewards analyzer reuses them
     reward_input = reader if isinstance(run, RunFrames) else frames.trajectories
     r: dict[str, Any] = {}
-    # in dependency order: later analyzers reuse the anatomy and long-tail results
+    # in dependency order (later analyzers reuse the anatomy and long-tail results), those
+    # that read no trajectories first
     plan: list[tuple[str, Callable[[], Any]]] = [
+        ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
+        ("mismatch", lambda: mismatch.analyze(reader) if reader else None),
         ("anatomy", lambda: anatomy.analyze(frames)),
         ("longtail", lambda: longtail.analyze(frames)),
         ("mfu", lambda: mfu.analyze(frames, r["anatomy"], r["longtail"])),
@@ -142,8 +165,6 @@ def analyze_run(
         ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"])),
         ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
         ("staleness", lambda: staleness.analyze(frames)),
-        ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
-        ("mismatch", lambda: mismatch.analyze(reader) if reader else None),
         ("rewards", lambda: rewards.analyze(reward_input) if reader else None),
     ]
     for name, run_analyzer in plan:

@@ -1,43 +1,47 @@
-"""Shared inputs of the analyzers: a run's tables as pandas frames, its facts, and trends.
+"""Shared inputs of the analyzers: a run's steps and trajectories, its facts, and trends.
 
 ``load(run)`` accepts a ``RunReader``, a run-directory path or ready ``RunFrames`` (tests
 and the facade pass frames so a run is read once). The long ``steps`` table becomes one
-wide row per step; only the trajectory columns the analyzers use are read, their text
-columns as categoricals. A run has millions of trajectory rows, so the analyzers walk them
-with :func:`group_rows` and :func:`labels` (numpy) rather than pandas groupby.
+wide pandas row per step. A run has millions of trajectory rows, so they stay numpy
+columns (:class:`Trajectories`, each read on first use, text as dictionary codes) that the
+analyzers walk with :func:`group_rows` and :func:`cells` rather than pandas groupby.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import peak_flops
 from rlscope.collectors.verl_metrics import canonical_metric
+from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
+from rlscope.trace.schema import TABLES
 
 __all__ = [
-    "REWARD_COLUMNS",
     "TOPOLOGIES",
     "TRAJECTORY_COLUMNS",
     "Groups",
     "RunFacts",
     "RunFrames",
+    "Trajectories",
     "Trend",
     "cells",
     "group_rows",
     "kept",
     "labels",
     "load",
-    "numbers",
     "recent",
     "topology_kind",
     "trend",
@@ -56,12 +60,6 @@ TRAJECTORY_COLUMNS = (
     "trainer_version",
     "aborted",
 )
-
-# read with the trajectory columns when the frames come from a reader, for the rewards analyzer
-REWARD_COLUMNS = ("data_source", "reward", "reward_status", "reward_error")
-
-# text columns that repeat a few values over millions of rows: read dictionary-encoded
-_TEXT_COLUMNS = ("engine", "data_source", "reward_status", "reward_error")
 
 # the topologies the analyzers model, in meta.json's wording normalised by topology_kind()
 TOPOLOGIES = ("colocated", "separated_sync", "one_step_overlap", "async_streaming")
@@ -192,18 +190,202 @@ class RunFacts:
         return self.kind in ("one_step_overlap", "async_streaming")
 
 
+class Trajectories:
+    """The trajectory table as numpy columns, each read when an analyzer first asks for it.
+
+    A run has millions of trajectory rows: a column nobody asks for (a fallback such as
+    ``gen_s`` when ``response_tokens`` is logged) is never read, and nothing is converted to
+    pandas. Built from a reader (over the segments listed when built, so a segment landing
+    meanwhile cannot misalign the columns), an Arrow table or a pandas frame. A column the
+    source lacks reads as all missing, as a column of a run that never logged it does.
+    """
+
+    def __init__(self, source: RunReader | pa.Table | pd.DataFrame | None = None):
+        self._reader: RunReader | None = None
+        self._frame: pa.Table | pd.DataFrame | None = None
+        self._cache: dict[tuple[str, Any], Any] = {}
+        self._pending: dict[str, Future[pa.ChunkedArray]] = {}
+        if isinstance(source, RunReader):
+            self._reader = source
+            self._segments = source.segments("trajectories")
+            self._rows = sum(s.rows for s in self._segments)
+            self._names = frozenset(TABLES["trajectories"].names)
+        else:
+            self._frame = pa.table({}) if source is None else source
+            self._rows = self._frame.num_rows if isinstance(self._frame, pa.Table) else len(self._frame)
+            names = self._frame.column_names if isinstance(self._frame, pa.Table) else self._frame.columns
+            self._names = frozenset(str(c) for c in names) if self._rows else frozenset()
+
+    def __len__(self) -> int:
+        return self._rows
+
+    @property
+    def empty(self) -> bool:
+        return self._rows == 0
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Start reading these columns from the run in the background, so that their decoding
+        overlaps the analyzers that need no trajectories (text columns are named as for
+        :meth:`labels`, the others as for :meth:`numbers` or :meth:`flags`)."""
+        if self._reader is None:
+            return
+        pool = ThreadPoolExecutor(1, thread_name_prefix="rlscope-prefetch")
+        for name in names:
+            if name in self._names and name not in self._pending:
+                self._pending[name] = pool.submit(self._read, name, text=_is_text(name))
+        pool.shutdown(wait=False)
+
+    def _read(self, name: str, *, text: bool) -> pa.ChunkedArray:
+        assert self._reader is not None
+        dictionary = [name] if text else []
+        column = self._reader.read("trajectories", [name], dictionary=dictionary, segments=self._segments).column(0)
+        # numbers become one buffer that numpy views; dictionary chunks are unified by labels()
+        return column if text or column.num_chunks == 1 else pa.chunked_array([column.combine_chunks()])
+
+    def _arrow(self, name: str, *, text: bool = False) -> pa.ChunkedArray | None:
+        """The column as Arrow (text dictionary-encoded), or None when the source lacks it."""
+        if name not in self._names:
+            return None
+        if self._reader is not None:
+            pending = self._pending.pop(name, None)
+            column = pending.result() if pending is not None else self._read(name, text=text)
+        elif isinstance(self._frame, pa.Table):
+            column = self._frame.column(name)
+        else:
+            column = pa.chunked_array([pa.array(self._frame[name], from_pandas=True)])
+        if len(column) != self._rows:
+            raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {self._rows}")
+        return column
+
+    def _cached(self, kind: str, name: str, arg: Any, make: Callable[[], Any]) -> Any:
+        key = (kind + ":" + name, arg)
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def numbers(self, name: str) -> np.ndarray:
+        """A numeric column: ints (and bools) stay as they are when none is missing, else float with NaN."""
+        return self._cached("numbers", name, None, lambda: _numbers(self._arrow(name), self._rows))
+
+    def flags(self, name: str) -> np.ndarray:
+        """A boolean column; a missing value is False."""
+
+        def make() -> np.ndarray:
+            column = self._arrow(name)
+            if column is None or pa.types.is_null(column.type):
+                return np.zeros(self._rows, dtype=bool)
+            return pc.fill_null(column.cast(pa.bool_()), False).to_numpy()
+
+        return self._cached("flags", name, None, make)
+
+    def has(self, name: str) -> bool:
+        """Whether the column holds at least one value."""
+        if self.empty or name not in self._names:
+            return False
+        key = ("has", name)
+        if key not in self._cache:
+            if self._reader is None:
+                column = self._arrow(name)
+                self._cache[key] = column is not None and column.null_count < len(column)
+            elif _is_text(name):
+                self._cache[key] = bool((self.labels(name)[0] >= 0).any())  # the read labels() reuses
+            else:
+                values = self.numbers(name)
+                self._cache[key] = bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())
+        return self._cache[key]
+
+    def step_groups(self, rows: np.ndarray | slice = slice(None)) -> Groups:
+        """The rows ``rows`` selects grouped by step; the grouping of all rows is shared."""
+        if isinstance(rows, slice) and rows == slice(None):
+            return self._cached("groups", "step", None, lambda: group_rows(self.numbers("step")))
+        return group_rows(self.numbers("step")[rows])
+
+    def labels(self, name: str, missing: str | None = None, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, names)`` of a text column, as :func:`labels` gives them."""
+        return self._cached(
+            "labels",
+            name,
+            (missing, ordered),
+            lambda: labels(self._arrow(name, text=True), missing, self._rows, ordered),
+        )
+
+
+def _is_text(name: str) -> bool:
+    """Whether a trajectory column holds text (read dictionary-encoded, as labels)."""
+    return pa.types.is_string(TABLES["trajectories"].field(name).type)
+
+
+def _numbers(column: pa.ChunkedArray | None, rows: int) -> np.ndarray:
+    if column is None or pa.types.is_null(column.type):
+        return np.full(rows, np.nan)
+    numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
+    if not numeric or column.null_count:
+        column = column.cast(pa.float64())  # a gap becomes NaN
+    # one Arrow buffer viewed by numpy: ChunkedArray.to_numpy() would copy it a chunk at a time
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return array.to_numpy(zero_copy_only=False)
+
+
+def labels(
+    column: pa.ChunkedArray | pa.Array | None, missing: str | None = None, rows: int = 0, ordered: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, names)`` of an Arrow text column (plain or dictionary-encoded): ``codes``
+    index ``names`` per row; a missing value is -1, or the code of ``missing`` if given.
+    ``None`` stands for ``rows`` missing values.
+
+    Dictionary chunks are unified and their indices used as codes, so millions of rows cost
+    no string comparisons. ``names`` are sorted as pandas' groupby sorts them, unless not
+    ``ordered``: then they keep the dictionary's order, which spares re-coding every row
+    when the caller sorts its few aggregated cells instead.
+    """
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column])
+    if column is None or pa.types.is_null(column.type):
+        rows = rows if column is None else len(column)
+        raw, names = np.full(rows, -1, dtype=np.int32), np.array([], dtype=object)
+    else:
+        if not pa.types.is_dictionary(column.type):
+            column = pc.dictionary_encode(column.cast(pa.string()))
+        column = column.unify_dictionaries()
+        chunks = column.chunks
+        names = (chunks[0].dictionary if chunks else pa.array([], pa.string())).to_numpy(zero_copy_only=False)
+        names = names.astype(object)
+        indices = [c.indices.cast(pa.int32()) for c in chunks]
+        raw = np.concatenate(
+            [(pc.fill_null(i, -1) if i.null_count else i).to_numpy() for i in indices] or [np.zeros(0, np.int32)]
+        )
+    if missing is not None and (raw < 0).any():
+        names = np.append(names, missing) if missing not in set(names) else names
+        raw = np.where(raw < 0, list(names).index(missing), raw)
+    return _sorted_codes(raw, names) if ordered else (raw, names)
+
+
+def _sorted_codes(raw: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and names re-coded so ``names`` are sorted (as pandas' groupby sorts them)."""
+    order = np.argsort(names, kind="stable")
+    if np.array_equal(order, np.arange(names.size)):
+        return raw, names
+    rank = np.append(np.empty(names.size, dtype=np.int32), np.int32(-1))  # code -1 stays -1
+    rank[order] = np.arange(names.size)
+    return rank[raw], names[order]
+
+
 @dataclass
 class RunFrames:
-    """A run as pandas frames: wide ``steps`` (index step), ``trajectories`` and ``meta``.
+    """A run for the analyzers: wide ``steps`` (pandas, index step), ``trajectories`` and ``meta``.
 
-    Read from a run directory, ``trajectories`` holds :data:`TRAJECTORY_COLUMNS` and
-    :data:`REWARD_COLUMNS`, text columns as categoricals.
+    ``trajectories`` may be given as a pandas frame or an Arrow table; it is kept as
+    :class:`Trajectories`. Read from a run directory, its columns are read on first use.
     """
 
     steps: pd.DataFrame
-    trajectories: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(TRAJECTORY_COLUMNS)))
+    trajectories: Trajectories | pd.DataFrame | pa.Table = field(default_factory=Trajectories)
     meta: dict[str, Any] = field(default_factory=dict)
     reader: RunReader | None = None  # for analyzers that read other tables (gpu, spans, logprob)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trajectories, Trajectories):
+            self.trajectories = Trajectories(self.trajectories)
 
     @property
     def facts(self) -> RunFacts:
@@ -212,22 +394,7 @@ class RunFrames:
     @classmethod
     def from_reader(cls, reader: RunReader) -> RunFrames:
         steps = wide_steps(reader.read("steps", ["step", "attempt", "time", "key", "value"]))
-        trajectories = _read_trajectories(reader)
-        return cls(steps, trajectories, dict(reader.meta), reader)
-
-
-def _read_trajectories(reader: RunReader) -> pd.DataFrame:
-    """The trajectory columns as pandas, converted a column at a time with each column's Arrow
-    memory handed back once converted: the Arrow and pandas copies of millions of rows are never
-    both resident. (Only this frame may hold the table, or nothing could be freed.)"""
-    table = reader.read("trajectories", [*TRAJECTORY_COLUMNS, *REWARD_COLUMNS], dictionary=_TEXT_COLUMNS)
-    pool = pa.default_memory_pool()
-    columns = {}
-    for name in table.column_names:
-        columns[name] = table.column(name).to_pandas()
-        table = table.drop_columns([name])
-        pool.release_unused()
-    return pd.DataFrame(columns, copy=False)
+        return cls(steps, Trajectories(reader), dict(reader.meta), reader)
 
 
 def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:
@@ -256,6 +423,26 @@ class Groups:
     def sizes(self) -> np.ndarray:
         return self.ends - self.starts
 
+    @functools.cached_property
+    def ids(self) -> np.ndarray:
+        """Per row in key order, the index of its group."""
+        return segment_ids(self.sizes)
+
+
+def segment_ids(sizes: np.ndarray) -> np.ndarray:
+    """``np.repeat(np.arange(len(sizes)), sizes)``: a running count of group starts, which
+    costs one pass where ``np.repeat`` copies element by element."""
+    sizes = np.asarray(sizes, dtype=np.intp)
+    total = int(sizes.sum())
+    ids = np.zeros(total, dtype=np.intp)
+    bounds = np.cumsum(sizes)[:-1]
+    bounds = bounds[bounds < total]
+    if bounds.size and np.all(bounds[1:] > bounds[:-1]):
+        ids[bounds] = 1
+    else:
+        np.add.at(ids, bounds, 1)  # an empty group adds a second step at its bound
+    return np.cumsum(ids, out=ids)
+
 
 def group_rows(keys: np.ndarray) -> Groups:
     """Group rows by ``keys`` (ascending, stable within a key) without pandas' groupby.
@@ -267,8 +454,9 @@ def group_rows(keys: np.ndarray) -> Groups:
     if keys.size > 1 and not np.all(keys[1:] >= keys[:-1]):
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else np.zeros(0, dtype=np.int64)
-    ends = np.r_[starts[1:], keys.size].astype(np.int64)
+    starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    starts = np.r_[np.zeros(min(keys.size, 1), dtype=starts.dtype), starts]
+    ends = np.r_[starts[1:], keys.size].astype(np.int64) if keys.size else starts.copy()
     return Groups(keys[starts], starts, ends, order)
 
 
@@ -278,44 +466,14 @@ def cells(groups: Groups, codes: np.ndarray, n_codes: int) -> np.ndarray:
     ``codes`` are in the rows' original order. The cells are ``intp``, which ``np.bincount``
     takes without a converted copy.
     """
-    index = np.repeat(np.arange(groups.keys.size, dtype=np.intp), groups.sizes) * n_codes
+    index = groups.ids * n_codes
     index += groups.take(codes)
     return index
-
-
-def numbers(values: pd.Series) -> np.ndarray:
-    """A numeric column as numpy, without a copy when it can: ints stay ints, a gap is NaN."""
-    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iuf":
-        return values.to_numpy()
-    return values.to_numpy(dtype=float, na_value=np.nan)
 
 
 def kept(mask: np.ndarray) -> np.ndarray | slice:
     """``mask`` as an index; ``slice(None)`` when it keeps every row, which indexes without a copy."""
     return slice(None) if mask.all() else mask
-
-
-def labels(values: pd.Series, missing: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, names)`` of a text column: ``names`` sorted as pandas' groupby sorts them and
-    ``codes`` indexing ``names`` per row; a missing value is -1, or ``missing`` if given.
-
-    A categorical is mapped through its categories, so millions of rows cost one lookup.
-    """
-    if isinstance(values.dtype, pd.CategoricalDtype):
-        raw = values.cat.codes.to_numpy()
-        names = values.cat.categories.to_numpy(dtype=object)
-    else:
-        raw, uniques = pd.factorize(values)
-        names = np.asarray(uniques, dtype=object)
-    if missing is not None and (raw < 0).any():
-        names = np.append(names, missing) if missing not in set(names) else names
-        raw = np.where(raw < 0, list(names).index(missing), raw)
-    order = np.argsort(names, kind="stable")
-    if np.array_equal(order, np.arange(names.size)):
-        return raw, names
-    rank = np.append(np.empty(names.size, dtype=np.int32), np.int32(-1))  # code -1 stays -1
-    rank[order] = np.arange(names.size)
-    return rank[raw], names[order]
 
 
 def recent(frame: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:

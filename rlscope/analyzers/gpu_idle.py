@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import GPU_IDLE_SHARE_CRITICAL, GPU_IDLE_SHARE_WARN, GPU_IDLE_UTIL_PCT, RECENT_FRACTION
-from rlscope.analyzers._data import labels
+from rlscope.analyzers._data import kept, labels, segment_ids
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GpuIdleResult", "analyze"]
@@ -48,9 +50,9 @@ def _join(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.n
     lo = np.searchsorted(times, starts, side="left")
     hi = np.searchsorted(times, ends, side="left")
     lengths = np.maximum(hi - lo, 0)
-    offsets = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    index = np.arange(lengths.sum()) - offsets + np.repeat(lo, lengths)
-    return index, np.repeat(np.arange(len(starts)), lengths)
+    window = segment_ids(lengths)
+    index = np.arange(window.size) + (lo - (np.cumsum(lengths) - lengths))[window]
+    return index, window
 
 
 @dataclass(frozen=True)
@@ -91,10 +93,24 @@ def _samples(reader: RunReader) -> _Samples | None:
     keep = ~np.isnan(util)
     if not keep.any():
         return None
-    role, roles = labels(gpu.column("role").to_pandas()[keep], missing="unknown")
-    time = gpu.column("time").to_numpy()[keep]
-    order = np.argsort(time, kind="stable")
-    return _Samples(time[order], util[keep][order], role[order], roles)
+    role, roles = labels(gpu.column("role"), missing="unknown")
+    time = gpu.column("time").to_numpy()
+    rows = kept(keep)
+    time, util, role = time[rows], util[rows], role[rows]
+    if time.size > 1 and not np.all(time[1:] >= time[:-1]):  # samplers write in time order: usually sorted
+        order = np.argsort(time, kind="stable")
+        time, util, role = time[order], util[order], role[order]
+    return _Samples(time, util, role, roles)
+
+
+def _timed(spans: pa.Table) -> pa.Table:
+    """The spans with a start and an end (neither missing nor NaN)."""
+    keep = None
+    for name in ("start", "end"):
+        column = spans.column(name)
+        valid = pc.fill_null(pc.and_(pc.is_valid(column), pc.invert(pc.is_nan(column))), False)
+        keep = valid if keep is None else pc.and_(keep, valid)
+    return spans.filter(keep)
 
 
 def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
@@ -108,15 +124,15 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     by_role = samples.aggregate(np.arange(n), np.zeros(n, dtype=np.int64), np.zeros(1), "window")
     result = GpuIdleResult(True, by_role.drop(columns="window").set_index("role"))
 
-    spans = reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]).to_pandas()
-    spans = spans.dropna(subset=["start", "end"])
-    if spans.empty:
+    spans = _timed(reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]))
+    if spans.num_rows == 0:
         return result
-    steps = spans.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    timed = spans.select(["step", "start", "end"]).to_pandas()
+    steps = timed.groupby("step").agg(start=("start", "min"), end=("end", "max"))
     rows, window = _join(samples.time, steps["start"].to_numpy(), steps["end"].to_numpy())
     result.by_step = samples.aggregate(rows, window, steps.index.to_numpy(), "step")
-    phase, phases = labels(spans["phase"])
-    rows, window = _join(samples.time, spans["start"].to_numpy(), spans["end"].to_numpy())
+    phase, phases = labels(spans.column("phase"))
+    rows, window = _join(samples.time, timed["start"].to_numpy(), timed["end"].to_numpy())
     result.by_phase = samples.aggregate(rows, phase[window], phases, "phase")
     result.findings = _findings(result.by_step)
     return result

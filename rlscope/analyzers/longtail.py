@@ -31,7 +31,7 @@ import pandas as pd
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
-from rlscope.analyzers._data import RunFrames, Trend, group_rows, kept, load, numbers, recent, trend
+from rlscope.analyzers._data import RunFrames, Trajectories, Trend, kept, load, recent, trend
 from rlscope.trace.reader import RunReader
 
 __all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_split"]
@@ -101,13 +101,11 @@ class LongTailResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _measured(trajectories: pd.DataFrame) -> pd.DataFrame:
-    finish = numbers(trajectories["finish_time"]).astype(float, copy=False)
-    keep = ~np.isnan(finish)
-    if "aborted" in trajectories:
-        keep &= ~trajectories["aborted"].eq(True).to_numpy(dtype=bool, na_value=False)
+def _measured(trajectories: Trajectories) -> pd.DataFrame:
+    finish = trajectories.numbers("finish_time").astype(float, copy=False)
+    keep = ~np.isnan(finish) & ~trajectories.flags("aborted")
     rows = kept(keep)
-    g = group_rows(trajectories["step"].to_numpy()[rows])
+    g = trajectories.step_groups(rows)
     finish = g.take(finish[rows])
     # n counts infinite times too; the split leaves them out
     split = _split if np.isfinite(finish).all() else tail_split
@@ -144,7 +142,7 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     """Split every rollout into throughput and tail, trend the tail share, and flag a heavy tail."""
     frames = load(run)
     traj = frames.trajectories
-    measured = "finish_time" in traj and traj["finish_time"].notna().any()
+    measured = traj.has("finish_time")
     per_step = _measured(traj) if measured else _estimated(frames.steps)
     per_step = per_step.dropna(subset=["rollout_s"]).sort_index()
     now = recent(per_step)

@@ -34,6 +34,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
@@ -162,9 +163,12 @@ def tokens_per_step(frames: RunFrames) -> pd.Series:
     steps, traj = frames.steps, frames.trajectories
     if "perf/total_num_tokens" in steps:
         return steps["perf/total_num_tokens"].dropna()
-    if not traj.empty and traj["response_tokens"].notna().any():
-        per = traj["prompt_tokens"].fillna(0) + traj["response_tokens"].fillna(0)
-        return per.groupby(traj["step"]).sum().astype(float)
+    if traj.has("response_tokens"):
+        per = np.nan_to_num(traj.numbers("prompt_tokens").astype(float)) + np.nan_to_num(
+            traj.numbers("response_tokens").astype(float)
+        )
+        g = traj.step_groups()
+        return pd.Series(np.add.reduceat(g.take(per), g.starts), index=pd.Index(g.keys, name="step"))
     seqs = frames.facts.sequences_per_step
     if seqs and {"prompt_length/mean", "response_length/mean"} <= set(steps.columns):
         return ((steps["prompt_length/mean"] + steps["response_length/mean"]) * seqs).dropna()

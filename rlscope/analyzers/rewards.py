@@ -26,12 +26,11 @@ from rlscope.advice.thresholds import (
     REWARD_ZERO_COLLAPSE,
     REWARD_ZERO_RISE_MIN,
 )
-from rlscope.analyzers._data import cells, group_rows, labels
+from rlscope.analyzers._data import Trajectories, cells
 from rlscope.trace.reader import RunReader
 
 __all__ = ["RewardResult", "analyze"]
 
-_COLUMNS = ["step", "data_source", "reward", "reward_status", "reward_error"]
 _UNKNOWN_SOURCE = "(unknown)"
 
 
@@ -46,43 +45,46 @@ class RewardResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _frame(run: RunReader | pd.DataFrame | str | os.PathLike[str]) -> pd.DataFrame:
-    if isinstance(run, pd.DataFrame):
+def _trajectories(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str]) -> Trajectories:
+    if isinstance(run, Trajectories):
         return run
-    reader = run if isinstance(run, RunReader) else RunReader(run)
-    return reader.read(
-        "trajectories", _COLUMNS, dictionary=["data_source", "reward_status", "reward_error"]
-    ).to_pandas()
+    if isinstance(run, pd.DataFrame):
+        return Trajectories(run)
+    return Trajectories(run if isinstance(run, RunReader) else RunReader(run))
 
 
-def analyze(run: RunReader | pd.DataFrame | str | os.PathLike[str]) -> RewardResult:
-    """Reward by data source from a run (or a trajectories frame with the columns above)."""
-    df = _frame(run)
-    if df.empty:
+def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str]) -> RewardResult:
+    """Reward by data source from a run (or its trajectories, with the columns above)."""
+    traj = _trajectories(run)
+    if traj.empty:
         return RewardResult(available=False)
-    reward = df["reward"].to_numpy(dtype=float, na_value=np.nan)
-    status, status_names = labels(df["reward_status"])  # code -1 (missing) reads as "ok" below
+    reward = traj.numbers("reward").astype(float, copy=False)
+    rated = ~np.isnan(reward)
+    status, status_names = traj.labels("reward_status", ordered=False)  # code -1 (missing) reads as "ok" below
     said = [*status_names, "ok"]
-    if np.isnan(reward).all() and np.array([name == "ok" for name in said])[status].all():
+    if not rated.any() and np.array([name == "ok" for name in said])[status].all():
         return RewardResult(available=False)
     error = np.array([str(name).lower() != "ok" for name in said])[status]
-    source, names = labels(df["data_source"], missing=_UNKNOWN_SOURCE)
-    g = group_rows(df["step"].to_numpy())
+    source, names = traj.labels("data_source", missing=_UNKNOWN_SOURCE, ordered=False)
+    step = traj.numbers("step")
+    g = traj.step_groups()
     # every row falls in one (step, source) cell and one class of (error, rewarded, zero): one
     # bincount over cells x classes gives all the counts; empty cells are dropped
-    rated = ~np.isnan(reward)
     kind = error.astype(np.int8) + 2 * rated.astype(np.int8) + 4 * (reward == 0).astype(np.int8)
     cell = cells(g, source.astype(np.int32) * 8 + kind, names.size * 8)
     size = g.keys.size * names.size * 8
-    counts = np.bincount(cell, minlength=size).reshape(-1, 8)
-    totals = np.bincount(cell, weights=g.take(np.where(rated, reward, 0.0)), minlength=size).reshape(-1, 8)
+    grid = (g.keys.size, names.size, 8)
+    counts = np.bincount(cell, minlength=size).reshape(grid)
+    totals = np.bincount(cell, weights=g.take(np.where(rated, reward, 0.0)), minlength=size).reshape(grid)
+    by_name = np.argsort(names, kind="stable")  # cells in (step, source) order, as a groupby gives them
+    counts, totals = counts[:, by_name].reshape(-1, 8), totals[:, by_name].reshape(-1, 8)
     n = counts.sum(axis=1)
     present = np.flatnonzero(n)
     counts = counts[present]
     by_step = pd.DataFrame(
         {
             "step": g.keys[present // names.size],
-            "source": names[present % names.size],
+            "source": names[by_name][present % names.size],
             "n": n[present],
             "errors": counts[:, [1, 3, 5, 7]].sum(axis=1),
             "scored": counts[:, [2, 6]].sum(axis=1),  # rewarded without an error
@@ -98,17 +100,33 @@ def analyze(run: RunReader | pd.DataFrame | str | os.PathLike[str]) -> RewardRes
     recent_from = g.keys[len(g.keys) - max(1, int(np.ceil(len(g.keys) * RECENT_FRACTION)))]
     summary = _summary_table(by_step, recent_from)
 
-    codes = df["reward_error"][error].astype(object).fillna("unknown").astype(str)
-    err = pd.DataFrame({"step": df["step"].to_numpy()[error], "source": names[source[error]], "code": codes.to_numpy()})
-    errors = (
-        err.groupby(["source", "code"])
-        .agg(count=("step", "size"), first_step=("step", "min"))
-        .reset_index()
-        .sort_values(["source", "count"], ascending=[True, False])
+    errors = _errors(
+        step[error], source[error], names, traj.labels("reward_error", missing="unknown", ordered=False), error
     )
     result = RewardResult(True, by_step.drop(columns=["reward_sum"]), summary, errors)
     result.findings = _findings(summary, by_step, errors, recent_from)
     return result
+
+
+def _errors(
+    step: np.ndarray, source: np.ndarray, sources: np.ndarray, codes: tuple[np.ndarray, np.ndarray], error: np.ndarray
+) -> pd.DataFrame:
+    """Errors per (source, code): count and first step, most frequent first within a source."""
+    code, code_names = codes[0][error], codes[1]
+    cell = source.astype(np.int64) * max(code_names.size, 1) + code
+    count = np.bincount(cell, minlength=sources.size * max(code_names.size, 1))
+    present = np.flatnonzero(count)
+    first = np.full(count.size, np.iinfo(np.int64).max)
+    np.minimum.at(first, cell, step.astype(np.int64))
+    out = pd.DataFrame(
+        {
+            "source": sources[present // max(code_names.size, 1)],
+            "code": code_names[present % max(code_names.size, 1)] if code_names.size else [],
+            "count": count[present],
+            "first_step": first[present],
+        }
+    )
+    return out.sort_values(["source", "count"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
 def _summary_table(by_step: pd.DataFrame, recent_from: int) -> pd.DataFrame:

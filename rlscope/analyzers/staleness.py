@@ -27,8 +27,11 @@ from rlscope.advice.thresholds import (
     STALENESS_DROP_THRESHOLD,
     STALENESS_P90_WARN,
 )
-from rlscope.analyzers._data import Groups, RunFrames, group_rows, kept, load, numbers, recent
+from rlscope.analyzers._data import Groups, RunFrames, kept, load, recent, segment_ids
 from rlscope.trace.reader import RunReader
+
+# integer lags spanning at most this many versions get their per-step quantiles by counting
+_COUNTED_SPAN = 1024
 
 __all__ = ["DropBias", "StalenessResult", "analyze", "drop_length_bias", "expected_staleness"]
 
@@ -51,6 +54,26 @@ class DropBias:
     def bias(self) -> float:
         """Mean dropped length / mean kept length (1 = neutral, > 1 = drops long answers)."""
         return self.mean_len_dropped / self.mean_len_kept if self.mean_len_kept > 0 else math.nan
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their mean rank (pandas' ``rank()``), of values without NaN.
+
+    Lags and token counts are small integers: ranked by counting each value, in one pass
+    instead of a sort of millions of samples.
+    """
+    x = np.asarray(x)
+    if x.size and x.dtype.kind in "iuf" and x.max() - x.min() <= 4 * x.size and np.array_equal(x, np.floor(x)):
+        value = (x - x.min()).astype(np.intp)
+        counts = np.bincount(value)
+        return (np.cumsum(counts) - (counts - 1) / 2)[value]
+    order = np.argsort(x, kind="stable")
+    ordered = x[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if x.size else np.zeros(0, dtype=np.intp)
+    ends = np.r_[starts[1:], x.size]
+    ranks = np.empty(x.size)
+    ranks[order] = ((starts + ends + 1) / 2)[segment_ids(ends - starts)]
+    return ranks
 
 
 def drop_length_bias(lag: pd.Series | np.ndarray, length: pd.Series | np.ndarray, threshold: int) -> DropBias:
@@ -89,8 +112,18 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
     low, high = np.minimum.reduceat(lag, g.starts), np.maximum.reduceat(lag, g.starts)
     # a step whose lags are all equal (every sample of a synchronous step) has them as quantiles
     quantiles = np.repeat(low.astype(float)[:, None], 2, axis=1)
-    for i in np.flatnonzero(low < high):
-        quantiles[i] = np.quantile(lag[g.starts[i] : g.ends[i]].astype(float), (0.5, 0.9), method="inverted_cdf")
+    varied = np.flatnonzero(low < high)
+    span = int(high.max() - low.min()) + 1 if lag.size else 0
+    if varied.size and lag.dtype.kind in "iu" and span <= _COUNTED_SPAN:
+        # integer lags: per step, the count of each lag; a quantile is the first lag whose
+        # running count reaches q * n (numpy's inverted_cdf)
+        counts = np.bincount(g.ids * span + (lag - low.min()), minlength=n.size * span).reshape(n.size, span)
+        running = np.cumsum(counts, axis=1)
+        for j, q in enumerate((0.5, 0.9)):
+            quantiles[varied, j] = low.min() + np.argmax(running[varied] >= np.ceil(q * n[varied, None] - 1e-9), axis=1)
+    else:
+        for i in varied:
+            quantiles[i] = np.quantile(lag[g.starts[i] : g.ends[i]].astype(float), (0.5, 0.9), method="inverted_cdf")
     return pd.DataFrame(
         {
             "n": n,
@@ -116,24 +149,24 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str], threshold: int 
     columns = ["n", "mean", "p50", "p90", "max", "over_threshold"]
     if traj.empty:
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
-    lag = numbers(traj["trainer_version"]) - numbers(traj["policy_version_start"])  # ints when both are
+    lag = traj.numbers("trainer_version") - traj.numbers("policy_version_start")  # ints when both are
     keep = ~np.isnan(lag) if lag.dtype.kind == "f" else np.ones(lag.size, dtype=bool)
     if not keep.any():
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
     rows = kept(keep)
-    g = group_rows(traj["step"].to_numpy()[rows])
+    g = traj.step_groups(rows)
     lag = g.take(lag[rows])
     per_step = _per_step(g, lag, threshold)
     # the last quarter of steps is the tail of the step-sorted rows
     first = g.starts[len(per_step) - len(recent(per_step))]
     window_lag = lag[first:]
-    window_len = g.take(numbers(traj["response_tokens"])[rows])[first:].astype(float)
+    window_len = g.take(traj.numbers("response_tokens")[rows])[first:].astype(float)
     sized = ~np.isnan(window_len)
     lag_s, len_s = window_lag[sized], window_len[sized]
     corr = math.nan
     if lag_s.size > 2 and lag_s.min() < lag_s.max() and len_s.min() < len_s.max():  # both vary
         # Spearman = Pearson of average ranks (pandas' method="spearman" would import scipy)
-        corr = float(np.corrcoef(pd.Series(lag_s).rank(), pd.Series(len_s).rank())[0, 1])
+        corr = float(np.corrcoef(average_ranks(lag_s), average_ranks(len_s))[0, 1])
     drop = drop_length_bias(lag_s, len_s, threshold) if lag_s.size else None
     result = StalenessResult(per_step, corr, drop)
     result.findings.extend(_findings(result, window_lag.astype(float)))

@@ -30,7 +30,7 @@ from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
 from rlscope.analyzers import anatomy as _anatomy
-from rlscope.analyzers._data import RunFrames, cells, group_rows, kept, labels, load, numbers, recent
+from rlscope.analyzers._data import RunFrames, Trajectories, cells, kept, load, recent
 from rlscope.trace.reader import RunReader
 
 __all__ = ["EngineBalance", "SyncBalanceResult", "analyze", "engine_balance", "sync_bubble"]
@@ -83,28 +83,43 @@ class SyncBalanceResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _engines(traj: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     columns = ["n_engines", "mean_load", "max_load", "cv", "utilisation", "heaviest", "heaviest_share"]
-    if traj.empty or "engine" not in traj or traj["engine"].isna().all():
+    if not traj.has("engine"):
         return pd.DataFrame(columns=columns), None
-    unit = "response_tokens" if traj["response_tokens"].notna().any() else "gen_s"
-    engine, names = labels(traj["engine"])
+    unit = "response_tokens" if traj.has("response_tokens") else "gen_s"
+    engine, names = traj.labels("engine", ordered=False)
     rows = kept(engine >= 0)
-    g = group_rows(traj["step"].to_numpy()[rows])
+    g = traj.step_groups(rows)
     # load and row count of every (step, engine) cell; an engine without rows is not in its step
     cell = cells(g, engine[rows], names.size)
-    load = numbers(traj[unit])[rows]
+    load = traj.numbers(unit)[rows]
     load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load.astype(float)  # a gap adds 0
     shape = (g.keys.size, names.size)
-    loads = np.bincount(cell, weights=g.take(load), minlength=shape[0] * shape[1]).reshape(shape)
-    present = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape) > 0
-    per_step = []
-    for per_engine, mine in zip(loads, present, strict=True):
-        x = per_engine[mine]
-        b = engine_balance(x)
-        share = x.max() / x.sum() if x.sum() > 0 else math.nan
-        per_step.append((b.n_engines, b.mean_load, b.max_load, b.cv, b.utilisation, names[mine][x.argmax()], share))
-    frame = pd.DataFrame(per_step, columns=columns, index=pd.Index(g.keys, name="step"))
+    by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
+    loads = np.bincount(cell, weights=g.take(load), minlength=shape[0] * shape[1]).reshape(shape)[:, by_name]
+    present = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape)[:, by_name] > 0
+    # engine_balance() of every step at once: absent engines have load 0 and are not counted
+    n = present.sum(axis=1)
+    total = loads.sum(axis=1)
+    mean = total / n
+    spread = np.sqrt(np.where(present, (loads - mean[:, None]) ** 2, 0.0).sum(axis=1) / n)
+    high = np.where(present, loads, -np.inf)
+    heaviest = high.argmax(axis=1)
+    top = high[np.arange(n.size), heaviest]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame = pd.DataFrame(
+            {
+                "n_engines": n,
+                "mean_load": mean,
+                "max_load": top,
+                "cv": np.where(mean > 0, spread / mean, np.nan),
+                "utilisation": np.where(top > 0, mean / top, np.nan),
+                "heaviest": names[by_name][heaviest],
+                "heaviest_share": np.where(total > 0, top / total, np.nan),
+            },
+            index=pd.Index(g.keys, name="step"),
+        )
     return frame, unit
 
 

@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
 def _render(fmt: str, doc: dict, diagnosis: Diagnosis, reader: RunReader, *, to_terminal: bool) -> str | None:
     """The report as a string, or None when it was printed straight to the terminal."""
     if fmt == "json":
-        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        return json.dumps(doc, allow_nan=False) + "\n"  # not indented: the C encoder, 4x faster
     if fmt == "markdown":
         from rlscope.report.markdown import render_markdown
 

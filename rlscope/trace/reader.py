@@ -223,15 +223,18 @@ class RunReader:
         columns: Iterable[str] | None = None,
         filter: pc.Expression | None = None,
         dictionary: Iterable[str] = (),
+        segments: Sequence[SegmentInfo] | None = None,
     ) -> pa.Table:
         """Read ``table`` (only ``columns`` if given); an absent table reads as zero rows.
 
         String columns named in ``dictionary`` come back dictionary-encoded (pandas: categorical),
         which spares a string per row when a column repeats few values (engine, data source).
+        ``segments`` (from :meth:`segments`) pins what is read, so that columns read one at a
+        time line up even while a live run adds segments.
         """
         cols = self._columns(table, columns)
         encoded = [c for c in self._columns(table, dictionary) if c in cols]
-        segs = self.segments(table)
+        segs = self.segments(table) if segments is None else segments
         if not segs:
             return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
         return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)

@@ -1,0 +1,159 @@
+"""The trajectory columns the analyzers share: lazy numpy columns, labels, grouping, ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from rlscope import Recorder, RunReader
+from rlscope.analyzers import analyze_run, rewards, staleness, sync_balance
+from rlscope.analyzers._data import RunFrames, Trajectories, cells, group_rows, labels, segment_ids
+from rlscope.analyzers.staleness import average_ranks
+from rlscope.errors import RunDirError
+
+
+def _rows(step: int, engines: list[str | None], lag: list[int]) -> list[dict]:
+    return [
+        {
+            "step": step,
+            "traj_id": f"{step}-{i}",
+            "engine": e,
+            "response_tokens": 100 * (i + 1),
+            "finish_time": float(i + 1),
+            "policy_version_start": step - lg,
+            "trainer_version": step,
+            "data_source": "math" if i % 2 else None,
+            "reward": float(i % 3 == 0),
+        }
+        for i, (e, lg) in enumerate(zip(engines, lag, strict=True))
+    ]
+
+
+@pytest.fixture
+def run(tmp_path):
+    """Two segments of trajectories: the reader sees them as two chunks per column."""
+    with Recorder(tmp_path, meta={"gpu": {"count": 2}}) as rec:
+        rec.log_trajectories(1, _rows(1, ["e-b", "e-a", None], [0, 1, 2]))
+        rec.flush()
+        rec.log_trajectories(2, _rows(2, ["e-a", "e-c", "e-a"], [3, 0, 3]))
+    return tmp_path
+
+
+def test_columns_read_from_a_run_match_the_rows_written(run):
+    traj = Trajectories(RunReader(run))
+    assert len(traj) == 6 and not traj.empty
+    assert traj.numbers("step").tolist() == [1, 1, 1, 2, 2, 2]
+    assert traj.numbers("step").dtype.kind == "i"  # no gap: ints stay ints
+    assert np.isnan(traj.numbers("gen_s")).all()  # never logged: all missing
+    assert traj.flags("aborted").tolist() == [False] * 6  # missing reads as False
+    assert traj.has("engine") and traj.has("finish_time") and not traj.has("gen_s")
+    codes, names = traj.labels("engine")
+    assert names.tolist() == ["e-a", "e-b", "e-c"]  # sorted, whatever order the dictionary had
+    assert [names[c] if c >= 0 else None for c in codes] == ["e-b", "e-a", None, "e-a", "e-c", "e-a"]
+    codes, names = traj.labels("engine", ordered=False)
+    assert [names[c] if c >= 0 else None for c in codes] == ["e-b", "e-a", None, "e-a", "e-c", "e-a"]
+    codes, names = traj.labels("data_source", missing="(unknown)")
+    assert [names[c] for c in codes] == ["(unknown)", "math", "(unknown)"] * 2
+
+
+def test_every_source_gives_the_same_columns(run):
+    from_reader = Trajectories(RunReader(run))
+    table = RunReader(run).read("trajectories")
+    for other in (Trajectories(table), Trajectories(table.to_pandas())):
+        assert len(other) == len(from_reader)
+        for name in ("step", "finish_time", "response_tokens", "reward"):
+            np.testing.assert_array_equal(other.numbers(name), from_reader.numbers(name))
+        for name in ("engine", "data_source"):
+            for a, b in zip(other.labels(name, "?"), from_reader.labels(name, "?"), strict=True):
+                assert a.tolist() == b.tolist()
+    frame_without = Trajectories(pd.DataFrame({"step": [1, 2]}))
+    assert not frame_without.has("engine") and np.isnan(frame_without.numbers("reward")).all()
+    assert Trajectories().empty and len(RunFrames(pd.DataFrame()).trajectories) == 0
+
+
+def test_prefetched_columns_are_the_columns_read_on_demand(run):
+    eager, lazy = Trajectories(RunReader(run)), Trajectories(RunReader(run))
+    eager.prefetch(["step", "engine", "reward", "not-a-column"])
+    np.testing.assert_array_equal(eager.numbers("reward"), lazy.numbers("reward"))
+    assert eager.labels("engine")[0].tolist() == lazy.labels("engine")[0].tolist()
+    assert eager.numbers("step").tolist() == lazy.numbers("step").tolist()
+
+
+def test_a_segment_landing_between_column_reads_does_not_misalign_them(run):
+    traj = Trajectories(RunReader(run))
+    steps = traj.numbers("step")
+    with Recorder(run) as rec:
+        rec.log_trajectories(3, _rows(3, ["e-a"], [0]))
+    assert len(traj.numbers("finish_time")) == len(steps) == 6  # pinned to the segments listed at first
+    assert len(Trajectories(RunReader(run))) == 7
+
+
+def test_a_segment_vanishing_mid_read_is_a_clear_error(run):
+    traj = Trajectories(RunReader(run))
+    traj.numbers("step")
+    for segment in (run / "trajectories").glob("*.parquet"):
+        segment.unlink()
+    with pytest.raises((RunDirError, OSError)):
+        traj.numbers("finish_time")
+
+
+def test_labels_of_plain_and_dictionary_arrow_columns():
+    plain = pa.chunked_array([["b", None, "a"], ["b"]])
+    codes, names = labels(plain)
+    assert names.tolist() == ["a", "b"] and codes.tolist() == [1, -1, 0, 1]
+    dictionary = pa.chunked_array([pa.array(["z", "y"]).dictionary_encode(), pa.array(["y", "x"]).dictionary_encode()])
+    codes, names = labels(dictionary, missing="y")  # different dictionaries per chunk are unified
+    assert [names[c] for c in codes] == ["z", "y", "y", "x"] and names.tolist() == ["x", "y", "z"]
+    codes, names = labels(None, missing="none", rows=3)
+    assert names.tolist() == ["none"] and codes.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("sizes", [[3, 0, 2], [0, 0, 1], [2, 0, 0], [1], [0], [], [5, 5, 5]])
+def test_segment_ids_repeat_each_group_index_by_its_size(sizes):
+    expected = [i for i, n in enumerate(sizes) for _ in range(n)]
+    assert segment_ids(np.array(sizes, dtype=np.int64)).tolist() == expected
+
+
+def test_group_rows_and_cells_unsorted_and_empty():
+    g = group_rows(np.array([3, 1, 3, 2, 1]))
+    assert g.keys.tolist() == [1, 2, 3] and g.sizes.tolist() == [2, 1, 2]
+    assert g.take(np.array([10, 11, 12, 13, 14])).tolist() == [11, 14, 13, 10, 12]  # stable within a key
+    # rows in key order are 1, 4, 3, 0, 2: groups 0, 0, 1, 2, 2 with codes 1, 0, 1, 0, 0
+    assert cells(g, np.array([0, 1, 0, 1, 0]), 2).tolist() == [1, 0, 3, 4, 4]
+    empty = group_rows(np.array([], dtype=np.int64))
+    assert empty.keys.size == empty.starts.size == empty.ends.size == 0
+
+
+def test_average_ranks_match_pandas_for_counted_and_sorted_values():
+    rng = np.random.default_rng(7)
+    for x in (
+        rng.integers(0, 6, 500),  # small integers: ranked by counting
+        rng.integers(0, 10**9, 50).astype(float),  # wide: ranked by sorting
+        rng.normal(size=300),
+        np.array([2.0, 2.0, 2.0]),
+    ):
+        np.testing.assert_allclose(average_ranks(x), pd.Series(x).rank().to_numpy())
+
+
+def test_per_step_lag_quantiles_by_counting_match_numpy():
+    rng = np.random.default_rng(3)
+    step = np.repeat(np.arange(40), rng.integers(1, 30, 40))
+    lag = rng.integers(0, 9, step.size)
+    got = staleness._per_step(group_rows(step), lag, 4)
+    for s, p50, p90 in zip(got.index, got["p50"], got["p90"], strict=True):
+        mine = lag[step == s].astype(float)
+        assert (p50, p90) == tuple(np.quantile(mine, (0.5, 0.9), method="inverted_cdf"))
+
+
+def test_analyzers_agree_on_frames_from_pandas_and_from_the_run(run):
+    reader = RunReader(run)
+    frames = RunFrames(pd.DataFrame(), reader.read("trajectories").to_pandas(), reader.meta)
+    assert rewards.analyze(frames.trajectories).by_step.equals(rewards.analyze(reader).by_step)
+    from_run = analyze_run(reader)
+    engines = sync_balance.analyze(frames).engines
+    pd.testing.assert_frame_equal(engines, from_run.sync_balance.engines)
+    assert engines["heaviest"].tolist() == ["e-a", "e-a"]  # 200 of 300 tokens in step 1, 400 of 600 in step 2
+    assert engines["heaviest_share"].tolist() == pytest.approx([2 / 3, 2 / 3])
+    assert engines["n_engines"].tolist() == [2, 2]
