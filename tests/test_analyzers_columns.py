@@ -157,3 +157,22 @@ def test_analyzers_agree_on_frames_from_pandas_and_from_the_run(run):
     assert engines["heaviest"].tolist() == ["e-a", "e-a"]  # 200 of 300 tokens in step 1, 400 of 600 in step 2
     assert engines["heaviest_share"].tolist() == pytest.approx([2 / 3, 2 / 3])
     assert engines["n_engines"].tolist() == [2, 2]
+
+
+def test_each_column_is_read_from_the_run_once(run, monkeypatch):
+    reads: list[tuple[str, ...]] = []
+    original = RunReader.read
+
+    def counting(self, table, columns=None, *args, **kwargs):
+        reads.append(tuple(columns or ()))
+        return original(self, table, columns, *args, **kwargs)
+
+    monkeypatch.setattr(RunReader, "read", counting)
+    traj = Trajectories(RunReader(run))
+    traj.prefetch(["engine"])
+    assert traj.has("engine")
+    ordered, unordered, filled = traj.labels("engine"), traj.labels("engine", ordered=False), traj.labels("engine", "?")
+    assert [ordered[1][c] for c in ordered[0] if c >= 0] == [unordered[1][c] for c in unordered[0] if c >= 0]
+    assert "?" in filled[1]
+    traj.numbers("step"), traj.step_groups(), traj.numbers("step")
+    assert sorted(reads) == [("engine",), ("step",)]

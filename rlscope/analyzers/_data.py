@@ -288,7 +288,7 @@ class Trajectories:
                 column = self._arrow(name)
                 self._cache[key] = column is not None and column.null_count < len(column)
             elif _is_text(name):
-                self._cache[key] = bool((self.labels(name)[0] >= 0).any())  # the read labels() reuses
+                self._cache[key] = bool((self.labels(name, ordered=False)[0] >= 0).any())  # read once for both
             else:
                 values = self.numbers(name)
                 self._cache[key] = bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())
@@ -302,12 +302,10 @@ class Trajectories:
 
     def labels(self, name: str, missing: str | None = None, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, names)`` of a text column, as :func:`labels` gives them."""
-        return self._cached(
-            "labels",
-            name,
-            (missing, ordered),
-            lambda: labels(self._arrow(name, text=True), missing, self._rows, ordered),
-        )
+        codes = self._cached("labels", name, None, lambda: _codes(self._arrow(name, text=True), self._rows))
+        if missing is None and not ordered:
+            return codes
+        return self._cached("labels", name, (missing, ordered), lambda: _recode(*codes, missing, ordered))
 
 
 def _is_text(name: str) -> bool:
@@ -338,22 +336,30 @@ def labels(
     ``ordered``: then they keep the dictionary's order, which spares re-coding every row
     when the caller sorts its few aggregated cells instead.
     """
+    return _recode(*_codes(column, rows), missing, ordered)
+
+
+def _codes(column: pa.ChunkedArray | pa.Array | None, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes in the dictionary's order (-1: missing) and the dictionary's values."""
     if isinstance(column, pa.Array):
         column = pa.chunked_array([column])
     if column is None or pa.types.is_null(column.type):
         rows = rows if column is None else len(column)
-        raw, names = np.full(rows, -1, dtype=np.int32), np.array([], dtype=object)
-    else:
-        if not pa.types.is_dictionary(column.type):
-            column = pc.dictionary_encode(column.cast(pa.string()))
-        column = column.unify_dictionaries()
-        chunks = column.chunks
-        names = (chunks[0].dictionary if chunks else pa.array([], pa.string())).to_numpy(zero_copy_only=False)
-        names = names.astype(object)
-        indices = [c.indices.cast(pa.int32()) for c in chunks]
-        raw = np.concatenate(
-            [(pc.fill_null(i, -1) if i.null_count else i).to_numpy() for i in indices] or [np.zeros(0, np.int32)]
-        )
+        return np.full(rows, -1, dtype=np.int32), np.array([], dtype=object)
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column.cast(pa.string()))
+    column = column.unify_dictionaries()
+    chunks = column.chunks
+    names = (chunks[0].dictionary if chunks else pa.array([], pa.string())).to_numpy(zero_copy_only=False)
+    indices = [c.indices.cast(pa.int32()) for c in chunks]
+    raw = np.concatenate(
+        [(pc.fill_null(i, -1) if i.null_count else i).to_numpy() for i in indices] or [np.zeros(0, np.int32)]
+    )
+    return raw, names.astype(object)
+
+
+def _recode(raw: np.ndarray, names: np.ndarray, missing: str | None, ordered: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Missing values given the code of ``missing``; then, if ``ordered``, names sorted."""
     if missing is not None and (raw < 0).any():
         names = np.append(names, missing) if missing not in set(names) else names
         raw = np.where(raw < 0, list(names).index(missing), raw)
