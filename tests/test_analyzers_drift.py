@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rlscope import Recorder
-from rlscope.analyzers import drift
+from rlscope.analyzers import analyze_run, drift
 
 # generation seconds per step (measured on the GPUs that ran it); forward 72 s + training 136 s
 GEN = [208, 208, 312, 416, 416, 520, 624, 624]
@@ -54,6 +54,21 @@ def test_pooled_run_names_the_gpus_to_move_with_predicted_step_times(tmp_path):
     assert (f.evidence["move_gpus"], f.evidence["to"]) == (16, "rollout")
     assert f.evidence["step_now_s"] == pytest.approx(1248) and f.evidence["step_after_s"] == pytest.approx(832)
     assert f.recommendation.startswith("move 16 GPUs from training to rollout: predicted step 1248 s -> 832 s")
+
+
+def test_a_move_topology_already_recommends_is_explained_not_repeated(tmp_path):
+    # the run above as a whole: topology's split-imbalanced recommends 32:32 -> 48:16; drift explains it
+    meta = {"gpu": {"type": "H100", "count": 64}, "topology": "one_step_overlap", "split": {"rollout": 32, "train": 32}}
+    found = {f.id: f for f in analyze_run(_run(tmp_path, meta, 2.0)).findings}
+    assert (
+        found["split-imbalanced"].recommendation
+        == "move 16 GPUs from training to rollout: predicted step 1248 s -> 832 s"
+    )
+    drifted = found["split-drift"]
+    assert drifted.severity.value == "info" and "move_gpus" not in drifted.evidence
+    assert "why split-imbalanced recommends moving GPUs" in drifted.recommendation
+    # without a tail, async at its best split (48:16, 832 s) adds nothing to the rebalanced one-step overlap
+    assert "async-recommended" not in found
 
 
 def test_no_drift_no_finding_and_no_gpu_count_no_model(tmp_path):

@@ -115,11 +115,13 @@ _ENTRIES = (
     ),
     Entry(
         "async-recommended",
-        "async streaming at {best_rollout}:{best_train} predicts {step_now:.0f} s -> {step_async:.0f} s ({speedup:.2f}x)",
+        "async streaming at {best_rollout}:{best_train} predicts {step_from:.0f} s -> {step_async:.0f} s ({speedup:.2f}x)",
         "Async streaming is colocation minus the long tail: the trainer never waits for the last "
         "trajectories. The price is off-policy samples (staleness), which needs importance-sampling "
         "correction and a staleness bound (s <= 2-4 is reported lossless). Try verl's async trainer "
-        "(colocate_async first: no split to choose) and compare reward curves.",
+        "(colocate_async first: no split to choose) and compare reward curves. For separated pools the "
+        "prediction starts from the current topology at its best split (see split-imbalanced), so async is "
+        "credited only with what rebalancing alone would not give.",
     ),
     Entry(
         "engine-imbalanced",

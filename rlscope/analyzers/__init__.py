@@ -162,7 +162,7 @@ def analyze_run(
         ("longtail", lambda: longtail.analyze(frames)),
         ("mfu", lambda: mfu.analyze(frames, r["anatomy"], r["longtail"])),
         ("topology", lambda: topology.analyze(frames, r["anatomy"], r["longtail"])),
-        ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"])),
+        ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"], r["topology"])),
         ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
         ("staleness", lambda: staleness.analyze(frames)),
         ("rewards", lambda: rewards.analyze(reward_input) if reader else None),

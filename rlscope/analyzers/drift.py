@@ -25,7 +25,7 @@ from rlscope.advice.thresholds import SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFrames, load, recent
-from rlscope.analyzers.topology import ROLLOUTER_IDLE, StepModel, best_split, idle_imbalance, step_time
+from rlscope.analyzers.topology import ROLLOUTER_IDLE, StepModel, TopologyResult, best_split, idle_imbalance, step_time
 from rlscope.trace.reader import RunReader
 
 __all__ = ["DriftResult", "analyze", "per_step_models"]
@@ -83,8 +83,14 @@ def analyze(
     run: RunReader | RunFrames | str | os.PathLike[str],
     anatomy: _anatomy.AnatomyResult | None = None,
     longtail: _longtail.LongTailResult | None = None,
+    what_if: TopologyResult | None = None,
 ) -> DriftResult:
-    """The balanced split per step, its drift, and how many GPUs to move now."""
+    """The balanced split per step, its drift, and how many GPUs to move now.
+
+    ``what_if`` is the topology analyzer's result for the run: when it already recommends
+    moving GPUs (``split-imbalanced``), the drift finding explains that move rather than
+    recommending it a second time.
+    """
     frames = load(run)
     anatomy = anatomy or _anatomy.analyze(frames)
     longtail = longtail or _longtail.analyze(frames)
@@ -99,7 +105,8 @@ def analyze(
     first = float(per_step["best_rollout"].iloc[: max(1, len(per_step) // 4)].mean())
     last = float(recent(per_step["best_rollout"]).mean())
     result = DriftResult(topology, per_step, first, last, n)
-    result.findings.extend(_findings(result, frames))
+    moved = what_if is not None and any(f.id == "split-imbalanced" for f in what_if.findings)
+    result.findings.extend(_findings(result, frames, moved))
     return result
 
 
@@ -108,7 +115,7 @@ def _recent_model(per_step: pd.DataFrame, n: int) -> StepModel:
     return StepModel(float(m["t_thr_s"]), float(m["t_tail_s"]), float(m["t_train_s"]), n)
 
 
-def _findings(r: DriftResult, frames: RunFrames) -> list[Finding]:
+def _findings(r: DriftResult, frames: RunFrames, moved: bool) -> list[Finding]:
     assert r.n_gpus is not None
     facts = frames.facts
     model = _recent_model(r.per_step, r.n_gpus)
@@ -149,6 +156,17 @@ def _findings(r: DriftResult, frames: RunFrames) -> list[Finding]:
                 {**evidence, "current_rollout": current, "step_now_s": now_s},
                 f"the split {current}:{r.n_gpus - current} is balanced for recent steps; it drifted from "
                 f"{evidence['first_rollout']}:{evidence['first_train']}: re-check as responses grow",
+            )
+        ]
+    if moved:
+        return [
+            finding(
+                "split-drift",
+                Severity.INFO,
+                {**evidence, "current_rollout": current, "step_now_s": now_s},
+                f"the balanced split drifted from {evidence['first_rollout']}:{evidence['first_train']} to "
+                f"{best.n_rollout}:{best.n_train} over {len(r.per_step)} steps, which is why split-imbalanced "
+                "recommends moving GPUs now: re-check after the move, as responses keep growing",
             )
         ]
     target = current + k

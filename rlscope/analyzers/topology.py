@@ -315,7 +315,11 @@ def _findings(r: TopologyResult) -> list[Finding]:
         )
     if r.current != "async_streaming":
         best = r.what_if.loc["async_streaming"]
-        speedup = now / best["step_s"]
+        # a pooled run can rebalance its own split first: async is credited only with what it adds
+        base = now
+        if r.current != "colocated" and r.n_rollout is not None:
+            base = min(now, float(r.what_if.loc[r.current, "step_s"]))
+        speedup = base / best["step_s"]
         if speedup >= ASYNC_SPEEDUP_INFO:
             m = r.model
             out.append(
@@ -326,6 +330,7 @@ def _findings(r: TopologyResult) -> list[Finding]:
                         "best_rollout": int(best["n_rollout"]),
                         "best_train": int(best["n_train"]),
                         "step_now": now,
+                        "step_from": base,
                         "step_measured_s": r.step_measured_s,
                         "step_async": best["step_s"],
                         "speedup": speedup,
@@ -334,8 +339,10 @@ def _findings(r: TopologyResult) -> list[Finding]:
                         "overlap_bound": r.overlap_bound,
                     },
                     f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
-                    f"{now:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x): the trainer stops waiting for the "
-                    f"{m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}); samples become up to one step stale",
+                    f"{base:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x)"
+                    + (f", beyond rebalancing the current split ({now:.0f} s now)" if base < now else "")
+                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}); "
+                    "samples become up to one step stale",
                 )
             )
     return out
