@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from rlscope import Recorder, RunReader
-from rlscope.analyzers import analyze_run, rewards, staleness, sync_balance
-from rlscope.analyzers._data import RunFrames, Trajectories, cells, group_rows, labels, segment_ids
+from rlscope.analyzers import _data, analyze_run, rewards, staleness, sync_balance
+from rlscope.analyzers._data import RunFrames, Trajectories, group_counts, group_rows, labels, segment_ids
 from rlscope.analyzers.staleness import average_ranks
 from rlscope.errors import RunDirError
 
@@ -116,14 +116,20 @@ def test_segment_ids_repeat_each_group_index_by_its_size(sizes):
     assert segment_ids(np.array(sizes, dtype=np.int64)).tolist() == expected
 
 
-def test_group_rows_and_cells_unsorted_and_empty():
+@pytest.mark.parametrize("looped", [True, False])
+def test_group_rows_and_group_counts_unsorted_and_empty(looped, monkeypatch):
+    # both ways of counting: a bincount per group, or one over (group, code) cells of all rows
+    monkeypatch.setattr(_data, "_ROWS_PER_GROUP_LOOPED", 0 if looped else 10**9)
     g = group_rows(np.array([3, 1, 3, 2, 1]))
     assert g.keys.tolist() == [1, 2, 3] and g.sizes.tolist() == [2, 1, 2]
     assert g.take(np.array([10, 11, 12, 13, 14])).tolist() == [11, 14, 13, 10, 12]  # stable within a key
-    # rows in key order are 1, 4, 3, 0, 2: groups 0, 0, 1, 2, 2 with codes 1, 0, 1, 0, 0
-    assert cells(g, np.array([0, 1, 0, 1, 0]), 2).tolist() == [1, 0, 3, 4, 4]
+    codes, weights = np.array([0, 1, 0, 1, 0]), np.array([10.0, 11.0, 12.0, 13.0, 14.0])
+    # key 1: rows 1 (code 1) and 4 (code 0); key 2: row 3 (code 1); key 3: rows 0 and 2 (code 0)
+    assert group_counts(g, codes, 2).tolist() == [[1, 1], [0, 1], [2, 0]]
+    assert group_counts(g, codes, 2, weights).tolist() == [[14.0, 11.0], [0.0, 13.0], [22.0, 0.0]]
     empty = group_rows(np.array([], dtype=np.int64))
     assert empty.keys.size == empty.starts.size == empty.ends.size == 0
+    assert group_counts(empty, np.array([], dtype=np.int64), 3).shape == (0, 3)
 
 
 def test_average_ranks_match_pandas_for_counted_and_sorted_values():

@@ -29,6 +29,9 @@ from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
 from rlscope.trace.schema import TABLES
 
+# group_counts() loops over groups averaging at least this many rows (a Python step per group)
+_ROWS_PER_GROUP_LOOPED = 256
+
 __all__ = [
     "TOPOLOGIES",
     "TRAJECTORY_COLUMNS",
@@ -37,11 +40,12 @@ __all__ = [
     "RunFrames",
     "Trajectories",
     "Trend",
-    "cells",
+    "group_counts",
     "group_rows",
     "kept",
     "labels",
     "load",
+    "numbers",
     "recent",
     "topology_kind",
     "trend",
@@ -265,7 +269,7 @@ class Trajectories:
 
     def numbers(self, name: str) -> np.ndarray:
         """A numeric column: ints (and bools) stay as they are when none is missing, else float with NaN."""
-        return self._cached("numbers", name, None, lambda: _numbers(self._arrow(name), self._rows))
+        return self._cached("numbers", name, None, lambda: numbers(self._arrow(name), self._rows))
 
     def flags(self, name: str) -> np.ndarray:
         """A boolean column; a missing value is False."""
@@ -313,7 +317,11 @@ def _is_text(name: str) -> bool:
     return pa.types.is_string(TABLES["trajectories"].field(name).type)
 
 
-def _numbers(column: pa.ChunkedArray | None, rows: int) -> np.ndarray:
+def numbers(column: pa.ChunkedArray | pa.Array | None, rows: int = 0) -> np.ndarray:
+    """A numeric Arrow column as numpy: ints (and bools) as they are when none is missing, else
+    float with NaN; ``None`` stands for ``rows`` missing values."""
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column])
     if column is None or pa.types.is_null(column.type):
         return np.full(rows, np.nan)
     numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
@@ -466,15 +474,26 @@ def group_rows(keys: np.ndarray) -> Groups:
     return Groups(keys[starts], starts, ends, order)
 
 
-def cells(groups: Groups, codes: np.ndarray, n_codes: int) -> np.ndarray:
-    """Per row (in key order), its cell ``group * n_codes + code`` of a (group, code) grid.
+def group_counts(groups: Groups, codes: np.ndarray, n_codes: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """(groups x ``n_codes``) table: per group, the rows of each code (or their summed ``weights``).
 
-    ``codes`` are in the rows' original order. The cells are ``intp``, which ``np.bincount``
-    takes without a converted copy.
+    ``codes`` (0 <= code < ``n_codes``) and ``weights`` are in the rows' original order.
+    Groups of many rows are counted one at a time: small arrays that stay in cache, where
+    one bincount over all rows would first build a row-sized array of cell numbers.
     """
-    index = groups.ids * n_codes
-    index += groups.take(codes)
-    return index
+    codes = groups.take(codes)
+    weights = None if weights is None else groups.take(weights)
+    n = groups.keys.size
+    if n == 0:
+        return np.zeros((0, n_codes), dtype=float if weights is not None else np.int64)
+    if codes.size < _ROWS_PER_GROUP_LOOPED * n:
+        cell = groups.ids * n_codes
+        cell += codes
+        return np.bincount(cell, weights=weights, minlength=n * n_codes).reshape(n, n_codes)
+    out = np.empty((n, n_codes), dtype=float if weights is not None else np.int64)
+    for i, (a, b) in enumerate(zip(groups.starts.tolist(), groups.ends.tolist(), strict=True)):
+        out[i] = np.bincount(codes[a:b], None if weights is None else weights[a:b], minlength=n_codes)
+    return out
 
 
 def kept(mask: np.ndarray) -> np.ndarray | slice:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import GPU_IDLE_SHARE_CRITICAL, GPU_IDLE_SHARE_WARN, GPU_IDLE_UTIL_PCT, RECENT_FRACTION
-from rlscope.analyzers._data import kept, labels, segment_ids
+from rlscope.analyzers._data import kept, labels, numbers, segment_ids
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GpuIdleResult", "analyze"]
@@ -64,17 +64,21 @@ class _Samples:
     role: np.ndarray
     roles: np.ndarray
 
-    def aggregate(self, rows: np.ndarray, key: np.ndarray, keys: np.ndarray, name: str) -> pd.DataFrame:
+    def aggregate(self, rows: np.ndarray | None, key: np.ndarray | None, keys: np.ndarray, name: str) -> pd.DataFrame:
         """samples, mean_util_pct and idle_share per (``name``, role) of the sample ``rows``, in
-        the order of a groupby on both; ``key`` indexes ``keys`` per row (-1: row left out)."""
-        kept = key >= 0
-        rows, key = rows[kept], key[kept]
+        the order of a groupby on both; ``key`` indexes ``keys`` per row (-1: row left out).
+        ``rows`` and ``key`` None: every sample, under the one key ``keys[0]``."""
         n_roles = self.roles.size
-        cell = key * n_roles + self.role[rows]
+        if rows is None or key is None:
+            cell, util = self.role.astype(np.intp), self.util
+        else:
+            kept = key >= 0
+            rows, key = rows[kept], key[kept]
+            cell = key * n_roles + self.role[rows]
+            util = self.util[rows]
         size = keys.size * n_roles
         count = np.bincount(cell, minlength=size)
         present = np.flatnonzero(count)
-        util = self.util[rows]
         samples = count[present]
         return pd.DataFrame(
             {
@@ -89,12 +93,12 @@ class _Samples:
 
 def _samples(reader: RunReader) -> _Samples | None:
     gpu = reader.read("gpu", ["time", "role", "util_pct"], dictionary=["role"])
-    util = gpu.column("util_pct").to_numpy(zero_copy_only=False)
+    util = numbers(gpu.column("util_pct")).astype(float, copy=False)
     keep = ~np.isnan(util)
     if not keep.any():
         return None
     role, roles = labels(gpu.column("role"), missing="unknown")
-    time = gpu.column("time").to_numpy()
+    time = numbers(gpu.column("time")).astype(float, copy=False)
     rows = kept(keep)
     time, util, role = time[rows], util[rows], role[rows]
     if time.size > 1 and not np.all(time[1:] >= time[:-1]):  # samplers write in time order: usually sorted
@@ -119,9 +123,8 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     samples = _samples(reader)
     if samples is None:
         return GpuIdleResult(available=False)
-    n = samples.time.size
     # per role alone: every sample in one window
-    by_role = samples.aggregate(np.arange(n), np.zeros(n, dtype=np.int64), np.zeros(1), "window")
+    by_role = samples.aggregate(None, None, np.zeros(1), "window")
     result = GpuIdleResult(True, by_role.drop(columns="window").set_index("role"))
 
     spans = _timed(reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]))

@@ -26,7 +26,7 @@ from rlscope.advice.thresholds import (
     REWARD_ZERO_COLLAPSE,
     REWARD_ZERO_RISE_MIN,
 )
-from rlscope.analyzers._data import Trajectories, cells
+from rlscope.analyzers._data import Trajectories, group_counts
 from rlscope.trace.reader import RunReader
 
 __all__ = ["RewardResult", "analyze"]
@@ -71,11 +71,10 @@ def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str
     # every row falls in one (step, source) cell and one class of (error, rewarded, zero): one
     # bincount over cells x classes gives all the counts; empty cells are dropped
     kind = error.astype(np.int8) + 2 * rated.astype(np.int8) + 4 * (reward == 0).astype(np.int8)
-    cell = cells(g, source.astype(np.int32) * 8 + kind, names.size * 8)
-    size = g.keys.size * names.size * 8
+    code = source.astype(np.int32) * 8 + kind
     grid = (g.keys.size, names.size, 8)
-    counts = np.bincount(cell, minlength=size).reshape(grid)
-    totals = np.bincount(cell, weights=g.take(np.where(rated, reward, 0.0)), minlength=size).reshape(grid)
+    counts = group_counts(g, code, names.size * 8).reshape(grid)
+    totals = group_counts(g, code, names.size * 8, np.where(rated, reward, 0.0)).reshape(grid)
     by_name = np.argsort(names, kind="stable")  # cells in (step, source) order, as a groupby gives them
     counts, totals = counts[:, by_name].reshape(-1, 8), totals[:, by_name].reshape(-1, 8)
     n = counts.sum(axis=1)

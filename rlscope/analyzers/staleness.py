@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ from rlscope.advice.thresholds import (
     STALENESS_DROP_THRESHOLD,
     STALENESS_P90_WARN,
 )
-from rlscope.analyzers._data import Groups, RunFrames, kept, load, recent, segment_ids
+from rlscope.analyzers._data import Groups, RunFrames, group_counts, kept, load, recent, segment_ids
 from rlscope.trace.reader import RunReader
 
 # integer lags spanning at most this many versions get their per-step quantiles by counting
@@ -117,7 +117,7 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
     if varied.size and lag.dtype.kind in "iu" and span <= _COUNTED_SPAN:
         # integer lags: per step, the count of each lag; a quantile is the first lag whose
         # running count reaches q * n (numpy's inverted_cdf)
-        counts = np.bincount(g.ids * span + (lag - low.min()), minlength=n.size * span).reshape(n.size, span)
+        counts = group_counts(replace(g, order=None), lag - low.min(), span)  # lag is in key order already
         running = np.cumsum(counts, axis=1)
         for j, q in enumerate((0.5, 0.9)):
             quantiles[varied, j] = low.min() + np.argmax(running[varied] >= np.ceil(q * n[varied, None] - 1e-9), axis=1)
@@ -131,7 +131,7 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
             "p50": quantiles[:, 0],
             "p90": quantiles[:, 1],
             "max": high.astype(float),
-            "over_threshold": np.add.reduceat((lag > threshold).astype(np.int64), g.starts) / n,
+            "over_threshold": np.add.reduceat((lag > threshold).view(np.uint8), g.starts, dtype=np.int64) / n,
         },
         index=pd.Index(g.keys, name="step"),
     )

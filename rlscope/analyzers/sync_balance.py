@@ -30,7 +30,7 @@ from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
 from rlscope.analyzers import anatomy as _anatomy
-from rlscope.analyzers._data import RunFrames, Trajectories, cells, kept, load, recent
+from rlscope.analyzers._data import RunFrames, Trajectories, group_counts, kept, load, recent
 from rlscope.trace.reader import RunReader
 
 __all__ = ["EngineBalance", "SyncBalanceResult", "analyze", "engine_balance", "sync_bubble"]
@@ -92,13 +92,12 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     rows = kept(engine >= 0)
     g = traj.step_groups(rows)
     # load and row count of every (step, engine) cell; an engine without rows is not in its step
-    cell = cells(g, engine[rows], names.size)
+    engine = engine[rows]
     load = traj.numbers(unit)[rows]
-    load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load.astype(float)  # a gap adds 0
-    shape = (g.keys.size, names.size)
+    load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load  # a gap adds 0
     by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
-    loads = np.bincount(cell, weights=g.take(load), minlength=shape[0] * shape[1]).reshape(shape)[:, by_name]
-    present = np.bincount(cell, minlength=shape[0] * shape[1]).reshape(shape)[:, by_name] > 0
+    loads = group_counts(g, engine, names.size, load)[:, by_name]
+    present = group_counts(g, engine, names.size)[:, by_name] > 0
     # engine_balance() of every step at once: absent engines have load 0 and are not counted
     n = present.sum(axis=1)
     total = loads.sum(axis=1)
