@@ -4,7 +4,7 @@
 and the facade pass frames so a run is read once). The long ``steps`` table becomes one
 wide pandas row per step. A run has millions of trajectory rows, so they stay numpy
 columns (:class:`Trajectories`, each read on first use, text as dictionary codes) that the
-analyzers walk with :func:`group_rows` and :func:`cells` rather than pandas groupby.
+analyzers walk with :func:`group_rows` and :func:`group_counts` rather than pandas groupby.
 """
 
 from __future__ import annotations
