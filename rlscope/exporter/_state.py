@@ -327,7 +327,7 @@ class RunState:
             best = topo.what_if.loc[topo.current]
             self._recommended = {"rollout": int(best["n_rollout"]), "train": int(best["n_train"])}
 
-    def _window_trajectories(self) -> pd.DataFrame:
+    def _window_trajectories(self) -> pa.Table | None:
         """Trajectories of complete steps: the trainer logged the step, or a later step began."""
         newest = max(self._traj, default=None)
         done = [
@@ -336,9 +336,7 @@ class RunState:
             if s < newest or (self._max_step is not None and s <= self._max_step)
             for part in parts
         ]
-        if not done:
-            return pd.DataFrame(columns=list(TRAJECTORY_COLUMNS))
-        return pa.concat_tables(done).to_pandas()
+        return pa.concat_tables(done) if done else None
 
     def _staleness_quantiles(self) -> list[tuple[str, float]]:
         """(quantile label, policy versions) over the trajectories of the last steps."""
