@@ -280,6 +280,19 @@ def test_expected_staleness():
     assert staleness.expected_staleness(np.array([20, 95, 300]), 0, 30).tolist() == [0, 3, 10]
 
 
+def test_expected_lag_against_generation_and_wait():
+    # weight syncs every 100 s; submitted at 0 and taken at 100, 200, 300 s: 1, 2, 3 versions expected
+    e = staleness.expected_lag(np.array([1, 2, 3]), np.zeros(3), np.array([100.0, 200.0, 300.0]), 100.0)
+    assert (e.mean_observed, e.mean_expected, e.excess, e.within_one) == (2.0, 2.0, 0.0, 1.0)
+    # lags of 3 where 100 s and 200 s of generation and wait explain 1 and 2: only the second is within one
+    e = staleness.expected_lag(np.array([3, 3]), np.array([0.0, 50.0]), np.array([100.0, 250.0]), 100.0)
+    assert (e.mean_expected, e.excess, e.within_one) == (1.5, 1.5, 0.5)
+    # an unknown time leaves the sample out; no sync interval, no check
+    e = staleness.expected_lag(np.array([1, 9]), np.array([0.0, np.nan]), np.array([100.0, 100.0]), 100.0)
+    assert (e.mean_observed, e.mean_expected) == (1.0, 1.0)
+    assert staleness.expected_lag(np.array([1]), np.zeros(1), np.ones(1), float("nan")) is None
+
+
 def test_drop_length_bias():
     # lags 0..9 with lengths 100..1000: dropping lag > 8 removes one sample of 1000 tokens,
     # keeps nine averaging (100 + ... + 900) / 9 = 500: bias 2.0, 10% dropped

@@ -338,6 +338,40 @@ def test_staleness_threshold_from_meta(tmp_path):
     assert r.drop.bias == pytest.approx(850 / 350)
 
 
+def _async_rows(lag: int, submit: list[float], finish: list[float]) -> list[dict]:
+    return [
+        {"traj_id": str(i), "trainer_version": 10, "policy_version_start": 10 - lag, "submit_time": s, "finish_time": f}
+        for i, (s, f) in enumerate(zip(submit, finish, strict=True))
+    ]
+
+
+def test_staleness_checks_the_lag_generation_and_wait_explain(tmp_path):
+    # steps of 100 s with a weight sync each. Submitted at 0 and 50 s, the batch is taken when its
+    # last sample finishes at 250 s: (250 + 200) / 2 / 100 = 2.25 versions expected on average
+    steps = {key: {"timing_s/step": 100.0, "timing_s/update_weights": 5.0} for key in range(4)}
+    explained = make_run(tmp_path / "ok", {}, steps, dict.fromkeys(range(4), _async_rows(2, [0, 50], [200, 250])))
+    r = staleness.analyze(explained)
+    assert r.expected.t_sync_s == pytest.approx(100.0)
+    assert (r.expected.mean_observed, r.expected.mean_expected) == (2.0, pytest.approx(2.25))
+    assert r.expected.within_one == 1.0 and "staleness-unexplained" not in ids(r)
+    # the same timing with lags of 5: 2.75 versions more than generation and wait explain
+    queued = make_run(tmp_path / "queued", {}, steps, dict.fromkeys(range(4), _async_rows(5, [0, 50], [200, 250])))
+    (f,) = [f for f in staleness.analyze(queued).findings if f.id == "staleness-unexplained"]
+    assert f.severity is Severity.WARN and f.evidence["excess"] == pytest.approx(2.75)
+    # a sync every other step doubles T_sync (the recent quarter of 8 steps: 6 without, 7 with a sync):
+    # lags of 2 are then 0.875 versions more than the 1.125 that generation and wait explain
+    sparse = {s: {"timing_s/step": 100.0, "timing_s/update_weights": 5.0 * (s % 2)} for s in range(8)}
+    rows = dict.fromkeys(range(8), _async_rows(2, [0, 50], [200, 250]))
+    r = staleness.analyze(make_run(tmp_path / "sparse", {}, sparse, rows))
+    assert r.expected.t_sync_s == pytest.approx(200.0) and r.expected.mean_expected == pytest.approx(1.125)
+
+
+def test_a_synchronous_run_has_no_staleness_check(tmp_path):
+    steps = {key: {"timing_s/step": 100.0} for key in range(2)}
+    rows = dict.fromkeys(range(2), _async_rows(0, [0, 50], [200, 250]))
+    assert staleness.analyze(make_run(tmp_path / "sync", {}, steps, rows)).expected is None
+
+
 def test_staleness_without_versions(tmp_path):
     r = staleness.analyze(make_run(tmp_path / "r", {}, {}, {0: finish_rows([1, 2])}))
     assert r.per_step.empty and r.drop is None and r.findings == []
@@ -421,6 +455,13 @@ def test_sample_trace_ground_truth(sample, name):
     for topo, key in (("async_streaming", "async"), ("one_step_overlap", "one_step")):
         want = truth["balanced_split"][key]["last"]["rollout"]
         assert abs(d.topology.what_if.loc[topo, "n_rollout"] - want) <= 1
+    # the simulator's async trainer really takes batches as they fill and syncs after each update:
+    # the lag it records is the one generation and wait explain, to within a version
+    e = d.staleness.expected
+    if d.staleness.per_step.empty or d.staleness.per_step["max"].max() == 0:
+        assert e is None
+    else:
+        assert abs(e.excess) < 1 and e.within_one > 0.9
     found = _own_findings(d)
     assert EXPECTED[name] <= {f.id for f in found}
     if not EXPECTED[name]:

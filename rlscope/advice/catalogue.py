@@ -143,6 +143,15 @@ _ENTRIES = (
         "importance-weight clipping rate and the reward curve. Lower the staleness bound or sync more often.",
     ),
     Entry(
+        "staleness-unexplained",
+        "samples are {mean_observed:.1f} versions stale where generation and wait explain {mean_expected:.1f}",
+        "A sample's staleness should be about (generation time + wait) / T_sync: the weight syncs that "
+        "happen between its submission and the trainer taking its batch. More than that means samples "
+        "queue past their own step, or versions are stamped at the wrong moment. Less means syncs are rarer "
+        "than the step times suggest. Either way, fix the cause before tuning the staleness bound on these "
+        "figures.",
+    ),
+    Entry(
         "stale-drop-length-bias",
         "dropping samples staler than {threshold} versions removes answers {bias:.2f}x longer than kept",
         "Staleness grows with generation time, so dropping stale samples systematically removes long "

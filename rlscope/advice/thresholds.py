@@ -38,6 +38,7 @@ __all__ = [
     "SPLIT_GAIN_MIN",
     "STALENESS_DROP_THRESHOLD",
     "STALENESS_P90_WARN",
+    "STALENESS_UNEXPLAINED_VERSIONS",
     "SWITCHING_WARN",
     "SYNC_BUBBLE_CRITICAL",
     "SYNC_BUBBLE_WARN",
@@ -89,6 +90,8 @@ SYNC_BUBBLE_CRITICAL = 0.25
 STALENESS_P90_WARN = 4
 # verl's default max_off_policy_threshold: samples more versions stale are dropped (or waited).
 STALENESS_DROP_THRESHOLD = 8
+# mean lag this many policy versions away from what generation + wait / T_sync explain
+STALENESS_UNEXPLAINED_VERSIONS = 1.0
 # Dropping stale samples is length-biased when the dropped ones are 20% longer than the kept.
 DROP_LENGTH_BIAS_WARN = 1.20
 # ... and when at least 1% of samples would be dropped.

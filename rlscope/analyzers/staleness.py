@@ -26,14 +26,25 @@ from rlscope.advice.thresholds import (
     DROP_SHARE_MIN,
     STALENESS_DROP_THRESHOLD,
     STALENESS_P90_WARN,
+    STALENESS_UNEXPLAINED_VERSIONS,
 )
+from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers._data import Groups, RunFrames, group_counts, kept, load, recent, segment_ids
 from rlscope.trace.reader import RunReader
 
 # integer lags spanning at most this many versions get their per-step quantiles by counting
 _COUNTED_SPAN = 1024
 
-__all__ = ["DropBias", "StalenessResult", "analyze", "drop_length_bias", "expected_staleness"]
+__all__ = [
+    "DropBias",
+    "ExpectedLag",
+    "StalenessResult",
+    "analyze",
+    "drop_length_bias",
+    "expected_lag",
+    "expected_staleness",
+    "sync_interval",
+]
 
 
 def expected_staleness(gen_s: float | np.ndarray, wait_s: float | np.ndarray, t_sync_s: float) -> np.ndarray:
@@ -87,19 +98,56 @@ def drop_length_bias(lag: pd.Series | np.ndarray, length: pd.Series | np.ndarray
 
 
 @dataclass(frozen=True)
+class ExpectedLag:
+    """The ``s ~ floor((gen + wait) / T_sync)`` check over the last quarter of steps.
+
+    A sample's generation plus wait runs from its submission to its step's last finish (when
+    the trainer can take the batch). Over that time, weight syncs every ``t_sync_s`` seconds
+    make ``(gen + wait) / T_sync`` versions on average, whatever the phase of the syncs, so
+    ``mean_expected`` is compared with the ``mean_observed`` lag. ``within_one``: share of
+    samples whose lag is within one version of their own expectation.
+    """
+
+    t_sync_s: float
+    mean_observed: float
+    mean_expected: float
+    within_one: float
+
+    @property
+    def excess(self) -> float:
+        """Versions of lag that generation and wait do not explain (negative: fewer than they imply)."""
+        return self.mean_observed - self.mean_expected
+
+
+def expected_lag(lag: np.ndarray, submit: np.ndarray, consumed: np.ndarray, t_sync_s: float) -> ExpectedLag | None:
+    """:class:`ExpectedLag` of samples with their submit and consume times (one clock, seconds)."""
+    known = ~(np.isnan(submit) | np.isnan(consumed))
+    if not known.any() or not t_sync_s > 0:
+        return None
+    lag = lag[known].astype(float)
+    expected = (consumed[known] - submit[known]) / t_sync_s
+    return ExpectedLag(
+        float(t_sync_s), float(lag.mean()), float(expected.mean()), float((np.abs(lag - expected) <= 1).mean())
+    )
+
+
+@dataclass(frozen=True)
 class StalenessResult:
     """Per-step lag distribution and, over the last quarter of steps, its link to length.
 
     ``per_step``: index step; ``n``, ``mean``, ``p50``, ``p90``, ``max`` (lag in versions; a
     percentile is the smallest lag that share of samples is at or below) and ``over_threshold``
     (share with lag > threshold). ``length_correlation``: Spearman rank correlation of lag
-    with response tokens. ``drop``: the length bias of dropping lag > threshold.
+    with response tokens. ``drop``: the length bias of dropping lag > threshold. ``expected``:
+    the ``s ~ floor((gen + wait) / T_sync)`` check, when samples are stale at all and their
+    submit and finish times and the step times are known.
     """
 
     per_step: pd.DataFrame
     length_correlation: float
     drop: DropBias | None
     findings: list[Finding] = field(default_factory=list)
+    expected: ExpectedLag | None = None
 
 
 def _quantile(x: pd.Series | np.ndarray, q: float) -> float:
@@ -137,8 +185,13 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
     )
 
 
-def analyze(run: RunReader | RunFrames | str | os.PathLike[str], threshold: int | None = None) -> StalenessResult:
-    """Lag per trajectory, its per-step distribution, its correlation with length and the drop bias.
+def analyze(
+    run: RunReader | RunFrames | str | os.PathLike[str],
+    threshold: int | None = None,
+    anatomy: _anatomy.AnatomyResult | None = None,
+) -> StalenessResult:
+    """Lag per trajectory, its per-step distribution, its correlation with length, the drop
+    bias, and whether generation plus wait explain it.
 
     ``threshold`` defaults to ``meta.json``'s ``max_off_policy_threshold``, else verl's 8.
     """
@@ -168,9 +221,30 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str], threshold: int 
         # Spearman = Pearson of average ranks (pandas' method="spearman" would import scipy)
         corr = float(np.corrcoef(average_ranks(lag_s), average_ranks(len_s))[0, 1])
     drop = drop_length_bias(lag_s, len_s, threshold) if lag_s.size else None
-    result = StalenessResult(per_step, corr, drop)
+    expected = None
+    if window_lag.size and window_lag.max() > 0 and traj.has("submit_time") and traj.has("finish_time"):
+        # only samples that are stale at all: a synchronous run has no syncs during generation
+        recent_groups = len(per_step) - len(recent(per_step))
+        finish = g.take(traj.numbers("finish_time")[rows]).astype(float, copy=False)
+        # the trainer can take a step's batch once its last sample has finished
+        last = np.fmax.reduceat(finish, g.starts[recent_groups:])
+        consumed = last[segment_ids(g.sizes[recent_groups:])]
+        submit = g.take(traj.numbers("submit_time")[rows])[first:].astype(float, copy=False)
+        anatomy = anatomy or _anatomy.analyze(frames)
+        expected = expected_lag(window_lag, submit, consumed, sync_interval(anatomy))
+    result = StalenessResult(per_step, corr, drop, expected=expected)
     result.findings.extend(_findings(result, window_lag.astype(float)))
     return result
+
+
+def sync_interval(anatomy: _anatomy.AnatomyResult) -> float:
+    """Seconds between weight syncs over the recent steps: their step time, spread over the
+    steps that synced when a weight-sync timer shows syncs on only some of them."""
+    if anatomy.seconds.empty:
+        return math.nan
+    g = recent(_anatomy.group_seconds(anatomy.seconds))
+    syncs = int((g["weight_sync"] > 0).sum())
+    return float(g["step"].sum() / syncs) if syncs else float(g["step"].mean())
 
 
 def _findings(r: StalenessResult, lags: np.ndarray) -> list[Finding]:
@@ -187,6 +261,40 @@ def _findings(r: StalenessResult, lags: np.ndarray) -> list[Finding]:
                 "the staleness bound, and watch the importance-weight clipping rate",
             )
         )
+    e = r.expected
+    if e is not None and abs(e.excess) >= STALENESS_UNEXPLAINED_VERSIONS:
+        evidence = {
+            "mean_observed": e.mean_observed,
+            "mean_expected": e.mean_expected,
+            "excess": e.excess,
+            "t_sync_s": e.t_sync_s,
+            "within_one": e.within_one,
+        }
+        said = (
+            f"samples are {e.mean_observed:.1f} versions stale on average where their generation and wait explain "
+            f"{e.mean_expected:.1f} (a weight sync every {e.t_sync_s:.0f} s): "
+        )
+        if e.excess > 0:
+            out.append(
+                finding(
+                    "staleness-unexplained",
+                    Severity.WARN,
+                    evidence,
+                    said + "they wait past their own step before training (a queue deeper than the batch), or "
+                    "policy_version_start is stamped before generation really starts; lower the staleness bound "
+                    "if the extra lag costs accuracy",
+                )
+            )
+        else:
+            out.append(
+                finding(
+                    "staleness-unexplained",
+                    Severity.INFO,
+                    evidence,
+                    said + "the weights sync less often than the step times suggest, or versions are stamped "
+                    "after generation starts; check the sync trigger before trusting the staleness figures",
+                )
+            )
     d = r.drop
     if d is not None and d.dropped_share >= DROP_SHARE_MIN and d.bias >= DROP_LENGTH_BIAS_WARN:
         out.append(

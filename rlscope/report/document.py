@@ -171,6 +171,9 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "per_step": d.staleness.per_step,
             "length_correlation": d.staleness.length_correlation,
             "drop": None if d.staleness.drop is None else dataclasses.asdict(d.staleness.drop),
+            "expected": None
+            if d.staleness.expected is None
+            else {**dataclasses.asdict(d.staleness.expected), "excess": d.staleness.expected.excess},
         },
         "engines": {"load_unit": d.sync_balance.load_unit, "per_step": d.sync_balance.engines},
         "weight_sync": {"bubble": d.sync_balance.bubble, "t_sync_s": d.sync_balance.t_sync_s, "k": d.sync_balance.k},
