@@ -9,6 +9,7 @@ and the ``spans`` table (``step``, ``phase``, ``start``, ``end``).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import GPU_IDLE_SHARE_CRITICAL, GPU_IDLE_SHARE_WARN, GPU_IDLE_UTIL_PCT, RECENT_FRACTION
-from rlscope.analyzers._data import kept, labels, numbers, segment_ids
+from rlscope.analyzers._data import kept, labels, numbers
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GpuIdleResult", "analyze"]
@@ -41,20 +42,6 @@ class GpuIdleResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _join(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sample, window)`` index pairs of every sample inside each window [start, end).
-
-    ``times`` is sorted, so each window is one slice; the slices are gathered with one
-    index array instead of a frame per window (runs have thousands of spans).
-    """
-    lo = np.searchsorted(times, starts, side="left")
-    hi = np.searchsorted(times, ends, side="left")
-    lengths = np.maximum(hi - lo, 0)
-    window = segment_ids(lengths)
-    index = np.arange(window.size) + (lo - (np.cumsum(lengths) - lengths))[window]
-    return index, window
-
-
 @dataclass(frozen=True)
 class _Samples:
     """NVML samples with a utilisation, sorted by time; ``role`` indexes ``roles`` (sorted)."""
@@ -64,29 +51,46 @@ class _Samples:
     role: np.ndarray
     roles: np.ndarray
 
-    def aggregate(self, rows: np.ndarray | None, key: np.ndarray | None, keys: np.ndarray, name: str) -> pd.DataFrame:
-        """samples, mean_util_pct and idle_share per (``name``, role) of the sample ``rows``, in
-        the order of a groupby on both; ``key`` indexes ``keys`` per row (-1: row left out).
-        ``rows`` and ``key`` None: every sample, under the one key ``keys[0]``."""
+    @functools.cached_property
+    def running(self) -> np.ndarray:
+        """(3, roles, samples + 1) running totals in time order: samples, utilisation, idle samples.
+
+        The samples inside any time window [start, end) are one slice of the sorted samples,
+        so a window's totals are two lookups: thousands of spans cost no per-sample work.
+        """
+        out = np.zeros((3, self.roles.size, self.time.size + 1))
+        idle = self.util < GPU_IDLE_UTIL_PCT
+        for r in range(self.roles.size):
+            mine = self.role == r
+            np.cumsum(mine, out=out[0, r, 1:])
+            np.cumsum(np.where(mine, self.util, 0.0), out=out[1, r, 1:])
+            np.cumsum(mine & idle, out=out[2, r, 1:])
+        return out
+
+    def within(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sample slices ``lo:hi`` inside each time window [start, end)."""
+        lo = np.searchsorted(self.time, starts, side="left")
+        return lo, np.maximum(np.searchsorted(self.time, ends, side="left"), lo)
+
+    def aggregate(self, lo: np.ndarray, hi: np.ndarray, key: np.ndarray, keys: np.ndarray, name: str) -> pd.DataFrame:
+        """samples, mean_util_pct and idle_share per (``name``, role) of the sample slices
+        ``lo:hi``, in the order of a groupby on both; ``key`` indexes ``keys`` per slice."""
+        inside = self.running[:, :, hi] - self.running[:, :, lo]  # (3, roles, windows)
         n_roles = self.roles.size
-        if rows is None or key is None:
-            cell, util = self.role.astype(np.intp), self.util
-        else:
-            kept = key >= 0
-            rows, key = rows[kept], key[kept]
-            cell = key * n_roles + self.role[rows]
-            util = self.util[rows]
-        size = keys.size * n_roles
-        count = np.bincount(cell, minlength=size)
-        present = np.flatnonzero(count)
+        # per (key, role): the windows' totals summed
+        totals = np.stack(
+            [np.bincount(key, weights=inside[k, r], minlength=keys.size) for k in range(3) for r in range(n_roles)]
+        ).reshape(3, n_roles, keys.size)
+        count, util, idle = (totals[k].T.reshape(-1) for k in range(3))  # key-major, role-minor
+        present = np.flatnonzero(count > 0)
         samples = count[present]
         return pd.DataFrame(
             {
                 name: keys[present // n_roles],
                 "role": self.roles[present % n_roles],
-                "samples": samples,
-                "mean_util_pct": np.bincount(cell, weights=util, minlength=size)[present] / samples,
-                "idle_share": np.bincount(cell[util < GPU_IDLE_UTIL_PCT], minlength=size)[present] / samples,
+                "samples": samples.astype(np.int64),
+                "mean_util_pct": util[present] / samples,
+                "idle_share": idle[present] / samples,
             }
         )
 
@@ -124,7 +128,8 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     if samples is None:
         return GpuIdleResult(available=False)
     # per role alone: every sample in one window
-    by_role = samples.aggregate(None, None, np.zeros(1), "window")
+    every = np.zeros(1, dtype=np.intp)
+    by_role = samples.aggregate(every, every + samples.time.size, every, np.zeros(1), "window")
     result = GpuIdleResult(True, by_role.drop(columns="window").set_index("role"))
 
     spans = _timed(reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]))
@@ -132,11 +137,11 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
         return result
     timed = spans.select(["step", "start", "end"]).to_pandas()
     steps = timed.groupby("step").agg(start=("start", "min"), end=("end", "max"))
-    rows, window = _join(samples.time, steps["start"].to_numpy(), steps["end"].to_numpy())
-    result.by_step = samples.aggregate(rows, window, steps.index.to_numpy(), "step")
+    lo, hi = samples.within(steps["start"].to_numpy(), steps["end"].to_numpy())
+    result.by_step = samples.aggregate(lo, hi, np.arange(len(steps)), steps.index.to_numpy(), "step")
     phase, phases = labels(spans.column("phase"))
-    rows, window = _join(samples.time, timed["start"].to_numpy(), timed["end"].to_numpy())
-    result.by_phase = samples.aggregate(rows, phase[window], phases, "phase")
+    lo, hi = samples.within(timed["start"].to_numpy(), timed["end"].to_numpy())
+    result.by_phase = samples.aggregate(lo, hi, phase, phases, "phase")
     result.findings = _findings(result.by_step)
     return result
 
