@@ -9,7 +9,15 @@ import pytest
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import _data, analyze_run, rewards, staleness, sync_balance
-from rlscope.analyzers._data import RunFrames, Trajectories, group_counts, group_rows, labels, segment_ids
+from rlscope.analyzers._data import (
+    RunFrames,
+    Trajectories,
+    chunks,
+    group_counts,
+    group_rows,
+    labels,
+    segment_ids,
+)
 from rlscope.analyzers.staleness import average_ranks
 from rlscope.errors import RunDirError
 
@@ -130,6 +138,18 @@ def test_group_rows_and_group_counts_unsorted_and_empty(looped, monkeypatch):
     empty = group_rows(np.array([], dtype=np.int64))
     assert empty.keys.size == empty.starts.size == empty.ends.size == 0
     assert group_counts(empty, np.array([], dtype=np.int64), 3).shape == (0, 3)
+
+
+def test_chunks_hand_out_whole_groups():
+    g = group_rows(np.array([1, 1, 1, 2, 5, 5, 7]))  # groups of 3, 1, 2 and 1 rows
+    got = [(steps, rows, local.tolist()) for steps, rows, local in chunks(g, rows=3)]
+    # a chunk ends at the first group starting at or past 3 rows on; a bigger group is a chunk alone
+    assert got == [
+        (slice(0, 1), slice(0, 3), [0, 0, 0]),
+        (slice(1, 3), slice(3, 6), [0, 1, 1]),
+        (slice(3, 4), slice(6, 7), [0]),
+    ]
+    assert list(chunks(group_rows(np.array([], dtype=np.int64)))) == []
 
 
 def test_average_ranks_match_pandas_for_counted_and_sorted_values():

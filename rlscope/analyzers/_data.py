@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +31,8 @@ from rlscope.trace.schema import TABLES
 
 # group_counts() loops over groups averaging at least this many rows (a Python step per group)
 _ROWS_PER_GROUP_LOOPED = 256
+# rows chunks() hands out at a time: each temporary column a few hundred kB
+_CHUNK_ROWS = 1 << 16
 
 __all__ = [
     "TOPOLOGIES",
@@ -40,6 +42,7 @@ __all__ = [
     "RunFrames",
     "Trajectories",
     "Trend",
+    "chunks",
     "group_counts",
     "group_rows",
     "kept",
@@ -472,6 +475,22 @@ def group_rows(keys: np.ndarray) -> Groups:
     starts = np.r_[np.zeros(min(keys.size, 1), dtype=starts.dtype), starts]
     ends = np.r_[starts[1:], keys.size].astype(np.int64) if keys.size else starts.copy()
     return Groups(keys[starts], starts, ends, order)
+
+
+def chunks(groups: Groups, rows: int | None = None) -> Iterator[tuple[slice, slice, np.ndarray]]:
+    """Whole groups, about ``rows`` rows at a time: their slice of the groups, their rows' slice
+    in key order, and each of those rows' group index within the chunk.
+
+    Row-wise work done a chunk at a time keeps its temporaries small enough to stay in cache
+    and be reused, where whole-table arrays of millions of rows are allocated afresh each time.
+    """
+    rows = rows or _CHUNK_ROWS
+    i, n = 0, groups.keys.size
+    while i < n:
+        j = max(i + 1, int(np.searchsorted(groups.starts, groups.starts[i] + rows, side="left")))
+        j = min(j, n)
+        yield slice(i, j), slice(int(groups.starts[i]), int(groups.ends[j - 1])), segment_ids(groups.sizes[i:j])
+        i = j
 
 
 def group_counts(groups: Groups, codes: np.ndarray, n_codes: int, weights: np.ndarray | None = None) -> np.ndarray:

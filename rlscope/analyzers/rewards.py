@@ -26,7 +26,7 @@ from rlscope.advice.thresholds import (
     REWARD_ZERO_COLLAPSE,
     REWARD_ZERO_RISE_MIN,
 )
-from rlscope.analyzers._data import Trajectories, group_counts
+from rlscope.analyzers._data import Trajectories, chunks
 from rlscope.trace.reader import RunReader
 
 __all__ = ["RewardResult", "analyze"]
@@ -58,23 +58,35 @@ def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str
     traj = _trajectories(run)
     if traj.empty:
         return RewardResult(available=False)
-    reward = traj.numbers("reward").astype(float, copy=False)
-    rated = ~np.isnan(reward)
-    status, status_names = traj.labels("reward_status", ordered=False)  # code -1 (missing) reads as "ok" below
-    said = [*status_names, "ok"]
-    if not rated.any() and np.array([name == "ok" for name in said])[status].all():
-        return RewardResult(available=False)
-    error = np.array([str(name).lower() != "ok" for name in said])[status]
-    source, names = traj.labels("data_source", missing=_UNKNOWN_SOURCE, ordered=False)
-    step = traj.numbers("step")
     g = traj.step_groups()
-    # every row falls in one (step, source) cell and one class of (error, rewarded, zero): one
-    # bincount over cells x classes gives all the counts; empty cells are dropped
-    kind = error.astype(np.int8) + 2 * rated.astype(np.int8) + 4 * (reward == 0).astype(np.int8)
-    code = source.astype(np.int32) * 8 + kind
+    reward = g.take(traj.numbers("reward")).astype(float, copy=False)
+    status, status_names = traj.labels("reward_status", ordered=False)
+    status = g.take(status)
+    # code -1 (a missing status) reads as ok
+    error_of = np.array([str(name).lower() != "ok" for name in status_names] + [False])
+    source, names = traj.labels("data_source", missing=_UNKNOWN_SOURCE, ordered=False)
+    source = g.take(source)
+    # every row falls in one (step, source) cell and one class of (error, rewarded, zero): a
+    # bincount over cells x classes per chunk of steps gives all the counts
+    width = names.size * 8
+    counts = np.empty((g.keys.size, width), dtype=np.int64)
+    totals = np.empty((g.keys.size, width))
+    errors_at: list[np.ndarray] = []
+    said = False
+    for steps, rows, local in chunks(g):
+        r = reward[rows]
+        rated = ~np.isnan(r)
+        error = error_of[status[rows]]
+        cell = local * width + source[rows] * 8 + error + 2 * rated + 4 * (r == 0)
+        size = (steps.stop - steps.start) * width
+        counts[steps] = np.bincount(cell, minlength=size).reshape(-1, width)
+        totals[steps] = np.bincount(cell, weights=np.where(rated, r, 0.0), minlength=size).reshape(-1, width)
+        said = said or bool(rated.any() or error.any())
+        errors_at.append(np.flatnonzero(error) + rows.start)
+    if not said:
+        return RewardResult(available=False)
     grid = (g.keys.size, names.size, 8)
-    counts = group_counts(g, code, names.size * 8).reshape(grid)
-    totals = group_counts(g, code, names.size * 8, np.where(rated, reward, 0.0)).reshape(grid)
+    counts, totals = counts.reshape(grid), totals.reshape(grid)
     by_name = np.argsort(names, kind="stable")  # cells in (step, source) order, as a groupby gives them
     counts, totals = counts[:, by_name].reshape(-1, 8), totals[:, by_name].reshape(-1, 8)
     n = counts.sum(axis=1)
@@ -99,19 +111,18 @@ def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str
     recent_from = g.keys[len(g.keys) - max(1, int(np.ceil(len(g.keys) * RECENT_FRACTION)))]
     summary = _summary_table(by_step, recent_from)
 
-    errors = _errors(
-        step[error], source[error], names, traj.labels("reward_error", missing="unknown", ordered=False), error
-    )
+    error = np.concatenate(errors_at)  # rows in step order
+    codes, code_names = traj.labels("reward_error", missing="unknown", ordered=False)
+    errors = _errors(g.take(traj.numbers("step"))[error], source[error], g.take(codes)[error], names, code_names)
     result = RewardResult(True, by_step.drop(columns=["reward_sum"]), summary, errors)
     result.findings = _findings(summary, by_step, errors, recent_from)
     return result
 
 
 def _errors(
-    step: np.ndarray, source: np.ndarray, sources: np.ndarray, codes: tuple[np.ndarray, np.ndarray], error: np.ndarray
+    step: np.ndarray, source: np.ndarray, code: np.ndarray, sources: np.ndarray, code_names: np.ndarray
 ) -> pd.DataFrame:
     """Errors per (source, code): count and first step, most frequent first within a source."""
-    code, code_names = codes[0][error], codes[1]
     cell = source.astype(np.int64) * max(code_names.size, 1) + code
     count = np.bincount(cell, minlength=sources.size * max(code_names.size, 1))
     present = np.flatnonzero(count)
