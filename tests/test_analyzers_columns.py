@@ -168,7 +168,7 @@ def test_per_step_lag_quantiles_by_counting_match_numpy():
     step = np.repeat(np.arange(40), rng.integers(1, 30, 40))
     lag = rng.integers(0, 9, step.size)
     got = staleness._per_step(group_rows(step), lag, 4)
-    for s, p50, p90 in zip(got.index, got["p50"], got["p90"], strict=True):
+    for s, p50, p90 in zip(got["step"], got["p50"], got["p90"], strict=True):
         mine = lag[step == s].astype(float)
         assert (p50, p90) == tuple(np.quantile(mine, (0.5, 0.9), method="inverted_cdf"))
 

@@ -29,7 +29,7 @@ from rlscope.advice.thresholds import (
     STALENESS_UNEXPLAINED_VERSIONS,
 )
 from rlscope.analyzers import anatomy as _anatomy
-from rlscope.analyzers._data import Groups, RunFrames, group_counts, kept, load, recent, segment_ids
+from rlscope.analyzers._data import Groups, RunFrames, chunks, group_counts, group_rows, load, recent, segment_ids
 from rlscope.trace.reader import RunReader
 
 # integer lags spanning at most this many versions get their per-step quantiles by counting
@@ -154,8 +154,9 @@ def _quantile(x: pd.Series | np.ndarray, q: float) -> float:
     return float(np.quantile(np.asarray(x, dtype=float), q, method="inverted_cdf"))
 
 
-def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
-    """n, mean, p50, p90, max and the share over ``threshold`` of each step's lags (in step order, not empty)."""
+def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> dict[str, np.ndarray]:
+    """step, n, mean, p50, p90, max and the share over ``threshold`` of each group's lags
+    (``lag`` in key order, no group empty)."""
     n = g.sizes
     low, high = np.minimum.reduceat(lag, g.starts), np.maximum.reduceat(lag, g.starts)
     # a step whose lags are all equal (every sample of a synchronous step) has them as quantiles
@@ -172,17 +173,15 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> pd.DataFrame:
     else:
         for i in varied:
             quantiles[i] = np.quantile(lag[g.starts[i] : g.ends[i]].astype(float), (0.5, 0.9), method="inverted_cdf")
-    return pd.DataFrame(
-        {
-            "n": n,
-            "mean": np.add.reduceat(lag, g.starts) / n,
-            "p50": quantiles[:, 0],
-            "p90": quantiles[:, 1],
-            "max": high.astype(float),
-            "over_threshold": np.add.reduceat((lag > threshold).view(np.uint8), g.starts, dtype=np.int64) / n,
-        },
-        index=pd.Index(g.keys, name="step"),
-    )
+    return {
+        "step": g.keys,
+        "n": n,
+        "mean": np.add.reduceat(lag, g.starts) / n,
+        "p50": quantiles[:, 0],
+        "p90": quantiles[:, 1],
+        "max": high.astype(float),
+        "over_threshold": np.add.reduceat((lag > threshold).view(np.uint8), g.starts, dtype=np.int64) / n,
+    }
 
 
 def analyze(
@@ -202,18 +201,26 @@ def analyze(
     columns = ["n", "mean", "p50", "p90", "max", "over_threshold"]
     if traj.empty:
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
-    lag = traj.numbers("trainer_version") - traj.numbers("policy_version_start")  # ints when both are
-    keep = ~np.isnan(lag) if lag.dtype.kind == "f" else np.ones(lag.size, dtype=bool)
-    if not keep.any():
+    g = traj.step_groups()
+    version, start = g.take(traj.numbers("trainer_version")), g.take(traj.numbers("policy_version_start"))
+    # a chunk of whole steps at a time: no table-sized temporaries
+    parts = []
+    for steps, rows, local in chunks(g):
+        lag, keys = version[rows] - start[rows], g.keys[steps][local]  # lags are ints when both versions are
+        if lag.dtype.kind == "f":
+            known = ~np.isnan(lag)
+            lag, keys = lag[known], keys[known]
+        if lag.size:
+            parts.append(_per_step(group_rows(keys), lag, threshold))
+    if not parts:
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
-    rows = kept(keep)
-    g = traj.step_groups(rows)
-    lag = g.take(lag[rows])
-    per_step = _per_step(g, lag, threshold)
-    # the last quarter of steps is the tail of the step-sorted rows
-    first = g.starts[len(per_step) - len(recent(per_step))]
-    window_lag = lag[first:]
-    window_len = g.take(traj.numbers("response_tokens")[rows])[first:].astype(float)
+    per_step = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in ["step", *columns]}).set_index("step")
+    # the last quarter of steps: the tail of the step-sorted rows
+    window = slice(int(g.starts[np.searchsorted(g.keys, recent(per_step).index[0])]), len(traj))
+    window_lag = version[window] - start[window]
+    known = ~np.isnan(window_lag) if window_lag.dtype.kind == "f" else slice(None)
+    window_lag = window_lag[known]
+    window_len = g.take(traj.numbers("response_tokens"))[window][known].astype(float)
     sized = ~np.isnan(window_len)
     lag_s, len_s = window_lag[sized], window_len[sized]
     corr = math.nan
@@ -224,12 +231,11 @@ def analyze(
     expected = None
     if window_lag.size and window_lag.max() > 0 and traj.has("submit_time") and traj.has("finish_time"):
         # only samples that are stale at all: a synchronous run has no syncs during generation
-        recent_groups = len(per_step) - len(recent(per_step))
-        finish = g.take(traj.numbers("finish_time")[rows]).astype(float, copy=False)
+        w = group_rows(g.take(traj.numbers("step"))[window][known])
         # the trainer can take a step's batch once its last sample has finished
-        last = np.fmax.reduceat(finish, g.starts[recent_groups:])
-        consumed = last[segment_ids(g.sizes[recent_groups:])]
-        submit = g.take(traj.numbers("submit_time")[rows])[first:].astype(float, copy=False)
+        last = np.fmax.reduceat(g.take(traj.numbers("finish_time"))[window][known].astype(float), w.starts)
+        consumed = last[w.ids]
+        submit = g.take(traj.numbers("submit_time"))[window][known].astype(float, copy=False)
         anatomy = anatomy or _anatomy.analyze(frames)
         expected = expected_lag(window_lag, submit, consumed, sync_interval(anatomy))
     result = StalenessResult(per_step, corr, drop, expected=expected)
