@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rlscope import Recorder
+from rlscope import Recorder, RunReader
 from rlscope.analyzers import analyze_run
 from rlscope.cli import main
+from rlscope.report.document import build_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -74,6 +75,22 @@ def test_every_format_writes_a_file(tmp_path, fmt):
         assert "Plotly.newPlot" in text and text.count("Plotly.newPlot") >= 4
     if fmt == "text":
         assert "MFU waterfall" in text and "█" in text
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_generation_beside_the_step_is_not_a_share_of_it(tmp_path, fmt):
+    # async generation runs beside the trainer's step: its seconds per batch, not "236% of each step"
+    async_out, colocated_out = tmp_path / "async", tmp_path / "colocated"
+    assert main(["diagnose", str(SAMPLES / "async-drift"), "--format", fmt, "--output", str(async_out)]) == 0
+    assert main(["diagnose", str(SAMPLES / "longtail-8b"), "--format", fmt, "--output", str(colocated_out)]) == 0
+    doc = build_document(analyze_run(str(SAMPLES / "async-drift")), RunReader(SAMPLES / "async-drift"), "x")
+    head = doc["headline"]
+    assert head["generation_overlapped"] and head["generation_share"] > 1
+    per_batch = f"{head['generation_share'] * head['step_s']:,.0f} s per batch, beside the step"
+    assert (
+        per_batch in async_out.read_text() and "of each step" not in async_out.read_text().split("generation")[1][:60]
+    )
+    assert re.search(r"generation\W+\d+% of each step", colocated_out.read_text())
 
 
 def _hostile_run(tmp_path) -> str:

@@ -191,7 +191,8 @@ def _findings(r: DriftResult, frames: RunFrames, moved: bool) -> list[Finding]:
                 f"; but verl's idle ratios point the other way (rollouter {rollouter:.0%}, trainer {trainer:.0%} idle)"
             )
     note = "" if gain >= 0 else " (the ledger sees the split as balanced: move one node and re-measure)"
-    severity = Severity.WARN if gain >= SPLIT_GAIN_MIN or (idle == dst) else Severity.INFO
+    # a move only verl's idle ratios call for is already topology's async-idle-imbalanced warning
+    severity = Severity.WARN if gain >= SPLIT_GAIN_MIN else Severity.INFO
     return [
         finding(
             "split-drift",

@@ -123,6 +123,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         "step_s": _num(step_s),
         "step_s_model": _num(t.step_now_s),
         "generation_share": _num(gen_share),
+        "generation_overlapped": bool(d.anatomy.overlapped),
         "tail_share": _num(d.longtail.tail_share),
         "tail_estimated": bool(d.longtail.estimated),
         "t_thr_s": _num(d.longtail.t_thr_s),

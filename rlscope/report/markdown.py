@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlscope.report._format import generation, pct, secs
+
 __all__ = ["escape_md", "render_markdown"]
 
 # Data strings never start a line here (they follow a list marker or sit in a table cell),
@@ -22,14 +24,6 @@ def escape_md(text: Any) -> str:
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
     return s.replace("\r", " ").replace("\n", " ")
-
-
-def _pct(x: float | None, digits: int = 0) -> str:
-    return "n/a" if x is None else f"{x:.{digits}%}"
-
-
-def _secs(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:,.0f} s"
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -46,18 +40,18 @@ def render_markdown(doc: dict[str, Any]) -> str:
     }
     out += [f"- **{k}**: {escape_md(v)}" for k, v in facts.items() if v is not None]
     out += ["", "## Headline", "", "| measure | value |", "|---|---|"]
-    out.append(f"| step time (recent mean) | {_secs(head['step_s'])} |")
-    out.append(f"| generation share | {_pct(head['generation_share'])} |")
+    out.append(f"| step time (recent mean) | {secs(head['step_s'])} |")
+    out.append(f"| generation | {escape_md(generation(head))} |")
     est = " (estimated)" if head["tail_estimated"] else ""
-    out.append(f"| slowest 10% share of rollout | {_pct(head['tail_share'])}{est} |")
-    out.append(f"| whole-step MFU | {_pct(head['mfu'], 1)} |")
+    out.append(f"| slowest 10% share of rollout | {pct(head['tail_share'])}{est} |")
+    out.append(f"| whole-step MFU | {pct(head['mfu'], 1)} |")
     if head["trainer_gpu_idle_share"] is not None:
-        out.append(f"| trainer GPUs idle | {_pct(head['trainer_gpu_idle_share'])} |")
+        out.append(f"| trainer GPUs idle | {pct(head['trainer_gpu_idle_share'])} |")
     best = head["best_topology"]
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
         speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
-        out.append(f"| best topology | {escape_md(best['topology'])}{split}: {_secs(best['step_s'])}{speed} |")
+        out.append(f"| best topology | {escape_md(best['topology'])}{split}: {secs(best['step_s'])}{speed} |")
 
     waterfall = doc["mfu"]["waterfall_points"] or {}
     if waterfall and doc["mfu"]["mfu"] is not None:
@@ -71,7 +65,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         for row in what_if:
             split = f"{row['n_rollout']:.0f}:{row['n_train']:.0f}" if row.get("n_rollout") else "all GPUs"
             speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "n/a"
-            out.append(f"| {escape_md(row['topology'])} | {split} | {_secs(row['step_s'])} | {speed} |")
+            out.append(f"| {escape_md(row['topology'])} | {split} | {secs(row['step_s'])} | {speed} |")
 
     rewards = doc.get("rewards")
     if rewards:
@@ -80,8 +74,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         for row in rewards["by_source"]:
             mean = "n/a" if row["recent_mean_reward"] is None else f"{row['recent_mean_reward']:.3f}"
             out.append(
-                f"| {escape_md(row['source'])} | {row['samples']} | {_pct(row['error_rate'], 1)} | "
-                f"{_pct(row['zero_share'])} | {mean} |"
+                f"| {escape_md(row['source'])} | {row['samples']} | {pct(row['error_rate'], 1)} | "
+                f"{pct(row['zero_share'])} | {mean} |"
             )
 
     findings = doc["findings"]

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rlscope.report._format import generation, pct, secs
+
 __all__ = ["render_text"]
 
 _STYLE = {"critical": "bold red", "warn": "yellow", "info": "cyan"}
@@ -24,14 +26,6 @@ _CAUSES = {
     "switching": "switching",
     "idle_other": "idle / other",
 }
-
-
-def _pct(x: float | None, digits: int = 0) -> str:
-    return "n/a" if x is None else f"{x:.{digits}%}"
-
-
-def _secs(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:,.0f} s" if x >= 10 else f"{x:.1f} s"
 
 
 def _plain(*parts: tuple[str, str] | str) -> Text:
@@ -67,20 +61,20 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     def row(label: str, value: str) -> None:
         table.add_row(Text(label), Text(value))  # Text: "[estimated]" and data are not markup
 
-    row("step time", f"{_secs(head['step_s'])} (recent mean)")
-    row("generation", f"{_pct(head['generation_share'])} of each step")
-    tail = f"{_pct(head['tail_share'])} of rollout"
+    row("step time", f"{secs(head['step_s'])} (recent mean)")
+    row("generation", generation(head))
+    tail = f"{pct(head['tail_share'])} of rollout"
     if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
-        tail += f" (T_thr {_secs(head['t_thr_s'])} + T_tail {_secs(head['t_tail_s'])})"
+        tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
     row("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] else ""))
-    row("whole-step MFU", _pct(head["mfu"], 1))
+    row("whole-step MFU", pct(head["mfu"], 1))
     if head["trainer_gpu_idle_share"] is not None:
-        row("trainer GPUs idle", f"{_pct(head['trainer_gpu_idle_share'])} of each step (NVML)")
+        row("trainer GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step (NVML)")
     best = head["best_topology"]
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
         speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
-        row("best topology", f"{best['topology'].replace('_', ' ')}{split}: {_secs(best['step_s'])}{speed}")
+        row("best topology", f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}")
     console.print(_plain(("Headline", "bold underline")))
     console.print(table)
 
