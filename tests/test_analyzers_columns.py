@@ -103,8 +103,21 @@ def test_a_segment_vanishing_mid_read_is_a_clear_error(run):
     traj.numbers("step")
     for segment in (run / "trajectories").glob("*.parquet"):
         segment.unlink()
-    with pytest.raises((RunDirError, OSError)):
+    with pytest.raises(RunDirError, match="went away while it was being read"):
         traj.numbers("finish_time")
+
+
+def test_nan_is_as_missing_as_null_in_every_source():
+    # the Recorder writes a missing float as NaN: an Arrow table of NaNs has no values either
+    table = pa.table({"step": [1, 2], "finish_time": [float("nan")] * 2, "engine": pa.array([None, None], pa.string())})
+    for traj in (Trajectories(table), Trajectories(table.to_pandas())):
+        assert not traj.has("finish_time") and not traj.has("engine") and traj.has("step")
+
+
+def test_a_pandas_column_of_mixed_types_reads_as_text():
+    frame = pd.DataFrame({"step": [1, 1, 2], "data_source": ["a", 3, None]})
+    codes, names = Trajectories(frame).labels("data_source", missing="?")
+    assert [names[c] for c in codes] == ["a", "3", "?"]
 
 
 def test_labels_of_plain_and_dictionary_arrow_columns():
@@ -163,10 +176,18 @@ def test_average_ranks_match_pandas_for_counted_and_sorted_values():
         np.testing.assert_allclose(average_ranks(x), pd.Series(x).rank().to_numpy())
 
 
-def test_per_step_lag_quantiles_by_counting_match_numpy():
+@pytest.mark.parametrize(
+    "make_lag",
+    [
+        lambda lag: lag,  # small integers: counted
+        lambda lag: lag * 1000,  # integers too spread out to count: sorted
+        lambda lag: lag + 0.5,  # not integers: sorted
+    ],
+)
+def test_per_step_lag_quantiles_match_numpy(make_lag):
     rng = np.random.default_rng(3)
     step = np.repeat(np.arange(40), rng.integers(1, 30, 40))
-    lag = rng.integers(0, 9, step.size)
+    lag = make_lag(rng.integers(0, 9, step.size))
     got = staleness._per_step(group_rows(step), lag, 4)
     for s, p50, p90 in zip(got["step"], got["p50"], got["p90"], strict=True):
         mine = lag[step == s].astype(float)

@@ -222,3 +222,52 @@ def test_gpu_idle_without_samples_is_unavailable(tmp_path):
     with Recorder(run) as rec:
         rec.log_step(0, {"a": 1.0})
     assert gpu_idle.analyze(RunReader(run)).available is False
+
+
+def test_a_span_without_a_phase_counts_in_no_phase(tmp_path):
+    run = _gpu_run(tmp_path)
+    with Recorder(run) as rec:  # a second writer adds a span with no phase over the first step
+        rec.log_span(0, None, 0.0, 50.0)
+    result = gpu_idle.analyze(RunReader(run))
+    assert set(result.by_phase["phase"]) == {"gen", "update_actor"}
+    assert list(result.by_step[result.by_step["role"] == "trainer"]["samples"]) == [100] * 4
+
+
+def test_gpu_idle_with_many_roles_matches_each_role_alone(tmp_path):
+    # 12 roles whose samples interleave in time: each role's idle share is its own
+    run = str(tmp_path / "roles")
+    with Recorder(run) as rec:
+        rec.log_gpu(
+            [
+                {"time": float(i), "gpu": i % 12, "role": f"r{i % 12:02d}", "util_pct": float(i % 12 < 3) * 90}
+                for i in range(1200)
+            ]
+        )
+        rec.log_span(0, "gen", 0.0, 600.0)
+        rec.log_span(1, "gen", 600.0, 1200.0)
+    result = gpu_idle.analyze(RunReader(run))
+    assert result.by_role["samples"].tolist() == [100] * 12
+    assert result.by_role["idle_share"].tolist() == [0.0] * 3 + [1.0] * 9  # r00-r02 at 90%, the rest at 0%
+    assert result.by_step["samples"].tolist() == [50] * 24
+
+
+def test_a_reward_beside_an_error_is_not_a_score(tmp_path):
+    # scored rows 1.0 and 0.0: mean 0.5; the 1.0 reported alongside an error is left out
+    run = str(tmp_path / "r")
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [_traj("a", 1.0), _traj("a", 1.0, "error", "E"), _traj("a", 0.0)])
+    row = rewards.analyze(run).by_step.iloc[0]
+    assert (row["n"], row["errors"], row["scored"], row["mean_reward"], row["zero_share"]) == (3, 1, 2, 0.5, 0.5)
+
+
+def test_many_sources_are_counted_a_few_steps_at_a_time(tmp_path, monkeypatch):
+    # the same counts whether a chunk holds every step or only one
+    run = str(tmp_path / "many")
+    with Recorder(run) as rec:
+        for step in range(6):
+            rec.log_trajectories(step, [_traj(f"s{(step * 7 + i) % 40:02d}", float(i % 3 == 0)) for i in range(30)])
+    whole = rewards.analyze(run).by_step
+    monkeypatch.setattr(rewards, "_CHUNK_CELLS", 1)
+    split = rewards.analyze(run).by_step
+    assert len(whole) == 6 * 30 and whole.equals(split)
+    assert whole["source"].tolist()[:3] == sorted(whole["source"].tolist()[:30])[:3]  # sources sorted in a step

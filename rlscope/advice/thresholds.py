@@ -90,8 +90,10 @@ SYNC_BUBBLE_CRITICAL = 0.25
 STALENESS_P90_WARN = 4
 # verl's default max_off_policy_threshold: samples more versions stale are dropped (or waited).
 STALENESS_DROP_THRESHOLD = 8
-# mean lag this many policy versions away from what generation + wait / T_sync explain
-STALENESS_UNEXPLAINED_VERSIONS = 1.0
+# mean lag this many policy versions away from (generation + wait) / T_sync: the phase of the
+# syncs against consumption moves the mean count by up to 0.5 either way, so 1.5 leaves at least
+# one version that no phase explains
+STALENESS_UNEXPLAINED_VERSIONS = 1.5
 # Dropping stale samples is length-biased when the dropped ones are 20% longer than the kept.
 DROP_LENGTH_BIAS_WARN = 1.20
 # ... and when at least 1% of samples would be dropped.

@@ -150,8 +150,8 @@ def analyze_run(
     # analyzers that need none of them (GPU idle, mismatch, the step anatomy) run
     frames.trajectories.prefetch(_TRAJECTORY_READS)
     reader = frames.reader
-    # frames read here hold the reward columns too: the rewards analyzer reuses them
-    reward_input = reader if isinstance(run, RunFrames) else frames.trajectories
+    # trajectories read from the run hold the reward columns: the rewards analyzer reuses them
+    reward_input = frames.trajectories if "reward" in frames.trajectories.columns else reader
     r: dict[str, Any] = {}
     # in dependency order (later analyzers reuse the anatomy and long-tail results), those
     # that read no trajectories first

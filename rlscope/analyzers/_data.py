@@ -230,6 +230,11 @@ class Trajectories:
     def empty(self) -> bool:
         return self._rows == 0
 
+    @property
+    def columns(self) -> frozenset[str]:
+        """The columns the source has (a run's: every column of the schema)."""
+        return self._names
+
     def prefetch(self, names: Iterable[str]) -> None:
         """Start reading these columns from the run in the background, so that their decoding
         overlaps the analyzers that need no trajectories (text columns are named as for
@@ -245,7 +250,13 @@ class Trajectories:
     def _read(self, name: str, *, text: bool) -> pa.ChunkedArray:
         assert self._reader is not None
         dictionary = [name] if text else []
-        column = self._reader.read("trajectories", [name], dictionary=dictionary, segments=self._segments).column(0)
+        try:
+            table = self._reader.read("trajectories", [name], dictionary=dictionary, segments=self._segments)
+        except FileNotFoundError as exc:
+            raise RunDirError(
+                f"a trajectories segment went away while it was being read (compacted meanwhile?): {exc}; run again"
+            ) from None
+        column = table.column(0)
         # numbers become one buffer that numpy views; dictionary chunks are unified by labels()
         return column if text or column.num_chunks == 1 else pa.chunked_array([column.combine_chunks()])
 
@@ -259,7 +270,7 @@ class Trajectories:
         elif isinstance(self._frame, pa.Table):
             column = self._frame.column(name)
         else:
-            column = pa.chunked_array([pa.array(self._frame[name], from_pandas=True)])
+            column = _from_pandas(self._frame[name])
         if len(column) != self._rows:
             raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {self._rows}")
         return column
@@ -291,15 +302,19 @@ class Trajectories:
             return False
         key = ("has", name)
         if key not in self._cache:
-            if self._reader is None:
-                column = self._arrow(name)
-                self._cache[key] = column is not None and column.null_count < len(column)
-            elif _is_text(name):
+            if self._text(name):
                 self._cache[key] = bool((self.labels(name, ordered=False)[0] >= 0).any())  # read once for both
-            else:
+            else:  # a NaN is as missing as a null, whatever the source
                 values = self.numbers(name)
                 self._cache[key] = bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())
         return self._cache[key]
+
+    def _text(self, name: str) -> bool:
+        if self._reader is not None:
+            return _is_text(name)
+        column = self._arrow(name)
+        kind = pa.null() if column is None else column.type
+        return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)
 
     def step_groups(self, rows: np.ndarray | slice = slice(None)) -> Groups:
         """The rows ``rows`` selects grouped by step; the grouping of all rows is shared."""
@@ -313,6 +328,14 @@ class Trajectories:
         if missing is None and not ordered:
             return codes
         return self._cached("labels", name, (missing, ordered), lambda: _recode(*codes, missing, ordered))
+
+
+def _from_pandas(values: pd.Series) -> pa.ChunkedArray:
+    """A pandas column as Arrow; one of mixed types (text and numbers) becomes text."""
+    try:
+        return pa.chunked_array([pa.array(values, from_pandas=True)])
+    except pa.ArrowException:
+        return pa.chunked_array([pa.array(values.astype("string"), from_pandas=True)])
 
 
 def _is_text(name: str) -> bool:

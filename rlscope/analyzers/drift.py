@@ -105,8 +105,8 @@ def analyze(
     first = float(per_step["best_rollout"].iloc[: max(1, len(per_step) // 4)].mean())
     last = float(recent(per_step["best_rollout"]).mean())
     result = DriftResult(topology, per_step, first, last, n)
-    moved = what_if is not None and any(f.id == "split-imbalanced" for f in what_if.findings)
-    result.findings.extend(_findings(result, frames, moved))
+    moves = [f for f in (what_if.findings if what_if is not None else []) if f.id == "split-imbalanced"]
+    result.findings.extend(_findings(result, frames, moves[0] if moves else None))
     return result
 
 
@@ -115,7 +115,7 @@ def _recent_model(per_step: pd.DataFrame, n: int) -> StepModel:
     return StepModel(float(m["t_thr_s"]), float(m["t_tail_s"]), float(m["t_train_s"]), n)
 
 
-def _findings(r: DriftResult, frames: RunFrames, moved: bool) -> list[Finding]:
+def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[Finding]:
     assert r.n_gpus is not None
     facts = frames.facts
     model = _recent_model(r.per_step, r.n_gpus)
@@ -158,7 +158,8 @@ def _findings(r: DriftResult, frames: RunFrames, moved: bool) -> list[Finding]:
                 f"{evidence['first_rollout']}:{evidence['first_train']}: re-check as responses grow",
             )
         ]
-    if moved:
+    if move is not None and (move.evidence["best_rollout"] > move.evidence["n_rollout"]) == (k > 0):
+        # topology already recommends this move (the same way): say why, not the move again
         return [
             finding(
                 "split-drift",

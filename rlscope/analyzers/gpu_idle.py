@@ -9,7 +9,7 @@ and the ``spans`` table (``step``, ``phase``, ``start``, ``end``).
 
 from __future__ import annotations
 
-import functools
+import itertools
 import os
 from dataclasses import dataclass, field
 
@@ -43,47 +43,55 @@ class GpuIdleResult:
 
 
 @dataclass(frozen=True)
-class _Samples:
-    """NVML samples with a utilisation, sorted by time; ``role`` indexes ``roles`` (sorted)."""
+class _Role:
+    """One role's samples in time order, with running totals of utilisation and idle samples.
+
+    The samples inside any time window [start, end) are one slice of them, so a window's
+    totals are two lookups: thousands of spans cost no per-sample work.
+    """
 
     time: np.ndarray
-    util: np.ndarray
-    role: np.ndarray
+    util: np.ndarray  # running total, one longer than time
+    idle: np.ndarray  # running count of idle samples, one longer than time
+
+    def totals(self, starts: np.ndarray | None, ends: np.ndarray | None) -> np.ndarray:
+        """(3, windows): samples, summed utilisation and idle samples inside each window
+        (``None``: one window holding every sample)."""
+        if starts is None or ends is None:
+            lo, hi = np.zeros(1, dtype=np.intp), np.full(1, self.time.size)
+        else:
+            lo = np.searchsorted(self.time, starts, side="left")
+            hi = np.maximum(np.searchsorted(self.time, ends, side="left"), lo)
+        return np.stack([hi - lo, self.util[hi] - self.util[lo], self.idle[hi] - self.idle[lo]])
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """NVML samples with a utilisation, split by role (``roles``, sorted), each in time order."""
+
     roles: np.ndarray
+    by_role: list[_Role]
 
-    @functools.cached_property
-    def running(self) -> np.ndarray:
-        """(3, roles, samples + 1) running totals in time order: samples, utilisation, idle samples.
-
-        The samples inside any time window [start, end) are one slice of the sorted samples,
-        so a window's totals are two lookups: thousands of spans cost no per-sample work.
-        """
-        out = np.zeros((3, self.roles.size, self.time.size + 1))
-        idle = self.util < GPU_IDLE_UTIL_PCT
-        for r in range(self.roles.size):
-            mine = self.role == r
-            np.cumsum(mine, out=out[0, r, 1:])
-            np.cumsum(np.where(mine, self.util, 0.0), out=out[1, r, 1:])
-            np.cumsum(mine & idle, out=out[2, r, 1:])
-        return out
-
-    def within(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The sample slices ``lo:hi`` inside each time window [start, end)."""
-        lo = np.searchsorted(self.time, starts, side="left")
-        return lo, np.maximum(np.searchsorted(self.time, ends, side="left"), lo)
-
-    def aggregate(self, lo: np.ndarray, hi: np.ndarray, key: np.ndarray, keys: np.ndarray, name: str) -> pd.DataFrame:
-        """samples, mean_util_pct and idle_share per (``name``, role) of the sample slices
-        ``lo:hi``, in the order of a groupby on both; ``key`` indexes ``keys`` per slice."""
-        inside = self.running[:, :, hi] - self.running[:, :, lo]  # (3, roles, windows)
-        n_roles = self.roles.size
+    def aggregate(
+        self, starts: np.ndarray | None, ends: np.ndarray | None, key: np.ndarray, keys: np.ndarray, name: str
+    ) -> pd.DataFrame:
+        """samples, mean_util_pct and idle_share per (``name``, role) of the samples inside the
+        windows [``starts``, ``ends``), in the order of a groupby on both; ``key`` indexes
+        ``keys`` per window (-1: a window left out)."""
+        if starts is not None and ends is not None:
+            kept = key >= 0
+            starts, ends, key = starts[kept], ends[kept], key[kept]
         # per (key, role): the windows' totals summed
         totals = np.stack(
-            [np.bincount(key, weights=inside[k, r], minlength=keys.size) for k in range(3) for r in range(n_roles)]
-        ).reshape(3, n_roles, keys.size)
-        count, util, idle = (totals[k].T.reshape(-1) for k in range(3))  # key-major, role-minor
+            [
+                [np.bincount(key, weights=t, minlength=keys.size) for t in role.totals(starts, ends)]
+                for role in self.by_role
+            ]
+        )  # roles x 3 x keys
+        count, util, idle = (totals[:, k].T.reshape(-1) for k in range(3))  # key-major, role-minor
         present = np.flatnonzero(count > 0)
         samples = count[present]
+        n_roles = self.roles.size
         return pd.DataFrame(
             {
                 name: keys[present // n_roles],
@@ -108,7 +116,16 @@ def _samples(reader: RunReader) -> _Samples | None:
     if time.size > 1 and not np.all(time[1:] >= time[:-1]):  # samplers write in time order: usually sorted
         order = np.argsort(time, kind="stable")
         time, util, role = time[order], util[order], role[order]
-    return _Samples(time, util, role, roles)
+    order = np.argsort(role, kind="stable")  # one role's samples together, still in time order
+    time, util, role = time[order], util[order], role[order]
+    bounds = np.searchsorted(role, np.arange(roles.size + 1))
+    by_role = []
+    for a, b in itertools.pairwise(bounds.tolist()):
+        running = np.zeros((2, b - a + 1))
+        np.cumsum(util[a:b], out=running[0, 1:])
+        np.cumsum(util[a:b] < GPU_IDLE_UTIL_PCT, out=running[1, 1:])
+        by_role.append(_Role(time[a:b], running[0], running[1]))
+    return _Samples(roles, by_role)
 
 
 def _timed(spans: pa.Table) -> pa.Table:
@@ -128,8 +145,7 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     if samples is None:
         return GpuIdleResult(available=False)
     # per role alone: every sample in one window
-    every = np.zeros(1, dtype=np.intp)
-    by_role = samples.aggregate(every, every + samples.time.size, every, np.zeros(1), "window")
+    by_role = samples.aggregate(None, None, np.zeros(1, dtype=np.intp), np.zeros(1), "window")
     result = GpuIdleResult(True, by_role.drop(columns="window").set_index("role"))
 
     spans = _timed(reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]))
@@ -137,11 +153,11 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
         return result
     timed = spans.select(["step", "start", "end"]).to_pandas()
     steps = timed.groupby("step").agg(start=("start", "min"), end=("end", "max"))
-    lo, hi = samples.within(steps["start"].to_numpy(), steps["end"].to_numpy())
-    result.by_step = samples.aggregate(lo, hi, np.arange(len(steps)), steps.index.to_numpy(), "step")
-    phase, phases = labels(spans.column("phase"))
-    lo, hi = samples.within(timed["start"].to_numpy(), timed["end"].to_numpy())
-    result.by_phase = samples.aggregate(lo, hi, phase, phases, "phase")
+    starts, ends = steps["start"].to_numpy(), steps["end"].to_numpy()
+    result.by_step = samples.aggregate(starts, ends, np.arange(len(steps)), steps.index.to_numpy(), "step")
+    phase, phases = labels(spans.column("phase"))  # a span without a phase (-1) counts in no phase
+    starts, ends = timed["start"].to_numpy(), timed["end"].to_numpy()
+    result.by_phase = samples.aggregate(starts, ends, phase, phases, "phase")
     result.findings = _findings(result.by_step)
     return result
 

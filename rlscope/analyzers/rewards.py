@@ -32,6 +32,8 @@ from rlscope.trace.reader import RunReader
 __all__ = ["RewardResult", "analyze"]
 
 _UNKNOWN_SOURCE = "(unknown)"
+# cells of (step, source, class) counted at a time: a chunk of steps is sized to about this many
+_CHUNK_CELLS = 1 << 18
 
 
 @dataclass
@@ -67,41 +69,45 @@ def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str
     source, names = traj.labels("data_source", missing=_UNKNOWN_SOURCE, ordered=False)
     source = g.take(source)
     # every row falls in one (step, source) cell and one class of (error, rewarded, zero): a
-    # bincount over cells x classes per chunk of steps gives all the counts
+    # bincount over cells x classes per chunk of steps gives all the counts. A chunk holds few
+    # enough steps that its table of cells stays small however many sources there are; only
+    # the cells with rows are kept.
     width = names.size * 8
-    counts = np.empty((g.keys.size, width), dtype=np.int64)
-    totals = np.empty((g.keys.size, width))
+    rows_per_chunk = max(1, _CHUNK_CELLS * len(traj) // (g.keys.size * width))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # step index, source, counts, totals
     errors_at: list[np.ndarray] = []
     said = False
-    for steps, rows, local in chunks(g):
+    for steps, rows, local in chunks(g, min(rows_per_chunk, len(traj))):
         r = reward[rows]
         rated = ~np.isnan(r)
         error = error_of[status[rows]]
         cell = local * width + source[rows] * 8 + error + 2 * rated + 4 * (r == 0)
         size = (steps.stop - steps.start) * width
-        counts[steps] = np.bincount(cell, minlength=size).reshape(-1, width)
-        totals[steps] = np.bincount(cell, weights=np.where(rated, r, 0.0), minlength=size).reshape(-1, width)
+        counts = np.bincount(cell, minlength=size).reshape(-1, 8)
+        totals = np.bincount(cell, weights=np.where(rated, r, 0.0), minlength=size).reshape(-1, 8)
+        present = np.flatnonzero(counts.any(axis=1))
+        parts.append((steps.start + present // names.size, present % names.size, counts[present], totals[present]))
         said = said or bool(rated.any() or error.any())
         errors_at.append(np.flatnonzero(error) + rows.start)
     if not said:
         return RewardResult(available=False)
-    grid = (g.keys.size, names.size, 8)
-    counts, totals = counts.reshape(grid), totals.reshape(grid)
-    by_name = np.argsort(names, kind="stable")  # cells in (step, source) order, as a groupby gives them
-    counts, totals = counts[:, by_name].reshape(-1, 8), totals[:, by_name].reshape(-1, 8)
-    n = counts.sum(axis=1)
-    present = np.flatnonzero(n)
-    counts = counts[present]
+    step_index, cell_source, counts, totals = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    # cells in (step, source name) order, as a groupby gives them
+    rank = np.empty(names.size, dtype=np.int64)
+    rank[np.argsort(names, kind="stable")] = np.arange(names.size)
+    order = np.lexsort((rank[cell_source], step_index))
+    step_index, cell_source, counts, totals = step_index[order], cell_source[order], counts[order], totals[order]
+    scored = counts[:, [2, 6]].sum(axis=1)  # rewarded without an error
     by_step = pd.DataFrame(
         {
-            "step": g.keys[present // names.size],
-            "source": names[by_name][present % names.size],
-            "n": n[present],
+            "step": g.keys[step_index],
+            "source": names[cell_source],
+            "n": counts.sum(axis=1),
             "errors": counts[:, [1, 3, 5, 7]].sum(axis=1),
-            "scored": counts[:, [2, 6]].sum(axis=1),  # rewarded without an error
+            "scored": scored,
             "zeros": counts[:, 6],
-            # pandas' sum(min_count=1): NaN where no reward was given
-            "reward_sum": np.where(counts[:, [2, 3, 6, 7]].sum(axis=1) > 0, totals[present].sum(axis=1), np.nan),
+            # the rewards of scored rows (a reward beside an error is not a score); NaN where none was
+            "reward_sum": np.where(scored > 0, totals[:, [2, 6]].sum(axis=1), np.nan),
         }
     )
     by_step["mean_reward"] = by_step["reward_sum"] / by_step["scored"].replace(0, np.nan)
@@ -141,32 +147,38 @@ def _errors(
 
 def _summary_table(by_step: pd.DataFrame, recent_from: int) -> pd.DataFrame:
     """Per source: recent error rate, zero share and mean reward, and the earlier mean."""
-    out = {}
-    for source, rows in by_step.groupby("source"):
-        recent, earlier = rows[rows["step"] >= recent_from], rows[rows["step"] < recent_from]
-        out[source] = {
-            "samples": int(rows["n"].sum()),
-            "recent_error_rate": _ratio(recent["errors"].sum(), recent["n"].sum()),
-            "recent_zero_share": _ratio(recent["zeros"].sum(), recent["scored"].sum()),
-            "recent_mean_reward": _ratio(recent["reward_sum"].sum(), recent["scored"].sum()),
-            "earlier_mean_reward": _ratio(earlier["reward_sum"].sum(), earlier["scored"].sum()),
-            "earlier_zero_share": _ratio(earlier["zeros"].sum(), earlier["scored"].sum()),
-            "error_rate": _ratio(rows["errors"].sum(), rows["n"].sum()),
-            "zero_share": _ratio(rows["zeros"].sum(), rows["scored"].sum()),
+    columns = ["n", "errors", "zeros", "scored", "reward_sum"]
+    total = by_step.groupby("source")[columns].sum()
+    later = by_step["step"] >= recent_from
+    now, before = (
+        by_step[rows].groupby("source")[columns].sum().reindex(total.index, fill_value=0) for rows in (later, ~later)
+    )
+
+    def ratio(num: pd.Series, den: pd.Series) -> pd.Series:
+        return (num / den.where(den != 0)).astype(float)
+
+    return pd.DataFrame(
+        {
+            "samples": total["n"].astype(int),
+            "recent_error_rate": ratio(now["errors"], now["n"]),
+            "recent_zero_share": ratio(now["zeros"], now["scored"]),
+            "recent_mean_reward": ratio(now["reward_sum"], now["scored"]),
+            "earlier_mean_reward": ratio(before["reward_sum"], before["scored"]),
+            "earlier_zero_share": ratio(before["zeros"], before["scored"]),
+            "error_rate": ratio(total["errors"], total["n"]),
+            "zero_share": ratio(total["zeros"], total["scored"]),
         }
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis("source")
-
-
-def _ratio(num: float, den: float) -> float:
-    return float(num) / float(den) if den else float("nan")
+    ).rename_axis("source")
 
 
 def _findings(summary: pd.DataFrame, by_step: pd.DataFrame, errors: pd.DataFrame, recent_from: int) -> list[Finding]:
     findings = []
+    failing_steps = dict(tuple(by_step[by_step["error_rate"] >= REWARD_ERROR_WARN].groupby("source")))
+    codes_of = dict(tuple(errors.groupby("source")))
     for source, row in summary.iterrows():
-        failing = by_step[(by_step["source"] == source) & (by_step["error_rate"] >= REWARD_ERROR_WARN)]
-        if len(failing):
-            findings.append(_failing(source, row, failing, errors[errors["source"] == source], recent_from))
+        failing = failing_steps.get(source)
+        if failing is not None:
+            findings.append(_failing(source, row, failing, codes_of.get(source, errors.iloc[:0]), recent_from))
             continue
         rise = row["recent_zero_share"] - row["earlier_zero_share"]  # NaN without earlier steps
         if row["recent_zero_share"] >= REWARD_ZERO_COLLAPSE and rise >= REWARD_ZERO_RISE_MIN:
