@@ -32,9 +32,10 @@ from rlscope.trace.schema import TABLES
 # group_counts() loops over groups averaging at least this many rows (a Python step per group)
 _ROWS_PER_GROUP_LOOPED = 256
 # rows chunks() hands out at a time: each temporary column a few hundred kB
-_CHUNK_ROWS = 1 << 16
+CHUNK_ROWS = 1 << 16
 
 __all__ = [
+    "CHUNK_ROWS",
     "TOPOLOGIES",
     "TRAJECTORY_COLUMNS",
     "Groups",
@@ -507,7 +508,7 @@ def chunks(groups: Groups, rows: int | None = None) -> Iterator[tuple[slice, sli
     Row-wise work done a chunk at a time keeps its temporaries small enough to stay in cache
     and be reused, where whole-table arrays of millions of rows are allocated afresh each time.
     """
-    rows = rows or _CHUNK_ROWS
+    rows = rows or CHUNK_ROWS
     i, n = 0, groups.keys.size
     while i < n:
         j = max(i + 1, int(np.searchsorted(groups.starts, groups.starts[i] + rows, side="left")))

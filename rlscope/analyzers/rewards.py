@@ -26,7 +26,7 @@ from rlscope.advice.thresholds import (
     REWARD_ZERO_COLLAPSE,
     REWARD_ZERO_RISE_MIN,
 )
-from rlscope.analyzers._data import Trajectories, chunks
+from rlscope.analyzers._data import CHUNK_ROWS, Trajectories, chunks
 from rlscope.trace.reader import RunReader
 
 __all__ = ["RewardResult", "analyze"]
@@ -77,7 +77,7 @@ def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # step index, source, counts, totals
     errors_at: list[np.ndarray] = []
     said = False
-    for steps, rows, local in chunks(g, min(rows_per_chunk, len(traj))):
+    for steps, rows, local in chunks(g, min(rows_per_chunk, CHUNK_ROWS)):
         r = reward[rows]
         rated = ~np.isnan(r)
         error = error_of[status[rows]]
