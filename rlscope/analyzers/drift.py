@@ -148,27 +148,23 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
     k = best.n_rollout - current
     if k == 0 and idle:
         k = 1 if idle == "rollout" else -1  # the ledger sees balance; the measured idle ratios do not
+    started = f"{evidence['first_rollout']}:{evidence['first_train']}"
+    note = None  # the drift alone, with no move to recommend
     if k == 0:
-        return [
-            finding(
-                "split-drift",
-                Severity.INFO,
-                {**evidence, "current_rollout": current, "step_now_s": now_s},
-                f"the split {current}:{r.n_gpus - current} is balanced for recent steps; it drifted from "
-                f"{evidence['first_rollout']}:{evidence['first_train']}: re-check as responses grow",
-            )
-        ]
-    if move is not None and (move.evidence["best_rollout"] > move.evidence["n_rollout"]) == (k > 0):
+        note = (
+            f"the split {current}:{r.n_gpus - current} is balanced for recent steps; it drifted from {started}: "
+            "re-check as responses grow"
+        )
+    elif move is not None and (move.evidence["best_rollout"] > move.evidence["n_rollout"]) == (k > 0):
         # topology already recommends this move (the same way): say why, not the move again
+        note = (
+            f"the balanced split drifted from {started} to {best.n_rollout}:{best.n_train} over {len(r.per_step)} "
+            "steps, which is why split-imbalanced recommends moving GPUs now: re-check after the move, as "
+            "responses keep growing"
+        )
+    if note is not None:
         return [
-            finding(
-                "split-drift",
-                Severity.INFO,
-                {**evidence, "current_rollout": current, "step_now_s": now_s},
-                f"the balanced split drifted from {evidence['first_rollout']}:{evidence['first_train']} to "
-                f"{best.n_rollout}:{best.n_train} over {len(r.per_step)} steps, which is why split-imbalanced "
-                "recommends moving GPUs now: re-check after the move, as responses keep growing",
-            )
+            finding("split-drift", Severity.INFO, {**evidence, "current_rollout": current, "step_now_s": now_s}, note)
         ]
     target = current + k
     after_s = step_time(model, r.topology, target)
@@ -200,7 +196,7 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
             severity,
             evidence,
             f"move {abs(k)} GPU{'s' if abs(k) > 1 else ''} from {src} to {dst}: predicted step {now_s:.0f} s -> {after_s:.0f} s{note}; the "
-            f"balanced split drifted from {evidence['first_rollout']}:{evidence['first_train']} to "
+            f"balanced split drifted from {started} to "
             f"{best.n_rollout}:{best.n_train} over {len(r.per_step)} steps{why}",
         )
     ]
