@@ -271,3 +271,35 @@ def test_many_sources_are_counted_a_few_steps_at_a_time(tmp_path, monkeypatch):
     split = rewards.analyze(run).by_step
     assert len(whole) == 6 * 30 and whole.equals(split)
     assert whole["source"].tolist()[:3] == sorted(whole["source"].tolist()[:30])[:3]  # sources sorted in a step
+
+
+def _score_run(tmp_path, ranges: list[tuple[float, float]], advantages: list[tuple[float, float]] | None) -> str:
+    """One step per (score min, score max); advantages (min, max) per step, if given."""
+    run = str(tmp_path / "scores")
+    with Recorder(run) as rec:
+        for step, (low, high) in enumerate(ranges):
+            metrics = {"critic/score/min": low, "critic/score/max": high, "critic/score/mean": (low + high) / 2}
+            if advantages is not None:
+                metrics |= {"critic/advantages/min": advantages[step][0], "critic/advantages/max": advantages[step][1]}
+            rec.log_step(step, metrics)
+    return run
+
+
+def test_steps_where_every_sample_scored_the_same_have_no_reward_signal(tmp_path):
+    # the last quarter of 8 steps is steps 6-7; both scored 0 on every sample, with advantages all 0
+    flat = [(0.0, 1.0)] * 6 + [(0.0, 0.0)] * 2
+    (f,) = rewards.analyze(_score_run(tmp_path / "a", flat, [(-1.0, 1.0)] * 6 + [(0.0, 0.0)] * 2)).findings
+    assert f.id == "reward-no-signal" and f.severity.value == "critical"
+    assert f.evidence == {"steps": 2, "first_step": 6, "last_step": 7, "reward": 0.0, "advantages_zero": True}
+    # no advantages logged: a group-relative estimator would learn nothing, a critic might
+    (f,) = rewards.analyze(_score_run(tmp_path / "b", flat, None)).findings
+    assert f.severity.value == "warn" and "group-relative" in f.recommendation
+
+
+def test_a_critic_or_one_informative_recent_step_is_a_signal(tmp_path):
+    flat = [(0.0, 0.0)] * 8
+    # PPO with a critic: flat rewards, yet advantages from the value function
+    assert rewards.analyze(_score_run(tmp_path / "a", flat, [(-2.0, 2.0)] * 8)).findings == []
+    # one recent step (of 6-7) with a spread of rewards
+    mixed = [(0.0, 0.0)] * 7 + [(0.0, 1.0)]
+    assert rewards.analyze(_score_run(tmp_path / "b", mixed, None)).findings == []

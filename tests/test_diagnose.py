@@ -132,6 +132,21 @@ def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
     assert doc["headline"]["tail_estimated"] is True
 
 
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+def test_a_run_with_no_reward_signal_is_critical(capsys):
+    # rllm issue 54: critic/score and critic/advantages are all 0.000 at step 4
+    _, doc = _run_json(capsys, str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"))
+    (f,) = [f for f in doc["findings"] if f["id"] == "reward-no-signal"]
+    assert f["severity"] == "critical" and f["evidence"]["last_step"] == 4 and f["evidence"]["reward"] == 0.0
+    for other in (
+        "12_charcount_grpo_smollm135m_1gpu",
+        "15_tinyzero_countdown_ppo_4090",
+        "19_verl_quickstart_doc_oldformat",
+    ):
+        _, doc = _run_json(capsys, str(REAL_LOGS / f"{other}.log"))
+        assert "reward-no-signal" not in {f["id"] for f in doc["findings"]}  # rewards vary, or a critic learns
+
+
 def test_a_jsonl_metrics_file_is_imported_and_diagnosed(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
     lines = [

@@ -152,6 +152,16 @@ _ENTRIES = (
         "figures.",
     ),
     Entry(
+        "reward-no-signal",
+        "every sample of the last {steps} step(s) got reward {reward:g}",
+        "Policy-gradient RL learns from differences in reward. When every sample of a step scores the "
+        "same (verl's critic/score max equals min), a group-relative advantage is 0 for every token, and "
+        "with advantages logged as all 0 no estimator learns anything. A reward stuck at 0 is almost "
+        "always a format or parser mismatch between the model's answers and the reward function, or a "
+        "reward service that never scores; compare a few generated answers with what the reward function "
+        "expects. Stuck at the maximum, the data is too easy: filter solved prompts.",
+    ),
+    Entry(
         "stale-drop-length-bias",
         "dropping samples staler than {threshold} versions removes answers {bias:.2f}x longer than kept",
         "Staleness grows with generation time, so dropping stale samples systematically removes long "

@@ -165,7 +165,7 @@ def analyze_run(
         ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"], r["topology"])),
         ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
         ("staleness", lambda: staleness.analyze(frames, anatomy=r["anatomy"])),
-        ("rewards", lambda: rewards.analyze(reward_input) if reader else None),
+        ("rewards", lambda: rewards.analyze(reward_input, frames.steps) if reader else None),
     ]
     for name, run_analyzer in plan:
         tick(name)

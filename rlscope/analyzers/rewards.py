@@ -26,12 +26,15 @@ from rlscope.advice.thresholds import (
     REWARD_ZERO_COLLAPSE,
     REWARD_ZERO_RISE_MIN,
 )
-from rlscope.analyzers._data import CHUNK_ROWS, Trajectories, chunks
+from rlscope.analyzers._data import CHUNK_ROWS, Trajectories, chunks, recent, wide_steps
 from rlscope.trace.reader import RunReader
 
 __all__ = ["RewardResult", "analyze"]
 
 _UNKNOWN_SOURCE = "(unknown)"
+# verl's per-step reward and advantage ranges
+_SCORE_MAX, _SCORE_MIN = "critic/score/max", "critic/score/min"
+_ADVANTAGE_MAX, _ADVANTAGE_MIN = "critic/advantages/max", "critic/advantages/min"
 # cells of (step, source, class) counted at a time: a chunk of steps is sized to about this many
 _CHUNK_CELLS = 1 << 18
 
@@ -55,9 +58,62 @@ def _trajectories(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLi
     return Trajectories(run if isinstance(run, RunReader) else RunReader(run))
 
 
-def analyze(run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str]) -> RewardResult:
-    """Reward by data source from a run (or its trajectories, with the columns above)."""
+def analyze(
+    run: RunReader | Trajectories | pd.DataFrame | str | os.PathLike[str], steps: pd.DataFrame | None = None
+) -> RewardResult:
+    """Reward by data source from a run (or its trajectories, with the columns above), and
+    whether the recent steps had any reward signal at all (from ``steps``, the wide step
+    metrics; read from the run when not given and ``run`` is one)."""
     traj = _trajectories(run)
+    if steps is None and not isinstance(run, (Trajectories, pd.DataFrame)):
+        reader = run if isinstance(run, RunReader) else RunReader(run)
+        steps = wide_steps(reader.read("steps", ["step", "attempt", "time", "key", "value"]))
+    signal = [] if steps is None else _no_signal(steps)
+    result = _by_source(traj)
+    result.findings = signal + result.findings
+    return result
+
+
+def _no_signal(steps: pd.DataFrame) -> list[Finding]:
+    """Recent steps whose every sample got the same reward (verl's critic/score max = min).
+
+    With advantages logged, the finding is that they were all 0: the policy got no gradient
+    from reward, whatever the estimator. Without them, a constant reward gives a group-relative
+    estimator (GRPO, RLOO) nothing to learn from.
+    """
+    if not {_SCORE_MAX, _SCORE_MIN} <= set(steps.columns):
+        return []
+    scores = steps[[_SCORE_MAX, _SCORE_MIN]].dropna()
+    now = recent(scores) if len(scores) else scores
+    if now.empty or not (now[_SCORE_MAX] == now[_SCORE_MIN]).all():
+        return []
+    advantages = [k for k in (_ADVANTAGE_MAX, _ADVANTAGE_MIN) if k in steps.columns]
+    flat = steps.loc[now.index, advantages].abs().max(axis=1) if advantages else pd.Series(dtype=float)
+    if len(advantages) == 2 and not (flat.notna().all() and (flat <= 1e-9).all()):
+        return []  # a critic (PPO) still gives advantages when rewards are flat
+    value, first, last = float(now[_SCORE_MAX].iloc[-1]), int(now.index[0]), int(now.index[-1])
+    zero_advantages = len(advantages) == 2
+    evidence = {"steps": len(now), "first_step": first, "last_step": last, "reward": value}
+    evidence["advantages_zero"] = zero_advantages
+    where = f"step {last}" if first == last else f"steps {first}-{last}"
+    if zero_advantages:
+        consequence = "its advantages are all 0, so the policy learns nothing from reward"
+    else:
+        consequence = "a group-relative estimator (GRPO, RLOO) gets no advantage from it"
+    return [
+        finding(
+            "reward-no-signal",
+            Severity.CRITICAL if zero_advantages else Severity.WARN,
+            evidence,
+            f"every sample of {where} got reward {value:g} (critic/score max = min): {consequence}. A reward "
+            "stuck at 0 is usually an answer-format or parser mismatch, or a reward service that never "
+            "scores; at the maximum, the prompts are too easy. Check a few samples against the reward "
+            "function before tuning anything else.",
+        )
+    ]
+
+
+def _by_source(traj: Trajectories) -> RewardResult:
     if traj.empty:
         return RewardResult(available=False)
     g = traj.step_groups()
