@@ -258,6 +258,14 @@ def test_topology_separated_sync_at_46_18(tmp_path):
     )
 
 
+def test_topology_of_one_gpu_is_colocation_alone(tmp_path):
+    # one GPU cannot hold a rollout pool and a training pool: only colocation is predicted
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1}, "topology": "colocated"}
+    r = topology.analyze(make_run(tmp_path / "r", meta, {0: EIGHT_B_STEP}, {0: finish_rows(EIGHT_B_FINISH)}))
+    assert r.what_if.index.tolist() == ["colocated"] and r.what_if.loc["colocated", "step_s"] == pytest.approx(810)
+    assert not [f for f in r.findings if f.id == "async-recommended"]
+
+
 def test_topology_colocate_async_has_no_split_to_move(tmp_path):
     # verl's colocate_async shares all GPUs: the what-if is computed, nothing is recommended
     meta = {**H100_64, "topology": "colocate_async", "split": {"rollout": 64, "train": 64}}

@@ -159,6 +159,44 @@ def test_a_jsonl_metrics_file_is_imported_and_diagnosed(tmp_path, capsys):
     assert doc["headline"]["generation_share"] == pytest.approx(30 / 42)
 
 
+def test_hardware_and_model_given_on_the_command_line(capsys):
+    run = str(SAMPLES / "longtail-8b")  # 64 H100s, an 8B model, in its meta.json
+    _, h100 = _run_json(capsys, run)
+    # MFU is useful FLOPs over peak FLOP/s: an A100's 312 TFLOP/s for the H100's 989 scales it by 989/312
+    _, a100 = _run_json(capsys, run, "--gpu-type", "A100")
+    assert a100["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 989 / 312)
+    _, peak = _run_json(capsys, run, "--gpu-type", "A100", "--peak-tflops", "500")
+    assert peak["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 989 / 500)
+    # FLOPs per token are 2N (generation, forward) and 6N (training): twice the parameters, twice the MFU
+    _, big = _run_json(capsys, run, "--active-params", "16e9")
+    assert big["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 2)
+    # half the GPUs for the same step times: twice the MFU
+    _, half = _run_json(capsys, run, "--gpus", "32")
+    assert half["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 2)
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
+    log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
+    code, doc = _run_json(capsys, log, "--gpus", "1", "--gpu-type", "RTX 4090", "--active-params", "3e9")
+    assert code == 0 and doc["headline"]["best_topology"]["topology"] == "colocated"
+    assert [r["topology"] for r in doc["topology"]["what_if"]] == ["colocated"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "0"], "--gpus: must be above 0"),
+        (["--active-params", "lots"], "--active-params: not a number"),
+        (["--gpu-type", "V100"], "unknown --gpu-type 'V100'; give --peak-tflops too"),
+    ],
+)
+def test_bad_hardware_is_a_one_line_usage_error(args, message, capsys):
+    assert main(["diagnose", str(SAMPLES / "longtail-8b"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_errors_are_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.strip().endswith("no such run directory")

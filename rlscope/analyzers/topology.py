@@ -253,7 +253,7 @@ def analyze(
         result.findings.extend(_idle_findings(frames.steps))
         return result
     rows = {"colocated": (math.nan, math.nan, step_time(model, "colocated"))}
-    for topology in POOLED:
+    for topology in POOLED if model.n_gpus > 1 else ():  # one GPU cannot be split into two pools
         best = best_split(model, topology)
         rows[topology] = (best.n_rollout, best.n_train, best.step_s)
     what_if = pd.DataFrame.from_dict(rows, orient="index", columns=["n_rollout", "n_train", "step_s"])
@@ -313,7 +313,7 @@ def _findings(r: TopologyResult) -> list[Finding]:
                 f"{overlap['step_s']:.0f} s ({now / overlap['step_s']:.2f}x); colocated predicts {colocated:.0f} s",
             )
         )
-    if r.current != "async_streaming":
+    if r.current != "async_streaming" and "async_streaming" in r.what_if.index:
         best = r.what_if.loc["async_streaming"]
         # a pooled run can rebalance its own split first: async is credited only with what it adds
         base = now

@@ -1,9 +1,14 @@
 """Post-mortem of a run: where each step's time and FLOPs went, and what to change.
 
 usage: rlscope diagnose RUN [--format text|markdown|html|json] [--output FILE] [--fail-on warn|critical]
+                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N]
 
 RUN is a run directory (or pyarrow filesystem URI), or a verl console log or JSONL
 metrics file, which is imported to a temporary run directory first.
+
+MFU and the topology what-if need the hardware and the model. A run directory's meta.json
+says them; a console log does not, so give them here (they also override meta.json):
+  --gpus 8 --gpu-type H100 --active-params 7e9
 
 Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error, 2 on bad usage.
 The JSON format is documented in docs/diagnose-json.md.
@@ -11,14 +16,15 @@ The JSON format is documented in docs/diagnose-json.md.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlscope.cli._args import parser_for
 from rlscope.errors import RunDirError
@@ -65,7 +71,22 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--format", choices=["text", "markdown", "html", "json"], default="text")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     parser.add_argument("--fail-on", choices=["warn", "critical"], help="exit 3 if a finding is this severe or more")
+    parser.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs the job ran on, in all")
+    parser.add_argument("--gpu-type", metavar="NAME", help="GPU model for its peak FLOP/s, e.g. H100, A100, RTX 4090")
+    parser.add_argument(
+        "--peak-tflops",
+        type=_positive(float),
+        metavar="X",
+        help="peak dense bf16 TFLOP/s per GPU (overrides the table)",
+    )
+    parser.add_argument("--active-params", type=_positive(float), metavar="N", help="active parameters, e.g. 7e9")
     args = parser.parse_args(argv)
+
+    from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
+
+    if args.gpu_type is not None and args.peak_tflops is None and peak_flops(args.gpu_type) is None:
+        known = ", ".join(PEAK_BF16_DENSE_FLOPS)
+        parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
 
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
@@ -73,6 +94,7 @@ def main(argv: Sequence[str]) -> int:
 
     with open_run(args.run) as run_dir:
         reader = RunReader(run_dir)
+        reader.meta = _with_overrides(reader.meta, args)
         with _progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)
@@ -86,6 +108,44 @@ def main(argv: Sequence[str]) -> int:
     if args.fail_on and any(_RANK[f["severity"]] >= _RANK[args.fail_on] for f in doc["findings"]):
         return FINDINGS_EXIT
     return 0
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of ``kind`` above 0."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+        return value
+
+    return parse
+
+
+def _with_overrides(meta: dict, args: argparse.Namespace) -> dict:
+    """``meta`` with the hardware and model given on the command line in place of its own."""
+    gpu = dict(meta.get("gpu") or {}) if isinstance(meta.get("gpu"), dict) else {}
+    model = dict(meta.get("model") or {}) if isinstance(meta.get("model"), dict) else {}
+    if args.gpus is not None:
+        gpu["count"] = args.gpus
+    out = dict(meta)
+    if args.gpu_type is not None:
+        gpu["type"] = args.gpu_type
+        for stated in ("peak_bf16_flops", "peak_flops"):  # the table's peak for the type given, unless given too
+            gpu.pop(stated, None)
+            out.pop(stated, None)
+    if args.peak_tflops is not None:
+        gpu["peak_bf16_flops"] = args.peak_tflops * 1e12
+    if args.active_params is not None:
+        model["active_params"] = args.active_params
+    if gpu:
+        out["gpu"] = gpu
+    if model:
+        out["model"] = model
+    return out
 
 
 def _render(fmt: str, doc: dict, diagnosis: Diagnosis, reader: RunReader, *, to_terminal: bool) -> str | None:
