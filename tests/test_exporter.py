@@ -82,6 +82,8 @@ def _metrics(step: int) -> dict[str, float]:
         "fully_async/trainer/idle_ratio": 0.3,
         "rollouter/idle_ratio": 0.01,  # verl < 0.7.1 spelling
         "actor/entropy": 1.5,
+        "critic/score/max": 1.0 if step < 8 else 0.0,  # the last step: every sample scored 0
+        "critic/score/min": 0.0,
     }
 
 
@@ -110,6 +112,12 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_step_seconds", phase="step") == 20.0
     assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.3
     assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.01
+    # verl's reward range of the latest step: max = min, no sample scored differently
+    assert (
+        _value(registry, "rlscope_reward_score", stat="max")
+        == _value(registry, "rlscope_reward_score", stat="min")
+        == 0
+    )
     assert _value(registry, "rlscope_configured_gpus", role="rollout") == 6.0
     assert _value(registry, "rlscope_configured_gpus", role="train") == 2.0
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0

@@ -92,6 +92,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("role",),
     ),
     MetricSpec(
+        "rlscope_reward_score",
+        "gauge",
+        "verl's critic/score/<stat> as last logged: the highest and lowest reward of any sample in the step. "
+        "Equal, every sample scored the same and a group-relative advantage is 0.",
+        ("stat",),
+    ),
+    MetricSpec(
         "rlscope_reward_mean",
         "gauge",
         "Mean reward of the successfully scored trajectories of this source in its last 5 steps.",

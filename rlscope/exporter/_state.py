@@ -65,6 +65,7 @@ MAX_GPUS = 4096
 
 _TIMING = "timing_s/"
 _IDLE_KEYS = {"fully_async/trainer/idle_ratio": "trainer", "fully_async/rollouter/idle_ratio": "rollouter"}
+_SCORE_KEYS = {"critic/score/max": "max", "critic/score/min": "min"}
 _STEP_COLUMNS = ["step", "attempt", "time", "key", "value"]
 _REWARD_COLUMNS = ["data_source", "reward", "reward_status", "reward_error"]
 _TRAJ_COLUMNS = list(dict.fromkeys([*TRAJECTORY_COLUMNS, *_REWARD_COLUMNS]))
@@ -135,6 +136,7 @@ class RunState:
         self._phases: dict[str, float] = {}
         self._phase_cap = LabelCap(MAX_PHASES)
         self._idle: dict[str, tuple[float, int, int, float]] = {}  # role -> (time, attempt, step, value)
+        self._score: dict[str, tuple[float, int, int, float]] = {}  # max / min -> (time, attempt, step, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
         self._max_step: int | None = None
@@ -219,7 +221,9 @@ class RunState:
             self._newest = newest
         cur_attempt, cur_step = self._newest[1], self._newest[2]
 
-        wanted = [i for i, name in enumerate(names) if name.startswith(_TIMING) or name in _IDLE_KEYS]
+        wanted = [
+            i for i, name in enumerate(names) if name.startswith(_TIMING) or name in _IDLE_KEYS or name in _SCORE_KEYS
+        ]
         for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
             name = names[key_index[i]]
             v = value[i]
@@ -231,11 +235,13 @@ class RunState:
                     self._durations[int(step[i])] = v
                 if step[i] == cur_step and attempt[i] == cur_attempt and stage:
                     self._phases[self._phase_cap(stage)] = v
-            elif name in _IDLE_KEYS:
-                role = _IDLE_KEYS[name]
+            else:  # the latest value of an idle ratio or a score bound
+                latest, label = (
+                    (self._idle, _IDLE_KEYS[name]) if name in _IDLE_KEYS else (self._score, _SCORE_KEYS[name])
+                )
                 mark = (float(when[i]), int(attempt[i]), int(step[i]), v)
-                if role not in self._idle or mark[:3] >= self._idle[role][:3]:
-                    self._idle[role] = mark
+                if label not in latest or mark[:3] >= latest[label][:3]:
+                    latest[label] = mark
         logged = pd.Series(when).groupby(step).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
@@ -370,6 +376,7 @@ class RunState:
             out.append(("rlscope_step_median_seconds", (), median))
         out += [("rlscope_step_seconds", (phase,), v) for phase, v in sorted(self._phases.items())]
         out += [("rlscope_idle_ratio", (role,), mark[3]) for role, mark in sorted(self._idle.items())]
+        out += [("rlscope_reward_score", (stat,), mark[3]) for stat, mark in sorted(self._score.items())]
         for source, rewards in sorted(self._rewards.items()):
             out += [(name, (source,), v) for name, v in rewards.gauges().items()]
             out.append(("rlscope_reward_trajectories_total", (source,), float(self._sent[source])))
