@@ -210,7 +210,7 @@ class Trajectories:
 
     def __init__(self, source: RunReader | pa.Table | pd.DataFrame | None = None):
         self._reader: RunReader | None = None
-        self._frame: pa.Table | pd.DataFrame | None = None
+        self._frame: pa.Table | None = None
         self._cache: dict[tuple[str, Any], Any] = {}
         self._pending: dict[str, Future[pa.ChunkedArray]] = {}
         if isinstance(source, RunReader):
@@ -219,10 +219,11 @@ class Trajectories:
             self._rows = sum(s.rows for s in self._segments)
             self._names = frozenset(TABLES["trajectories"].names)
         else:
+            if isinstance(source, pd.DataFrame):  # converted once, a column at a time (mixed types become text)
+                source = pa.table({str(c): _from_pandas(source[c]) for c in source.columns})
             self._frame = pa.table({}) if source is None else source
-            self._rows = self._frame.num_rows if isinstance(self._frame, pa.Table) else len(self._frame)
-            names = self._frame.column_names if isinstance(self._frame, pa.Table) else self._frame.columns
-            self._names = frozenset(str(c) for c in names) if self._rows else frozenset()
+            self._rows = self._frame.num_rows
+            self._names = frozenset(self._frame.column_names) if self._rows else frozenset()
 
     def __len__(self) -> int:
         return self._rows
@@ -268,10 +269,9 @@ class Trajectories:
         if self._reader is not None:
             pending = self._pending.pop(name, None)
             column = pending.result() if pending is not None else self._read(name, text=text)
-        elif isinstance(self._frame, pa.Table):
-            column = self._frame.column(name)
         else:
-            column = _from_pandas(self._frame[name])
+            assert self._frame is not None
+            column = self._frame.column(name)
         if len(column) != self._rows:
             raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {self._rows}")
         return column
