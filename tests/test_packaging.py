@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -60,3 +61,30 @@ def test_console_script_and_module_entry_point(tmp_path):
     script = Path(sys.executable).parent / "rlscope"
     if script.exists():  # installed with pip (editable or not), as the README says
         assert "rlscope" in _run([str(script), "--version"], tmp_path)
+
+
+def test_import_rlscope_stays_light(tmp_path):
+    # a training job imports rlscope for its Recorder: pandas and pyarrow.dataset are the analyzers' business
+    code = (
+        "import sys, rlscope; print(sorted({'pandas', 'pyarrow.dataset', 'dash', 'pynvml', 'ray'} & set(sys.modules)))"
+    )
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "[]"
+
+
+@pytest.mark.parametrize(("env", "backend"), [(None, "jemalloc"), ("system", "system")])
+def test_commands_allocate_arrow_memory_with_jemalloc_unless_told(tmp_path, env, backend):
+    import pyarrow as pa
+
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        backend = "system"  # a pyarrow built without jemalloc falls back to the system allocator
+    code = (
+        "import sys, pyarrow as pa; from rlscope.cli import main; "
+        "assert main(['info', sys.argv[1]]) == 0; print(pa.default_memory_pool().backend_name)"
+    )
+    run_env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if env:
+        run_env["ARROW_DEFAULT_MEMORY_POOL"] = env
+    out = _run([sys.executable, "-c", code, str(ROOT / "sample_traces" / "healthy-colocated")], tmp_path, env=run_env)
+    assert out.strip().splitlines()[-1] == backend

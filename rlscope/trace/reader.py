@@ -20,16 +20,19 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rlscope.errors import RunDirError
 from rlscope.trace.schema import TABLES
 from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta, require_directory
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 __all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo"]
 
@@ -211,6 +214,8 @@ class RunReader:
 
         String columns named in ``dictionary`` are read dictionary-encoded.
         """
+        import pyarrow.dataset as ds  # imports pandas: 0.2 s that commands which read nothing skip
+
         segs = self.segments(table) if segments is None else segments
         schema = _dictionary_schema(TABLES[table], set(dictionary))
         encoded = {f.name for f in schema if pa.types.is_dictionary(f.type)}
