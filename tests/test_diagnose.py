@@ -175,6 +175,23 @@ def test_hardware_and_model_given_on_the_command_line(capsys):
     assert half["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 2)
 
 
+def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4 "
+        "trainer.n_gpus_per_node=8 trainer.nnodes=2\n"
+        "(WorkerDict pid=9) Qwen2ForCausalLM contains 7.62B parameters\n"
+        "(TaskRunner pid=7) step:1 - timing_s/gen:40.0 - timing_s/old_log_prob:10.0 - timing_s/ref:10.0 - "
+        "timing_s/update_actor:40.0 - timing_s/step:100.0 - prompt_length/mean:100.0 - response_length/mean:400.0\n"
+    )
+    _, doc = _run_json(capsys, str(log), "--peak-tflops", "1000")
+    # 64 x 4 sequences of 100 + 400 tokens; 12N FLOPs a token (generation, old logprob, ref 2N each,
+    # the update 6N) over 100 s on 2 x 8 GPUs of 1000 TFLOP/s
+    flops = 64 * 4 * (100 + 400) * 12 * 7.62e9
+    assert doc["headline"]["mfu"] == pytest.approx(flops / (100 * 16 * 1000e12))
+    assert doc["run"]["gpu_count"] == 16
+
+
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
 def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import pprint
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from rlscope.collectors.importers import (
     import_verl_log,
     import_wandb_csv,
 )
+from rlscope.collectors.verl_config import config_from_overrides, meta_from_model_size
 
 DATA = Path(__file__).parent / "data" / "logs"
 # shared/ lies beside the repository (its checkout and CI's); RLSCOPE_REAL_LOGS points elsewhere
@@ -135,6 +137,17 @@ def test_real_quickstart_old_key_scheme(tmp_path):
     assert meta["framework"] == "verl" and meta["importer"]["name"] == "verl-log"
     assert meta["importer"]["sources"] == [str(real_log("19_verl_quickstart_doc_oldformat").resolve())]
     assert meta["importer"]["renamed_keys"]["timing/gen"] == "timing_s/gen"
+
+
+def test_real_charcount_log_states_batch_gpus_and_model_size(tmp_path):
+    # the source notes: 1 GPU, train_batch_size 128, rollout.n 8, max response 128, SmolLM2-135M
+    summary = import_verl_log([real_log("12_charcount_grpo_smollm135m_1gpu")], tmp_path / "run")
+    meta = RunReader(tmp_path / "run").meta
+    assert meta["batch_size"] == 128 and meta["group_size"] == 8 and meta["max_response_length"] == 128
+    assert meta["gpu"] == {"count": 1}
+    assert meta["model"] == {"name": "./models/merged_hf_model", "active_params": 134.52e6}
+    assert meta["config"]["adv_estimator"] == "grpo" and meta["config"]["rollout_name"] == "vllm"
+    assert "meta.json from the log: batch_size 128, group_size 8" in str(summary)
 
 
 # -- synthetic fixtures, one per messy case ---------------------------------------------------
@@ -633,3 +646,82 @@ def test_bad_input_is_one_line(tmp_path, capsys, case):
 def test_usage_errors(capsys, args, message):
     code, _, err = run_cli(capsys, *args)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+# -- run facts stated by the log ----------------------------------------------------------------
+
+_STEP_LINE = "(TaskRunner pid=7) step:1 - timing_s/gen:40.0 - timing_s/step:100.0\n"
+
+
+def _import_text(tmp_path: Path, text: str, **kw) -> tuple[dict, object]:
+    log = tmp_path / "train.log"
+    log.write_text(text)
+    summary = import_verl_log([log], tmp_path / "run", **kw)
+    return RunReader(tmp_path / "run").meta, summary
+
+
+def test_launch_command_overrides_and_model_sizes_go_to_meta(tmp_path):
+    text = (
+        "+ python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=64 "
+        "'trainer.logger=[\"console\"]' actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 "
+        "trainer.nnodes=2 actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct data.max_response_length=2048 "
+        "+trainer.extra=1 data.train_batch_size=96\n"
+        "(WorkerDict pid=9) Qwen2ForCausalLM contains 7.62B parameters\n"
+        "(WorkerDict pid=9) Qwen2ForTokenClassification contains 7.07B parameters\n"
+        "(WorkerDict pid=9) Qwen2ForCausalLM contains 1.54B parameters\n" + _STEP_LINE
+    )
+    meta, summary = _import_text(tmp_path, text)
+    assert meta["batch_size"] == 96  # the later override of a key wins, as in Hydra
+    assert meta["group_size"] == 4 and meta["gpu"] == {"count": 16} and meta["max_response_length"] == 2048
+    assert meta["model"] == {"name": "Qwen/Qwen2.5-7B-Instruct", "active_params": 7.62e9, "critic_params": 7.07e9}
+    assert meta["config"]["adv_estimator"] == "grpo"
+    assert "gpu.count 16" in str(summary) and "model.active_params 7.62e+09" in str(summary)
+
+
+def test_the_config_dump_wins_over_overrides_and_meta_given_wins_over_both(tmp_path):
+    dump = pprint.pformat(
+        {
+            "actor_rollout_ref": {
+                "model": {"path": "/ckpt/qwen"},
+                "rollout": {"n": 16},
+            },
+            "data": {"train_batch_size": 512, "max_response_length": 8192},
+            "trainer": {"n_gpus_per_node": 8, "nnodes": 4, "experiment_name": "a long name, with spaces " * 3},
+        },
+        width=60,
+    )
+    prefixed = "".join(f"(TaskRunner pid=3) {line}\n" for line in dump.splitlines())
+    text = "python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.nnodes=1\n" + prefixed + _STEP_LINE
+    assert "'\n" in dump and len(dump.splitlines()) > 5  # a string split over lines, as pprint does
+    meta, _ = _import_text(tmp_path, text, meta={"gpu": {"type": "H100"}, "group_size": 8})
+    assert meta["batch_size"] == 512 and meta["max_response_length"] == 8192
+    assert meta["gpu"] == {"count": 32, "type": "H100"}  # merged with what --meta says
+    assert meta["group_size"] == 8  # --meta wins over the log
+    assert meta["model"]["name"] == "/ckpt/qwen"
+    assert meta["config"]["experiment_name"] == "a long name, with spaces " * 3
+
+
+def test_a_mixture_of_experts_size_is_not_taken_as_active_params(tmp_path):
+    text = "(WorkerDict pid=9) Qwen3MoeForCausalLM contains 30.53B parameters\n" + _STEP_LINE
+    meta, summary = _import_text(tmp_path, text)
+    assert "active_params" not in meta.get("model", {})
+    assert summary.skipped == {"moe_total_params": 1}
+
+
+def test_an_unreadable_config_dump_is_counted_not_fatal(tmp_path):
+    text = "(TaskRunner pid=3) {'actor_rollout_ref': {'model': <object at 0x1>},\n(TaskRunner pid=3)  'data': {}}\n"
+    meta, summary = _import_text(tmp_path, text + _STEP_LINE, strict=True)
+    assert summary.skipped == {"unreadable_config_dump": 1} and summary.steps == 1
+    assert "batch_size" not in meta
+
+
+def test_overrides_parse_as_hydra_reads_them():
+    cfg = config_from_overrides(
+        ["a.b=1", "++a.c=2.5", "+a.d=true", "a.e=null", "a.f='x y'", "a.g=${oc.env:X}", "plain=1", "-m", "a.b=3"]
+    )
+    assert cfg == {"a": {"b": 3, "c": 2.5, "d": True, "e": None, "f": "x y", "g": "${oc.env:X}"}}
+    assert meta_from_model_size("LlamaForCausalLM contains 134.52M parameters") == (
+        {"model": {"active_params": 134.52e6}},
+        "LlamaForCausalLM",
+    )
+    assert meta_from_model_size("no size here") == (None, None)

@@ -50,6 +50,7 @@ class ImportSummary:
     values: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
+    found_meta: dict[str, Any] = field(default_factory=dict)  # run facts the input stated (config, model size)
     interrupted: bool = False
 
     def __str__(self) -> str:
@@ -67,6 +68,12 @@ class ImportSummary:
             shown = ", ".join(f"{old} -> {new}" for old, new in list(self.renamed.items())[:6])
             more = f" (+{len(self.renamed) - 6} more)" if len(self.renamed) > 6 else ""
             lines.append(f"  renamed to verl's current names: {shown}{more}")
+        if self.found_meta:
+            facts = ", ".join(
+                f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                for key, value in _flat(self.found_meta)
+            )
+            lines.append(f"  meta.json from the log: {facts} (--meta overrides)")
         if self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
@@ -254,6 +261,11 @@ class StepSink:
         if time.monotonic() - self._last_flush >= self._flush_interval:
             self.flush()
 
+    def found(self, meta: Mapping[str, Any]) -> None:
+        """Run facts the input states (a config dump, a model size), for meta.json; a later
+        statement of a field wins, and ``meta`` given to the sink wins over them all."""
+        self.summary.found_meta = merged(self.summary.found_meta, meta)
+
     def close(self, *, interrupted: bool = False) -> ImportSummary:
         """Write everything still buffered and the final meta.json; return the summary."""
         if self._pending is not None:
@@ -282,9 +294,26 @@ class StepSink:
             "skipped": dict(self._skipped),
             "renamed_keys": dict(s.renamed),
         }
-        meta = {**existing, **self._meta, "importer": record}
+        meta = {**existing, **merged(s.found_meta, self._meta), "importer": record}
         meta.setdefault("framework", "verl")
         write_meta(self._loc, meta)
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``, dicts merged key by key (``{"gpu": {"count": 8}}`` keeps ``gpu.type``)."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = merged(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return out
+
+
+def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in meta.items():
+        name = f"{prefix}{key}"
+        out += _flat(value, name + ".") if isinstance(value, Mapping) else [(name, value)]
+    return out
 
 
 def _source_name(source: str) -> str:

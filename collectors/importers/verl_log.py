@@ -22,7 +22,12 @@ parser reads what it can of every line and never stops on one it cannot:
   verl logs the same dict as a step line too); the rest is imported at the step the text
   names, at the last step (final validation), or, for a dict printed before a step line
   (initial validation), at that step, less one when it is a training step (when no step line
-  follows: at the last step, or 0). Config dumps (nested dicts) are ignored.
+  follows: at the last step, or 0). Other nested dicts are ignored.
+
+What the log says about the run goes to meta.json (``rlscope.collectors.verl_config``): the
+config dump verl pprints at start, else the Hydra overrides of a launch command echoed into
+the log (``+ python3 -m verl.trainer.main_ppo data.train_batch_size=128 ...``), and the
+actor's and critic's sizes from verl's ``... contains 494.03M parameters`` lines.
 
 Steps are numbered as logged; a step logged again after a restart becomes a new attempt
 (see ``StepSink``). Lines read while following a live log get the time they were read.
@@ -34,6 +39,7 @@ import ast
 import math
 import os
 import re
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,6 +47,7 @@ from typing import Any
 from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail
+from rlscope.collectors.verl_config import config_from_overrides, meta_from_config, meta_from_model_size
 from rlscope.collectors.verl_metrics import is_validation_key
 
 __all__ = ["import_verl_log"]
@@ -67,6 +74,10 @@ _TAIL_NUMBER = re.compile(r"^[\d.eE+-]+[\s\"'`]*$")
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
 _LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
+# a verl entry point run as a module or a script: its arguments are Hydra overrides
+_LAUNCH = re.compile(r"\b(?:verl|recipe)\.[\w.]*main\w*|\bmain_ppo(?:\.py)?\b")
+# the top-level sections of verl's trainer config; pprint sorts keys, so a dump opens with one
+_CONFIG_SECTIONS = ("actor_rollout_ref", "algorithm", "critic", "custom_reward_function", "data", "trainer")
 
 _MAX_BLOCK_LINES = 5000
 _MAX_BLOCK_CHARS = 1 << 20
@@ -164,6 +175,8 @@ class _Parser:
         self.last_metrics: dict[str, float] = {}
         self.last_step: int | None = None
         self.tail = ""  # the last characters of the last line classified: a wrap may split "step:"
+        self.config_seen = False
+        self.sizes_seen: set[str] = set()
 
     # -- input ---------------------------------------------------------------------------
 
@@ -225,8 +238,14 @@ class _Parser:
                 return
         stripped = text.strip()
         lowered = stripped.lower()
+        if " parameters" in text:
+            self._model_size(where, text)
+        if "=" in text and _LAUNCH.search(text):
+            self._launch(text)
         kind = None
-        if stripped.startswith(("('", '("')) and "metrics" in lowered:
+        if stripped.startswith(("{'", '{"')) and stripped[2:].startswith(_CONFIG_SECTIONS):
+            kind = "config"
+        elif stripped.startswith(("('", '("')) and "metrics" in lowered:
             kind = "strings"  # pprint of a long string: ("Initial validation metrics: {'a': "\n "1.0}")
         elif "metrics" in lowered and "{" in stripped[lowered.index("metrics") :]:
             kind = "text"
@@ -309,7 +328,10 @@ class _Parser:
         if start < 0:
             return
         label, body = text[:start], text[start + 1 :]
-        if "{" in body:  # nested: a config dump, not metrics
+        if block.kind == "config":
+            self._config_dump(block.where, text[start:])
+            return
+        if "{" in body:  # nested, and not a config dump: not metrics
             return
         metrics: dict[str, float] = {}
         for key, raw in _PAIR.findall(body):
@@ -342,6 +364,39 @@ class _Parser:
         if self.waiting is not None:
             self._settle_waiting(None)
         self.waiting = (block.where, metrics)
+
+    # -- run facts -----------------------------------------------------------------------
+
+    def _config_dump(self, where: str, text: str) -> None:
+        try:
+            config = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            self.sink.skip("unreadable_config_dump", where, bad=False)
+            return
+        if isinstance(config, dict):
+            self.config_seen = True
+            self.sink.found(meta_from_config(config))
+
+    def _launch(self, text: str) -> None:
+        if self.config_seen:  # the resolved dump says all the overrides do, and more
+            return
+        try:
+            tokens = shlex.split(text[_LAUNCH.search(text).end() :])  # type: ignore[union-attr]
+        except ValueError:  # an unbalanced quote: split on spaces
+            tokens = text.split()
+        self.sink.found(meta_from_config(config_from_overrides(tokens)))
+
+    def _model_size(self, where: str, text: str) -> None:
+        meta, cls = meta_from_model_size(text)
+        if meta is None:
+            return
+        if not meta:
+            self.sink.skip("moe_total_params", where, cls or "", bad=False)  # not the active count MFU needs
+            return
+        role = next(iter(meta["model"]))
+        if role not in self.sizes_seen:  # the first of each: actor (not its reference copy), critic
+            self.sizes_seen.add(role)
+            self.sink.found(meta)
 
     def _settle_waiting(self, following: tuple[int, dict[str, float]] | None) -> None:
         """Import the dict printed before a step line (initial validation) unless that line repeats it."""

@@ -14,59 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rlscope.collectors.verl._hook import Hook
+from rlscope.collectors.verl_config import meta_from_config
 
-__all__ = ["meta_from_config", "wrap_init", "wrap_log"]
-
-
-def _get(cfg: Mapping[str, Any], path: str) -> Any:
-    node: Any = cfg
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def meta_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The meta.json fields a verl PPO config states outright; anything it does not state stays absent."""
-    meta: dict[str, Any] = {}
-    batch = _int(_get(cfg, "data.train_batch_size"))
-    group = _int(_get(cfg, "actor_rollout_ref.rollout.n"))
-    max_response = _int(_get(cfg, "data.max_response_length")) or _int(
-        _get(cfg, "actor_rollout_ref.rollout.response_length")
-    )
-    nodes, per_node = _int(_get(cfg, "trainer.nnodes")), _int(_get(cfg, "trainer.n_gpus_per_node"))
-    model = _get(cfg, "actor_rollout_ref.model.path")
-    if batch:
-        meta["batch_size"] = batch
-    if group:
-        meta["group_size"] = group
-    if max_response:
-        meta["max_response_length"] = max_response
-    if nodes and per_node:
-        meta["gpu"] = {"count": nodes * per_node}
-    if isinstance(model, str):
-        meta["model"] = {"name": model}
-    config = {
-        key: value
-        for key, value in {
-            "project_name": _get(cfg, "trainer.project_name"),
-            "experiment_name": _get(cfg, "trainer.experiment_name"),
-            "use_v1": _get(cfg, "trainer.use_v1"),
-            "trainer_mode": _get(cfg, "trainer.v1.trainer_mode"),
-            "adv_estimator": _get(cfg, "algorithm.adv_estimator"),
-            "rollout_name": _get(cfg, "actor_rollout_ref.rollout.name"),
-            "actor_strategy": _get(cfg, "actor_rollout_ref.actor.strategy"),
-        }.items()
-        if isinstance(value, (str, bool, int, float))
-    }
-    if config:
-        meta["config"] = config
-    return meta
+__all__ = ["wrap_init", "wrap_log"]
 
 
 def _after_log(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
