@@ -666,6 +666,7 @@ def test_launch_command_overrides_and_model_sizes_go_to_meta(tmp_path):
         "'trainer.logger=[\"console\"]' actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 "
         "trainer.nnodes=2 actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct data.max_response_length=2048 "
         "+trainer.extra=1 data.train_batch_size=96\n"
+        "(TaskRunner pid=3) /w/verl/trainer/main_ppo.py:227: UserWarning: set data.train_batch_size=1 to debug\n"
         "(WorkerDict pid=9) Qwen2ForCausalLM contains 7.62B parameters\n"
         "(WorkerDict pid=9) Qwen2ForTokenClassification contains 7.07B parameters\n"
         "(WorkerDict pid=9) Qwen2ForCausalLM contains 1.54B parameters\n" + _STEP_LINE
@@ -715,11 +716,18 @@ def test_an_unreadable_config_dump_is_counted_not_fatal(tmp_path):
     assert "batch_size" not in meta
 
 
-def test_overrides_parse_as_hydra_reads_them():
+def test_overrides_parse_as_hydra_reads_them(tmp_path):
     cfg = config_from_overrides(
         ["a.b=1", "++a.c=2.5", "+a.d=true", "a.e=null", "a.f='x y'", "a.g=${oc.env:X}", "plain=1", "-m", "a.b=3"]
     )
     assert cfg == {"a": {"b": 3, "c": 2.5, "d": True, "e": None, "f": "x y", "g": "${oc.env:X}"}}
+    for script in (
+        "python3 verl/trainer/main_ppo.py data.train_batch_size=8",
+        "torchrun -m recipe.dapo.main_dapo data.train_batch_size=16",
+    ):
+        (tmp_path / script.split()[0]).mkdir()
+        meta, _ = _import_text(tmp_path / script.split()[0], script + "\n" + _STEP_LINE)
+        assert meta["batch_size"] == int(script.rpartition("=")[2])
     assert meta_from_model_size("LlamaForCausalLM contains 134.52M parameters") == (
         {"model": {"active_params": 134.52e6}},
         "LlamaForCausalLM",

@@ -75,7 +75,7 @@ _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
 _LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
 # a verl entry point run as a module or a script: its arguments are Hydra overrides
-_LAUNCH = re.compile(r"\b(?:verl|recipe)\.[\w.]*main\w*|\bmain_ppo(?:\.py)?\b")
+_LAUNCH = re.compile(r"(?:-m\s+(?:verl|recipe)\.[\w.]*main\w*|(?<!\S)\S*main_\w+\.py)(?=\s)")
 # the top-level sections of verl's trainer config; pprint sorts keys, so a dump opens with one
 _CONFIG_SECTIONS = ("actor_rollout_ref", "algorithm", "critic", "custom_reward_function", "data", "trainer")
 
