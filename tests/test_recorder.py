@@ -80,6 +80,11 @@ def test_resuming_a_run_merges_meta(tmp_path):
         pass
     meta = RunReader(run).meta
     assert meta["gpu"] == {"type": "H100", "count": 64} and meta["topology"] == "async"
+    # nested objects merge key by key: a resumed job stating its GPU count keeps the type written before
+    with Recorder(run, meta={"gpu": {"count": 32}, "model": {"active_params": 8e9}}):
+        pass
+    meta = RunReader(run).meta
+    assert meta["gpu"] == {"type": "H100", "count": 32} and meta["model"] == {"active_params": 8e9}
 
 
 def test_trajectories_in_every_accepted_shape(tmp_path):

@@ -23,7 +23,15 @@ from rlscope.collectors.importers._source import ImportInputError
 from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
 from rlscope.errors import MetaError, RunDirError
 from rlscope.trace.schema import STEPS
-from rlscope.trace.store import is_segment_name, locate, new_writer_id, read_meta, write_meta, write_segment
+from rlscope.trace.store import (
+    is_segment_name,
+    locate,
+    merge_meta,
+    new_writer_id,
+    read_meta,
+    write_meta,
+    write_segment,
+)
 
 __all__ = ["ImportSummary", "StepSink"]
 
@@ -264,7 +272,7 @@ class StepSink:
     def found(self, meta: Mapping[str, Any]) -> None:
         """Run facts the input states (a config dump, a model size), for meta.json; a later
         statement of a field wins, and ``meta`` given to the sink wins over them all."""
-        self.summary.found_meta = merged(self.summary.found_meta, meta)
+        self.summary.found_meta = merge_meta(self.summary.found_meta, meta)
 
     def close(self, *, interrupted: bool = False) -> ImportSummary:
         """Write everything still buffered and the final meta.json; return the summary."""
@@ -294,18 +302,9 @@ class StepSink:
             "skipped": dict(self._skipped),
             "renamed_keys": dict(s.renamed),
         }
-        meta = {**existing, **merged(s.found_meta, self._meta), "importer": record}
+        meta = {**merge_meta(existing, merge_meta(s.found_meta, self._meta)), "importer": record}
         meta.setdefault("framework", "verl")
         write_meta(self._loc, meta)
-
-
-def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` updated by ``over``, dicts merged key by key (``{"gpu": {"count": 8}}`` keeps ``gpu.type``)."""
-    out = dict(base)
-    for key, value in over.items():
-        old = out.get(key)
-        out[key] = merged(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
-    return out
 
 
 def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlscope.trace.recorder import Recorder
-from rlscope.trace.store import locate, read_meta, write_meta
+from rlscope.trace.store import locate, merge_meta, read_meta, write_meta
 
 __all__ = [
     "CROSSCHECK_KEY",
@@ -175,7 +175,7 @@ class Hook:
         """Merge what the trainer's config tells into meta.json (driver only, once per Tracking)."""
         self.recorder()
         loc = locate(self.run_dir)
-        write_meta(loc, {**read_meta(loc), **meta})
+        write_meta(loc, merge_meta(read_meta(loc), meta))
 
     def flush(self, timeout: float = 10.0) -> None:
         with self._lock:

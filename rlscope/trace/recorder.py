@@ -37,7 +37,7 @@ from rlscope.trace.schema import (
     SPANS,
     TRAJECTORIES,
 )
-from rlscope.trace.store import conform, locate, new_writer_id, read_meta, write_meta, write_segment
+from rlscope.trace.store import conform, locate, merge_meta, new_writer_id, read_meta, write_meta, write_segment
 
 __all__ = ["Recorder", "logprob_histogram_row"]
 
@@ -164,7 +164,7 @@ class Recorder:
         self._loc = None
         try:
             self._loc = locate(self.run_dir)
-            write_meta(self._loc, {**_existing_meta(self._loc), **dict(meta or {})})
+            write_meta(self._loc, merge_meta(_existing_meta(self._loc), meta or {}))
         except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
             self._fail("meta", exc)
         self._thread = threading.Thread(target=self._run, name=f"rlscope-writer-{self.writer_id}", daemon=True)

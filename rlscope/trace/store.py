@@ -29,6 +29,7 @@ __all__ = [
     "conform",
     "is_segment_name",
     "locate",
+    "merge_meta",
     "new_writer_id",
     "read_meta",
     "require_directory",
@@ -156,6 +157,16 @@ def write_segment(
     pq.write_table(data, sink, compression="zstd")
     _write_atomic_bytes(loc, dest, sink.getvalue().to_pybytes())
     return dest
+
+
+def merge_meta(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``, nested objects key by key: a config that states
+    ``{"gpu": {"count": 8}}`` keeps the ``gpu.type`` a user wrote into meta.json."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = merge_meta(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return out
 
 
 def write_meta(run_dir: str | os.PathLike[str] | RunLocation, meta: Mapping[str, Any]) -> None:
