@@ -190,6 +190,14 @@ def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, 
     flops = 64 * 4 * (100 + 400) * 12 * 7.62e9
     assert doc["headline"]["mfu"] == pytest.approx(flops / (100 * 16 * 1000e12))
     assert doc["run"]["gpu_count"] == 16
+    # the same log without its launch and size lines: the batch from --meta, the rest from flags
+    bare = tmp_path / "bare.log"
+    bare.write_text(log.read_text().splitlines(keepends=True)[-1])
+    args = ["--peak-tflops", "1000", "--gpus", "16", "--active-params", "7.62e9"]
+    _, doc = _run_json(capsys, str(bare), *args)
+    assert doc["headline"]["mfu"] is None  # no batch shape: no tokens per step
+    _, doc = _run_json(capsys, str(bare), *args, "--meta", '{"batch_size": 64, "group_size": 4}')
+    assert doc["headline"]["mfu"] == pytest.approx(flops / (100 * 16 * 1000e12))
 
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
@@ -206,6 +214,8 @@ def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
         (["--gpus", "0"], "--gpus: must be above 0"),
         (["--active-params", "lots"], "--active-params: not a number"),
         (["--gpu-type", "V100"], "unknown --gpu-type 'V100'; give --peak-tflops too"),
+        (["--meta", "[1]"], "--meta: expected a JSON object"),
+        (["--meta", "{batch"], "--meta: not JSON"),
     ],
 )
 def test_bad_hardware_is_a_one_line_usage_error(args, message, capsys):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+import json
+from typing import Any, NoReturn
 
 from rlscope.errors import UsageError
 
@@ -20,3 +21,14 @@ def parser_for(command: str, doc: str | None) -> ArgumentParser:
     return ArgumentParser(
         prog=f"rlscope {command}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object (``--meta '{"gpu": {"count": 8}}'``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value

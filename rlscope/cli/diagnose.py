@@ -1,14 +1,17 @@
 """Post-mortem of a run: where each step's time and FLOPs went, and what to change.
 
 usage: rlscope diagnose RUN [--format text|markdown|html|json] [--output FILE] [--fail-on warn|critical]
-                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N]
+                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 RUN is a run directory (or pyarrow filesystem URI), or a verl console log or JSONL
 metrics file, which is imported to a temporary run directory first.
 
-MFU and the topology what-if need the hardware and the model. A run directory's meta.json
-says them; a console log does not, so give them here (they also override meta.json):
+MFU and the topology what-if need the hardware, the model and the batch shape. A run
+directory's meta.json says them; a console log says what its config dump or launch command
+and its model-size lines state (never the GPU model). Give the rest here; these override
+meta.json and the log:
   --gpus 8 --gpu-type H100 --active-params 7e9
+  --meta '{"batch_size": 32, "group_size": 8, "topology": "async", "split": "4:4"}'
 
 Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error, 2 on bad usage.
 The JSON format is documented in docs/diagnose-json.md.
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from rlscope.cli._args import parser_for
+from rlscope.cli._args import json_object, parser_for
 from rlscope.errors import RunDirError
 
 if TYPE_CHECKING:
@@ -80,6 +83,12 @@ def main(argv: Sequence[str]) -> int:
         help="peak dense bf16 TFLOP/s per GPU (overrides the table)",
     )
     parser.add_argument("--active-params", type=_positive(float), metavar="N", help="active parameters, e.g. 7e9")
+    parser.add_argument(
+        "--meta",
+        type=json_object,
+        metavar="JSON",
+        help='meta.json entries for this report (the run is not changed), e.g. \'{"batch_size": 32, "group_size": 8}\'',
+    )
     args = parser.parse_args(argv)
 
     from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
@@ -91,10 +100,11 @@ def main(argv: Sequence[str]) -> int:
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
     from rlscope.trace.reader import RunReader
+    from rlscope.trace.store import merge_meta
 
     with open_run(args.run) as run_dir:
         reader = RunReader(run_dir)
-        reader.meta = _with_overrides(reader.meta, args)
+        reader.meta = _with_overrides(merge_meta(reader.meta, args.meta or {}), args)
         with _progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
 
-from rlscope.cli._args import parser_for
+from rlscope.cli._args import json_object, parser_for
 from rlscope.collectors.importers import IMPORTERS, ImportInputError, Tail
 from rlscope.errors import UsageError
 
@@ -57,16 +55,6 @@ def _sigterm_interrupts(enabled: bool) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
-    return value
-
-
 def main(argv: Sequence[str]) -> int:
     parser = parser_for("import", __doc__)
     parser.add_argument("format", choices=list(IMPORTERS), metavar="FORMAT")
@@ -76,7 +64,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--follow", action="store_true", help="keep reading the last SOURCE as it grows")
     parser.add_argument("--poll", type=float, default=0.5, metavar="SECONDS", help="--follow's poll interval")
     parser.add_argument(
-        "--meta", type=_json_object, metavar="JSON", help='meta.json entries, e.g. \'{"gpu": {"count": 8}}\''
+        "--meta", type=json_object, metavar="JSON", help='meta.json entries, e.g. \'{"gpu": {"count": 8}}\''
     )
     parser.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)  # bound for tests and scripts
     args = parser.parse_args(argv)
