@@ -130,6 +130,12 @@ def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
     assert doc["headline"]["step_s"] == pytest.approx(48.70, abs=0.01)
     assert doc["headline"]["generation_share"] == pytest.approx(16.23 / 48.70, abs=0.005)
     assert doc["headline"]["tail_estimated"] is True
+    # the log states 1 GPU, 128 prompts x 8 samples and a 134.52M-parameter actor: with an A100's
+    # 312 TFLOP/s, MFU = tokens x 10N (generation and old logprob 2N each, the update 6N; GRPO
+    # without a ref model) / (step time x peak), with step 1's mean prompt and response lengths
+    _, doc = _run_json(capsys, str(REAL_LOGS / "12_charcount_grpo_smollm135m_1gpu.log"), "--gpu-type", "A100")
+    tokens = (63.03125 + 93.126953125) * 128 * 8
+    assert doc["headline"]["mfu"] == pytest.approx(tokens * 10 * 134.52e6 / (48.7025266494602 * 312e12))
 
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
