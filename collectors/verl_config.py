@@ -9,27 +9,43 @@ what-ifs, and verl states them in three places a collector can see:
 - the launch command's Hydra overrides (``python3 -m verl.trainer.main_ppo
   data.train_batch_size=128 ...``), which a log of a ``set -x`` script keeps.
 
-verl also prints each model's size as it builds it (``verl/utils/model.py``,
-``print_model_size``: ``Qwen2ForCausalLM contains 494.03M parameters``). The causal LM is the
-actor (its reference copy prints the same, later); the first ``...ForTokenClassification`` is
-the critic (a reward model, built after it, prints the same class).
-A mixture of experts prints its total parameters, not the active ones MFU needs, so its
-size is not taken.
+The fully async and one-step-off trainers give rollout its own pool (a top-level ``rollout``
+section with its own ``nnodes`` and ``n_gpus_per_node``): the GPU count is then both pools,
+and the split and topology follow (``async_training`` marks the fully async trainer).
+
+verl also prints each Hugging Face model's size as it builds it (``verl/utils/model.py``,
+``print_model_size``: ``Qwen2ForCausalLM contains 494.03M parameters``). The first causal LM
+is the actor (its reference copy prints the same, later); a ``...ForTokenClassification`` is
+the critic when the estimator uses one (GAE), else a reward model. A mixture of experts prints
+its total parameters, not the active ones MFU needs, and Megatron prints a wrapper's shard
+(``DistributedDataParallel``): neither is taken.
 """
 
 from __future__ import annotations
 
+import ast
+import math
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["config_from_overrides", "meta_from_config", "meta_from_model_size"]
+__all__ = ["LogFacts", "config_from_overrides", "meta_from_config"]
 
-_SIZE = re.compile(r"\b([A-Za-z_]\w*) contains (\d+(?:\.\d+)?)([KMB]?) parameters\b")
+# "<class> contains <n with 2 decimals><K|M|B|> parameters", matched from " contains " outwards
+_SIZE_NUMBER = re.compile(r"(\d+\.\d\d)([KMB]?) parameters\b")
+_SIZE_CLASS = re.compile(r"(?<!\w)([A-Z]\w*)$")
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9}
+_ACTOR_CLASS = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
+_CRITIC_CLASS = "ForTokenClassification"
 # model classes whose parameter count is not the active count per token
-_MIXTURE = re.compile(r"moe|mixtral|deepseekv[23]|dbrx|jamba|gptoss|arctic|grok", re.I)
+_MIXTURE = re.compile(
+    r"moe|mixtral|deepseek|dbrx|jamba|gptoss|arctic|grok|llama4|qwen3next|dots1|minimax|longcat", re.I
+)
 _KEY = re.compile(r"^[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+$")
+# a trainer's entry point, as a module or a script; generation and evaluation are not trainers
+_ENTRY = re.compile(r"(?:-m\s+((?:verl|recipe)\.[\w.]*?main\w*)|(?<!\S)(\S*main_\w+)\.py)(?=\s|$)")
+_NOT_TRAINERS = ("main_generation", "main_eval")
 
 
 def _get(cfg: Mapping[str, Any], path: str) -> Any:
@@ -45,6 +61,11 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _gpus(cfg: Mapping[str, Any], section: str) -> int | None:
+    nodes, per_node = _int(_get(cfg, f"{section}.nnodes")), _int(_get(cfg, f"{section}.n_gpus_per_node"))
+    return nodes * per_node if nodes and per_node else None
+
+
 def meta_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The meta.json fields a verl PPO config states outright; anything it does not state stays absent."""
     meta: dict[str, Any] = {}
@@ -53,7 +74,6 @@ def meta_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     max_response = _int(_get(cfg, "data.max_response_length")) or _int(
         _get(cfg, "actor_rollout_ref.rollout.response_length")
     )
-    nodes, per_node = _int(_get(cfg, "trainer.nnodes")), _int(_get(cfg, "trainer.n_gpus_per_node"))
     model = _get(cfg, "actor_rollout_ref.model.path")
     if batch:
         meta["batch_size"] = batch
@@ -61,9 +81,16 @@ def meta_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         meta["group_size"] = group
     if max_response:
         meta["max_response_length"] = max_response
-    if nodes and per_node:
-        meta["gpu"] = {"count": nodes * per_node}
-    if isinstance(model, str):
+    train = _gpus(cfg, "trainer")
+    if isinstance(cfg.get("rollout"), Mapping):  # rollout on a pool of its own
+        rollout = _gpus(cfg, "rollout")
+        meta["topology"] = "async" if "async_training" in cfg else "one_step_overlap"
+        if train and rollout:
+            meta["gpu"] = {"count": train + rollout}
+            meta["split"] = {"rollout": rollout, "train": train}
+    elif train:
+        meta["gpu"] = {"count": train}
+    if isinstance(model, str) and "$" not in model:
         meta["model"] = {"name": model}
     config = {
         key: value
@@ -76,7 +103,7 @@ def meta_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
             "rollout_name": _get(cfg, "actor_rollout_ref.rollout.name"),
             "actor_strategy": _get(cfg, "actor_rollout_ref.actor.strategy"),
         }.items()
-        if isinstance(value, (str, bool, int, float))
+        if isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
     }
     if config:
         meta["config"] = config
@@ -92,21 +119,25 @@ def _override_value(text: str) -> Any:
         return lowered == "true"
     if lowered in ("null", "~"):
         return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text  # YAML reads "nan" and "inf" as text
 
 
 def config_from_overrides(tokens: Iterable[str]) -> dict[str, Any]:
     """A nested config from the ``a.b.c=value`` tokens of a launch command (``+``/``++`` prefixes
-    allowed); other tokens are ignored. A later override of the same key wins, as in Hydra."""
+    allowed); other tokens, and values left to the shell or Hydra (``$X``, ``${...}``), are
+    ignored. A later override of the same key wins, as in Hydra."""
     cfg: dict[str, Any] = {}
     for token in tokens:
         key, eq, raw = token.lstrip("+").partition("=")
-        if not eq or not _KEY.match(key):
+        if not eq or not _KEY.match(key) or "$" in raw:
             continue
         *parents, leaf = key.split(".")
         node = cfg
@@ -119,19 +150,109 @@ def config_from_overrides(tokens: Iterable[str]) -> dict[str, Any]:
     return cfg
 
 
-def meta_from_model_size(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    """``(meta fields, model class)`` from a ``print_model_size`` line; ``(None, None)`` if it is not one.
+def _literal(node: ast.AST) -> Any:
+    """A pprint-ed value: Python literals, bare ``inf``/``nan``; anything else (a repr) is None."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict):
+        out = {}
+        for key, value in zip(node.keys, node.values, strict=True):
+            k = _literal(key) if key is not None else None
+            if isinstance(k, (str, int, float, bool)):
+                out[k] = _literal(value)
+        return out
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _literal(node.operand)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+        return None
+    if isinstance(node, ast.Name) and node.id in ("inf", "nan"):
+        return float(node.id)
+    return None
 
-    The fields are ``{"model": {"active_params": N}}`` for the actor (a causal LM) or
-    ``{"model": {"critic_params": N}}`` for a critic; empty for a mixture of experts.
+
+class LogFacts:
+    """The run facts a console log states, gathered as its lines are read; :meth:`meta` says them.
+
+    A config dump is the resolved config and wins over launch overrides, whatever the order.
     """
-    match = _SIZE.search(text)
-    if match is None:
-        return None, None
-    cls, number, scale = match.groups()
-    params = float(number) * _SCALE[scale]
-    if cls.endswith("ForTokenClassification"):
-        return {"model": {"critic_params": params}}, cls
-    if _MIXTURE.search(cls):
-        return {}, cls
-    return {"model": {"active_params": params}}, cls
+
+    def __init__(self) -> None:
+        self._dump: dict[str, Any] | None = None
+        self._overrides: dict[str, Any] = {}
+        self._actor: float | None = None
+        self._token_classifier: float | None = None
+
+    @staticmethod
+    def is_launch(text: str) -> bool:
+        """Whether ``text`` runs a verl trainer with its arguments (``python3 -m verl.trainer.main_ppo ...``)."""
+        if "main" not in text:
+            return False
+        match = _ENTRY.search(text)
+        return match is not None and not any(n in (match.group(1) or match.group(2)) for n in _NOT_TRAINERS)
+
+    def launch(self, text: str) -> None:
+        """Take the overrides of a launch command (one line, continuations already joined)."""
+        match = _ENTRY.search(text)
+        if match is None:
+            return
+        try:
+            tokens = shlex.split(text[match.end() :])
+        except ValueError:  # an unbalanced quote: split on spaces
+            tokens = text[match.end() :].split()
+        cfg = config_from_overrides(tokens)
+        entry = match.group(1) or match.group(2)
+        # the pooled trainers' own config files hold these sections whether or not a flag names them
+        if "fully_async" in entry:
+            cfg.setdefault("async_training", {})
+            cfg.setdefault("rollout", {})
+        elif "one_step_off" in entry:
+            cfg.setdefault("rollout", {})
+        self._overrides = cfg
+
+    def config_dump(self, text: str) -> bool:
+        """Take a pprint-ed config (``{'actor_rollout_ref': ...}``); False if it does not parse."""
+        try:
+            value = _literal(ast.parse(text.strip(), mode="eval").body)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return False
+        if not isinstance(value, dict):
+            return False
+        self._dump = value
+        return True
+
+    def model_size(self, text: str) -> tuple[bool, str | None]:
+        """Take a ``print_model_size`` line: whether a size was taken, and the class of a
+        mixture of experts whose total size was left out."""
+        at = text.find(" contains ")
+        size = _SIZE_NUMBER.match(text, at + 10) if at > 0 else None
+        named = _SIZE_CLASS.search(text, 0, at) if size else None
+        if size is None or named is None:
+            return False, None
+        cls, params = named.group(1), float(size.group(1)) * _SCALE[size.group(2)]
+        if cls.endswith(_CRITIC_CLASS) and self._token_classifier is None:
+            self._token_classifier = params
+            return True, None
+        if cls.endswith(_ACTOR_CLASS):
+            if _MIXTURE.search(cls):
+                return False, cls
+            if self._actor is None:
+                self._actor = params
+                return True, None
+        return False, None
+
+    def meta(self) -> dict[str, Any]:
+        """The meta.json fields the log stated so far."""
+        config = self._dump if self._dump is not None else self._overrides
+        meta = meta_from_config(config)
+        model: dict[str, Any] = dict(meta.get("model", {}))
+        if self._actor is not None:
+            model["active_params"] = self._actor
+        estimator = _get(config, "algorithm.adv_estimator")
+        if self._token_classifier is not None and estimator in (None, "gae"):
+            model["critic_params"] = self._token_classifier
+        if model:
+            meta["model"] = model
+        return meta

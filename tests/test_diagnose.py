@@ -181,6 +181,17 @@ def test_hardware_and_model_given_on_the_command_line(capsys):
     assert half["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 2)
 
 
+def test_a_log_that_opens_with_verls_config_dump_is_read_as_a_console_log(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "{'actor_rollout_ref': {'rollout': {'n': 4}},\n 'data': {'train_batch_size': 64},\n"
+        " 'trainer': {'n_gpus_per_node': 8, 'nnodes': 2}}\n"
+        "step:1 - timing_s/gen:40.0 - timing_s/step:100.0\n"
+    )
+    code, doc = _run_json(capsys, str(log))
+    assert code == 0 and doc["run"]["gpu_count"] == 16 and doc["run"]["steps"] == 1
+
+
 def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, capsys):
     log = tmp_path / "train.log"
     log.write_text(

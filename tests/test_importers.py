@@ -28,7 +28,7 @@ from rlscope.collectors.importers import (
     import_verl_log,
     import_wandb_csv,
 )
-from rlscope.collectors.verl_config import config_from_overrides, meta_from_model_size
+from rlscope.collectors.verl_config import config_from_overrides
 
 DATA = Path(__file__).parent / "data" / "logs"
 # shared/ lies beside the repository (its checkout and CI's); RLSCOPE_REAL_LOGS points elsewhere
@@ -662,7 +662,7 @@ def _import_text(tmp_path: Path, text: str, **kw) -> tuple[dict, object]:
 
 def test_launch_command_overrides_and_model_sizes_go_to_meta(tmp_path):
     text = (
-        "+ python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=64 "
+        "+ python3 -m verl.trainer.main_ppo algorithm.adv_estimator=gae data.train_batch_size=64 "
         "'trainer.logger=[\"console\"]' actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 "
         "trainer.nnodes=2 actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct data.max_response_length=2048 "
         "+trainer.extra=1 data.train_batch_size=96\n"
@@ -675,52 +675,147 @@ def test_launch_command_overrides_and_model_sizes_go_to_meta(tmp_path):
     assert meta["batch_size"] == 96  # the later override of a key wins, as in Hydra
     assert meta["group_size"] == 4 and meta["gpu"] == {"count": 16} and meta["max_response_length"] == 2048
     assert meta["model"] == {"name": "Qwen/Qwen2.5-7B-Instruct", "active_params": 7.62e9, "critic_params": 7.07e9}
-    assert meta["config"]["adv_estimator"] == "grpo"
+    assert meta["config"]["adv_estimator"] == "gae" and "topology" not in meta
     assert "gpu.count 16" in str(summary) and "model.active_params 7.62e+09" in str(summary)
 
 
+def _dump_lines(config: dict, prefix: str = "(TaskRunner pid=3) ") -> str:
+    return "".join(f"{prefix}{line}\n" for line in pprint.pformat(config, width=60).splitlines())
+
+
 def test_the_config_dump_wins_over_overrides_and_meta_given_wins_over_both(tmp_path):
-    dump = pprint.pformat(
-        {
-            "actor_rollout_ref": {
-                "model": {"path": "/ckpt/qwen"},
-                "rollout": {"n": 16},
-            },
-            "data": {"train_batch_size": 512, "max_response_length": 8192},
-            "trainer": {"n_gpus_per_node": 8, "nnodes": 4, "experiment_name": "a long name, with spaces " * 3},
-        },
-        width=60,
-    )
-    prefixed = "".join(f"(TaskRunner pid=3) {line}\n" for line in dump.splitlines())
-    text = "python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.nnodes=1\n" + prefixed + _STEP_LINE
-    assert "'\n" in dump and len(dump.splitlines()) > 5  # a string split over lines, as pprint does
-    meta, _ = _import_text(tmp_path, text, meta={"gpu": {"type": "H100"}, "group_size": 8})
-    assert meta["batch_size"] == 512 and meta["max_response_length"] == 8192
+    config = {
+        "actor_rollout_ref": {"model": {"path": "/ckpt/qwen"}, "rollout": {"n": 16}},
+        "algorithm": {"kl_ctrl": {"target_kl": float("inf")}, "adv_estimator": "grpo"},
+        "data": {"train_batch_size": 512, "max_response_length": 8192},
+        "trainer": {"n_gpus_per_node": 8, "nnodes": 4, "experiment_name": "a long name, with spaces " * 3},
+    }
+    dump = _dump_lines(config)
+    assert "'\n" in dump and ": inf" in dump  # a string split over lines, a bare inf: as pprint prints them
+    text = dump + "python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.nnodes=1\n" + _STEP_LINE
+    meta, summary = _import_text(tmp_path, text, meta={"gpu": {"type": "H100"}, "group_size": 8})
+    assert meta["batch_size"] == 512 and meta["max_response_length"] == 8192  # the dump, though printed first
     assert meta["gpu"] == {"count": 32, "type": "H100"}  # merged with what --meta says
     assert meta["group_size"] == 8  # --meta wins over the log
     assert meta["model"]["name"] == "/ckpt/qwen"
     assert meta["config"]["experiment_name"] == "a long name, with spaces " * 3
+    assert not summary.skipped
 
 
-def test_a_mixture_of_experts_size_is_not_taken_as_active_params(tmp_path):
-    text = "(WorkerDict pid=9) Qwen3MoeForCausalLM contains 30.53B parameters\n" + _STEP_LINE
+def test_pooled_trainers_count_both_pools(tmp_path):
+    launch = (
+        "python -m verl.experimental.fully_async_policy.fully_async_main trainer.nnodes=1 trainer.n_gpus_per_node=4 "
+        "rollout.nnodes=1 rollout.n_gpus_per_node=4\n"
+        # a generation job run afterwards is not the trainer
+        "python3 -m verl.trainer.main_generation trainer.nnodes=1 trainer.n_gpus_per_node=1\n"
+    )
+    meta, _ = _import_text(tmp_path, launch + _STEP_LINE)
+    assert meta["gpu"] == {"count": 8} and meta["split"] == {"rollout": 4, "train": 4}
+    assert meta["topology"] == "async"
+    dump = _dump_lines(
+        {
+            "actor_rollout_ref": {},
+            "rollout": {"nnodes": 2, "n_gpus_per_node": 8},
+            "trainer": {"nnodes": 1, "n_gpus_per_node": 8},
+        }
+    )
+    (tmp_path / "one_step").mkdir()
+    meta, _ = _import_text(tmp_path / "one_step", dump + _STEP_LINE)
+    assert meta["gpu"] == {"count": 24} and meta["split"] == {"rollout": 16, "train": 8}
+    assert meta["topology"] == "one_step_overlap"
+
+
+def test_a_launch_continued_over_lines_and_shell_variables(tmp_path):
+    text = (
+        "python3 -m verl.trainer.main_ppo \\\n"
+        "    data.train_batch_size=32 \\\n"
+        "    actor_rollout_ref.model.path=$MODEL_PATH \\\n"
+        "    trainer.nnodes=1 trainer.n_gpus_per_node=${N_GPUS} \\\n"
+        "    actor_rollout_ref.rollout.n=5\n" + _STEP_LINE
+    )
     meta, summary = _import_text(tmp_path, text)
-    assert "active_params" not in meta.get("model", {})
-    assert summary.skipped == {"moe_total_params": 1}
+    assert meta["batch_size"] == 32 and meta["group_size"] == 5
+    assert "model" not in meta and "gpu" not in meta  # left to the shell: unknown, not "$MODEL_PATH"
+    assert summary.steps == 1
 
 
-def test_an_unreadable_config_dump_is_counted_not_fatal(tmp_path):
-    text = "(TaskRunner pid=3) {'actor_rollout_ref': {'model': <object at 0x1>},\n(TaskRunner pid=3)  'data': {}}\n"
-    meta, summary = _import_text(tmp_path, text + _STEP_LINE, strict=True)
-    assert summary.skipped == {"unreadable_config_dump": 1} and summary.steps == 1
-    assert "batch_size" not in meta
+@pytest.mark.parametrize(
+    ("lines", "active", "skipped"),
+    [
+        (["Qwen3MoeForCausalLM contains 30.53B parameters"], None, {"moe_total_params": 1}),
+        (["Llama4ForConditionalGeneration contains 108.64B parameters"], None, {"moe_total_params": 1}),
+        # Megatron prints its wrapper class and a rank's shard: neither is the model's size
+        (["DistributedDataParallel contains 1.78B parameters", "GPTModel contains 1.91B parameters"], None, {}),
+        (["Q: a function contains 3 parameters", "LlamaForCausalLM contains 134.52M parameters"], 134.52e6, {}),
+        (["PeftModelForCausalLM contains 7.66B parameters"], 7.66e9, {}),
+    ],
+)
+def test_which_model_size_lines_give_active_params(tmp_path, lines, active, skipped):
+    meta, summary = _import_text(tmp_path, "".join(f"(WorkerDict pid=9) {x}\n" for x in lines) + _STEP_LINE)
+    assert meta.get("model", {}).get("active_params") == active
+    assert summary.skipped == skipped
+
+
+def test_a_reward_model_is_not_taken_for_a_critic(tmp_path):
+    text = (
+        "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo\n"
+        "(WorkerDict pid=9) Qwen2ForTokenClassification contains 7.07B parameters\n" + _STEP_LINE
+    )
+    meta, _ = _import_text(tmp_path, text)
+    assert "critic_params" not in meta.get("model", {})
+
+
+@pytest.mark.parametrize(
+    "dump",
+    [
+        "(TaskRunner pid=3) {'actor_rollout_ref': {'model': <object at 0x1>},\n(TaskRunner pid=3)  'data': {}}\n",
+        "(TaskRunner pid=3) {'actor_rollout_ref': {'model': {'path': 'x'},\n",  # cut short: never closes
+        "(TaskRunner pid=3) {'actor_rollout_ref': {'chat': 'a { in a string',\n(TaskRunner pid=3)  'data': {}}\n",
+    ],
+)
+def test_an_unreadable_config_dump_loses_nothing_after_it(tmp_path, dump):
+    text = (
+        dump + "(TaskRunner pid=3) Initial validation metrics: {'val-core/a/reward/mean@1': 0.25}\n"
+        "(TaskRunner pid=3) step:1 - timing_s/gen:40.0 - timing_s/step:100.0\n"
+    )
+    _, summary = _import_text(tmp_path, text, strict=True)
+    df = steps(tmp_path / "run")
+    assert value(df, 0, "val-core/a/reward/mean@1") == 0.25 and value(df, 1, "timing_s/gen") == 40.0
+    assert summary.skipped == {"unreadable_config_dump": 1}
+
+
+def test_metric_dicts_named_like_config_sections_are_metrics(tmp_path):
+    text = "{'critic/score/mean': 0.25, 'critic/rewards/mean': 0.5}\nstep:3 - timing_s/gen:40.0 - timing_s/step:100.0\n"
+    _import_text(tmp_path, text)
+    assert value(steps(tmp_path / "run"), 2, "critic/score/mean") == 0.25
+
+
+def test_odd_config_values_never_stop_the_import(tmp_path):
+    text = (
+        "{'actor_rollout_ref': {[1]: 2, 'rollout': {'n': 4}}, 'trainer': {'experiment_name': nan}}\n"
+        "python3 -m verl.trainer.main_ppo trainer.experiment_name=nan\n" + _STEP_LINE
+    )
+    meta, summary = _import_text(tmp_path, text)
+    assert meta["group_size"] == 4 and "experiment_name" not in meta.get("config", {})
+    assert summary.steps == 1
 
 
 def test_overrides_parse_as_hydra_reads_them(tmp_path):
     cfg = config_from_overrides(
-        ["a.b=1", "++a.c=2.5", "+a.d=true", "a.e=null", "a.f='x y'", "a.g=${oc.env:X}", "plain=1", "-m", "a.b=3"]
+        [
+            "a.b=1",
+            "++a.c=2.5",
+            "+a.d=true",
+            "a.e=null",
+            "a.f='x y'",
+            "a.g=${oc.env:X}",
+            "a.h=nan",
+            "plain=1",
+            "-m",
+            "a.b=3",
+        ]
     )
-    assert cfg == {"a": {"b": 3, "c": 2.5, "d": True, "e": None, "f": "x y", "g": "${oc.env:X}"}}
+    assert cfg == {"a": {"b": 3, "c": 2.5, "d": True, "e": None, "f": "x y", "h": "nan"}}
     for script in (
         "python3 verl/trainer/main_ppo.py data.train_batch_size=8",
         "torchrun -m recipe.dapo.main_dapo data.train_batch_size=16",
@@ -728,8 +823,3 @@ def test_overrides_parse_as_hydra_reads_them(tmp_path):
         (tmp_path / script.split()[0]).mkdir()
         meta, _ = _import_text(tmp_path / script.split()[0], script + "\n" + _STEP_LINE)
         assert meta["batch_size"] == int(script.rpartition("=")[2])
-    assert meta_from_model_size("LlamaForCausalLM contains 134.52M parameters") == (
-        {"model": {"active_params": 134.52e6}},
-        "LlamaForCausalLM",
-    )
-    assert meta_from_model_size("no size here") == (None, None)

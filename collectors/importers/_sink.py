@@ -270,9 +270,9 @@ class StepSink:
             self.flush()
 
     def found(self, meta: Mapping[str, Any]) -> None:
-        """Run facts the input states (a config dump, a model size), for meta.json; a later
-        statement of a field wins, and ``meta`` given to the sink wins over them all."""
-        self.summary.found_meta = merge_meta(self.summary.found_meta, meta)
+        """All the run facts the input has stated so far (a config, a model size), for meta.json;
+        ``meta`` given to the sink wins over them."""
+        self.summary.found_meta = dict(meta)
 
     def close(self, *, interrupted: bool = False) -> ImportSummary:
         """Write everything still buffered and the final meta.json; return the summary."""

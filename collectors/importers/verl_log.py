@@ -39,7 +39,6 @@ import ast
 import math
 import os
 import re
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail
-from rlscope.collectors.verl_config import config_from_overrides, meta_from_config, meta_from_model_size
+from rlscope.collectors.verl_config import LogFacts
 from rlscope.collectors.verl_metrics import is_validation_key
 
 __all__ = ["import_verl_log"]
@@ -74,10 +73,11 @@ _TAIL_NUMBER = re.compile(r"^[\d.eE+-]+[\s\"'`]*$")
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
 _LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
-# a verl entry point run as a module or a script: its arguments are Hydra overrides
-_LAUNCH = re.compile(r"(?:-m\s+(?:verl|recipe)\.[\w.]*main\w*|(?<!\S)\S*main_\w+\.py)(?=\s)")
-# the top-level sections of verl's trainer config; pprint sorts keys, so a dump opens with one
-_CONFIG_SECTIONS = ("actor_rollout_ref", "algorithm", "critic", "custom_reward_function", "data", "trainer")
+# the first line of verl's config dump: pprint sorts keys, so it opens with one of these sections
+_CONFIG_START = re.compile(
+    r"""^\{['"](?:actor_rollout_ref|algorithm|critic|custom_reward_function|data|trainer)['"]\s*:"""
+)
+_MAX_LAUNCH_LINES = 1000
 
 _MAX_BLOCK_LINES = 5000
 _MAX_BLOCK_CHARS = 1 << 20
@@ -175,14 +175,18 @@ class _Parser:
         self.last_metrics: dict[str, float] = {}
         self.last_step: int | None = None
         self.tail = ""  # the last characters of the last line classified: a wrap may split "step:"
-        self.config_seen = False
-        self.sizes_seen: set[str] = set()
+        self.facts = LogFacts()
+        self.launch_text: str | None = None  # a launch command continued on the next line ("\\")
+        self.launch_lines = 0
 
     # -- input ---------------------------------------------------------------------------
 
     def feed(self, where: str, line: str, when: float | None) -> None:
         for piece in [p for p in line.split("\r") if p] or [""]:
             prefix, text = _clean(piece)
+            if self.launch_text is not None:
+                self._continue_launch(text)
+                continue
             if self.step_text is not None:
                 if self._continues(prefix, text):
                     self.step_text += text
@@ -190,6 +194,9 @@ class _Parser:
                 if text.strip() and not _strip_tqdm(text).strip():
                     continue  # a progress bar redrawn between the pieces of a wrapped line
                 self._emit_step()
+            if self.block is not None and self.block.kind == "config" and self._leaves_dump(prefix, text):
+                self.sink.skip("unreadable_config_dump", self.block.where, bad=False)  # it never closed
+                self.block = None
             if self.block is not None and not _STEP.search(text):
                 if prefix == self.block.prefix:
                     self._grow_block(text)
@@ -238,12 +245,13 @@ class _Parser:
                 return
         stripped = text.strip()
         lowered = stripped.lower()
-        if " parameters" in text:
+        if " contains " in text:
             self._model_size(where, text)
-        if "=" in text and _LAUNCH.search(text):
-            self._launch(text)
+        if ("=" in text or text.rstrip().endswith("\\")) and LogFacts.is_launch(text):
+            self._start_launch(text)
+            return
         kind = None
-        if stripped.startswith(("{'", '{"')) and stripped[2:].startswith(_CONFIG_SECTIONS):
+        if stripped.startswith(("{'", '{"')) and _CONFIG_START.match(stripped):
             kind = "config"
         elif stripped.startswith(("('", '("')) and "metrics" in lowered:
             kind = "strings"  # pprint of a long string: ("Initial validation metrics: {'a': "\n "1.0}")
@@ -320,7 +328,8 @@ class _Parser:
             self._block_done(block)
         elif block.too_big:
             self.block = None
-            self.sink.skip("unterminated_block", block.where, block.lines[0])
+            reason = "unreadable_config_dump" if block.kind == "config" else "unterminated_block"
+            self.sink.skip(reason, block.where, block.lines[0])
 
     def _block_done(self, block: _Block) -> None:
         text = block.text()
@@ -367,36 +376,40 @@ class _Parser:
 
     # -- run facts -----------------------------------------------------------------------
 
-    def _config_dump(self, where: str, text: str) -> None:
-        try:
-            config = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            self.sink.skip("unreadable_config_dump", where, bad=False)
-            return
-        if isinstance(config, dict):
-            self.config_seen = True
-            self.sink.found(meta_from_config(config))
+    def _leaves_dump(self, prefix: str, text: str) -> bool:
+        """Whether a line of the process printing the config dump cannot belong to it: pprint
+        indents every line after the first, so an unindented one starts something else."""
+        assert self.block is not None
+        return prefix == self.block.prefix and bool(text.strip()) and not text[0].isspace()
 
-    def _launch(self, text: str) -> None:
-        if self.config_seen:  # the resolved dump says all the overrides do, and more
+    def _config_dump(self, where: str, text: str) -> None:
+        if self.facts.config_dump(text):
+            self.sink.found(self.facts.meta())
+        else:
+            self.sink.skip("unreadable_config_dump", where, bad=False)
+
+    def _start_launch(self, text: str) -> None:
+        self.launch_text, self.launch_lines = "", 0
+        self._continue_launch(text)
+
+    def _continue_launch(self, text: str) -> None:
+        """Gather a launch command over its ``\\``-continued lines, then take its overrides."""
+        assert self.launch_text is not None
+        head = text.rstrip()
+        self.launch_lines += 1
+        if head.endswith("\\") and self.launch_lines < _MAX_LAUNCH_LINES:
+            self.launch_text += head[:-1] + " "
             return
-        try:
-            tokens = shlex.split(text[_LAUNCH.search(text).end() :])  # type: ignore[union-attr]
-        except ValueError:  # an unbalanced quote: split on spaces
-            tokens = text.split()
-        self.sink.found(meta_from_config(config_from_overrides(tokens)))
+        command, self.launch_text = self.launch_text + head, None
+        self.facts.launch(command)
+        self.sink.found(self.facts.meta())
 
     def _model_size(self, where: str, text: str) -> None:
-        meta, cls = meta_from_model_size(text)
-        if meta is None:
-            return
-        if not meta:
-            self.sink.skip("moe_total_params", where, cls or "", bad=False)  # not the active count MFU needs
-            return
-        role = next(iter(meta["model"]))
-        if role not in self.sizes_seen:  # the first of each: actor (not its reference copy), critic
-            self.sizes_seen.add(role)
-            self.sink.found(meta)
+        taken, mixture = self.facts.model_size(text)
+        if taken:
+            self.sink.found(self.facts.meta())
+        elif mixture:
+            self.sink.skip("moe_total_params", where, mixture, bad=False)  # not the active count MFU needs
 
     def _settle_waiting(self, following: tuple[int, dict[str, float]] | None) -> None:
         """Import the dict printed before a step line (initial validation) unless that line repeats it."""

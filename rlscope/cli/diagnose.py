@@ -23,6 +23,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -46,8 +47,8 @@ def _looks_like_jsonl(path: str) -> bool:
     with open(path, "rb") as fh:
         for raw in fh:
             line = raw.strip()
-            if line:
-                return line.startswith(b"{")
+            if line:  # JSON quotes keys with ", a pprint-ed dict (verl's config dump) with '
+                return re.match(rb'\{\s*["}]', line) is not None
     return False
 
 
