@@ -182,7 +182,7 @@ def _findings(r: LongTailResult) -> list[Finding]:
                 Severity.WARN,
                 {"first": r.trend.first, "last": r.trend.last, "slope_per_step": r.trend.slope_per_step},
                 f"the tail share rose {r.trend.change * 100:.0f} points over the run "
-                f"({r.trend.first:.0%} -> {r.trend.last:.0%}): the gain from async streaming is growing{how}",
+                f"({r.trend.first:.0%} -> {r.trend.last:.0%}): the gain from partial rollout or async streaming is growing{how}",
             )
         )
     return out
