@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["LogFacts", "config_from_overrides", "meta_from_config"]
+__all__ = ["MAX_LAUNCH_CHARS", "LogFacts", "config_from_overrides", "meta_from_config"]
 
 # "<class> contains <n with 2 decimals><K|M|B|> parameters", matched from " contains " outwards
 _SIZE_NUMBER = re.compile(r"(\d+\.\d\d)([KMB]?) parameters\b")
@@ -43,9 +43,12 @@ _MIXTURE = re.compile(
     r"moe|mixtral|deepseek|dbrx|jamba|gptoss|arctic|grok|llama4|qwen3next|dots1|minimax|longcat", re.I
 )
 _KEY = re.compile(r"^[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+$")
-# a trainer's entry point, as a module or a script; generation and evaluation are not trainers
-_ENTRY = re.compile(r"(?:-m\s+((?:verl|recipe)\.[\w.]*?main\w*)|(?<!\S)(\S*main_\w+)\.py)(?=\s|$)")
+# a trainer's entry point, as a module (-m verl.trainer.main_ppo) or a script (main_ppo.py);
+# generation and evaluation are not trainers
+_DOTTED = re.compile(r"[\w.]+")
 _NOT_TRAINERS = ("main_generation", "main_eval")
+MAX_LAUNCH_CHARS = 1 << 16  # a longer line is not read as a launch command
+_MAX_COUNT = 1 << 31  # a batch or GPU count beyond this is not a count
 
 
 def _get(cfg: Mapping[str, Any], path: str) -> Any:
@@ -58,7 +61,7 @@ def _get(cfg: Mapping[str, Any], path: str) -> Any:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _MAX_COUNT else None
 
 
 def _gpus(cfg: Mapping[str, Any], section: str) -> int | None:
@@ -186,24 +189,43 @@ class LogFacts:
         self._token_classifier: float | None = None
 
     @staticmethod
-    def is_launch(text: str) -> bool:
-        """Whether ``text`` runs a verl trainer with its arguments (``python3 -m verl.trainer.main_ppo ...``)."""
-        if "main" not in text:
-            return False
-        match = _ENTRY.search(text)
-        return match is not None and not any(n in (match.group(1) or match.group(2)) for n in _NOT_TRAINERS)
+    def _entry(text: str) -> tuple[str, list[str]] | None:
+        """The trainer entry point of a command line and the words after it, else None."""
+        if "main" not in text or len(text) > MAX_LAUNCH_CHARS:
+            return None
+        words = text.split()
+        for i, word in enumerate(words):
+            module = words[i + 1] if word == "-m" and i + 1 < len(words) else ""
+            script = word.rpartition("/")[2] if word.endswith(".py") else ""
+            if (
+                module.startswith(("verl.", "recipe."))
+                and "main" in module.rpartition(".")[2]
+                and _DOTTED.fullmatch(module)
+            ):
+                entry, rest = module, i + 2
+            elif script.startswith("main_") and _DOTTED.fullmatch(script):
+                entry, rest = script, i + 1
+            else:
+                continue
+            return None if any(n in entry for n in _NOT_TRAINERS) else (entry, words[rest:])
+        return None
+
+    @classmethod
+    def is_launch(cls, text: str) -> bool:
+        """Whether ``text`` runs a verl trainer (``python3 -m verl.trainer.main_ppo ...``)."""
+        return cls._entry(text) is not None
 
     def launch(self, text: str) -> None:
         """Take the overrides of a launch command (one line, continuations already joined)."""
-        match = _ENTRY.search(text)
-        if match is None:
+        found = self._entry(text)
+        if found is None:
             return
+        entry, words = found
         try:
-            tokens = shlex.split(text[match.end() :])
-        except ValueError:  # an unbalanced quote: split on spaces
-            tokens = text[match.end() :].split()
+            tokens = shlex.split(" ".join(words))
+        except ValueError:  # an unbalanced quote: the words as they are
+            tokens = words
         cfg = config_from_overrides(tokens)
-        entry = match.group(1) or match.group(2)
         # the pooled trainers' own config files hold these sections whether or not a flag names them
         if "fully_async" in entry:
             cfg.setdefault("async_training", {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,20 @@ def test_hardware_and_model_given_on_the_command_line(capsys):
     assert half["headline"]["mfu"] == pytest.approx(h100["headline"]["mfu"] * 2)
 
 
+def test_a_meta_json_value_the_analyzers_cannot_use_is_ignored_with_a_warning(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "longtail-8b", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["model"] = {"name": meta["model"]["name"], "active_params": "eight billion"}
+    meta["max_off_policy_threshold"] = -1
+    (run / "meta.json").write_text(json.dumps(meta))
+    code = main(["diagnose", str(run), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["run"]["active_params"] is None and json.loads(out)["headline"]["mfu"] is None
+    assert "meta.json: model.active_params is 'eight billion', not a positive number; ignored" in err
+    assert "max_off_policy_threshold is -1" in err
+
+
 def test_a_log_that_opens_with_verls_config_dump_is_read_as_a_console_log(tmp_path, capsys):
     log = tmp_path / "train.log"
     log.write_text(
@@ -233,6 +248,9 @@ def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
         (["--gpu-type", "V100"], "unknown --gpu-type 'V100'; give --peak-tflops too"),
         (["--meta", "[1]"], "--meta: expected a JSON object"),
         (["--meta", "{batch"], "--meta: not JSON"),
+        (["--meta", '{"batch_size": "abc"}'], "--meta: batch_size is 'abc', not a positive whole number"),
+        (["--meta", '{"group_size": NaN}'], "--meta: group_size is nan, not a positive whole number"),
+        (["--meta", '{"split": "a:b"}'], "--meta: split is 'a:b', not rollout:train GPUs"),
     ],
 )
 def test_bad_hardware_is_a_one_line_usage_error(args, message, capsys):

@@ -739,6 +739,41 @@ def test_a_launch_continued_over_lines_and_shell_variables(tmp_path):
     assert summary.steps == 1
 
 
+def test_a_continued_launch_ends_at_a_step_line_another_process_or_the_end_of_its_file(tmp_path):
+    text = "python3 -m verl.trainer.main_ppo data.train_batch_size=32 \\\n" + _STEP_LINE
+    meta, summary = _import_text(tmp_path, text)
+    assert meta["batch_size"] == 32 and summary.steps == 1
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=16 \\\n")
+    second.write_text("step:1 - timing_s/gen:40.0 - timing_s/step:100.0\n")
+    summary = import_verl_log([first, second], tmp_path / "run2")
+    assert summary.steps == 1 and RunReader(tmp_path / "run2").meta["batch_size"] == 16
+
+
+def test_a_launch_wrapped_by_a_terminal_is_joined_back(tmp_path):
+    text = (
+        "+ python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=12\n"
+        "8 trainer.n_gpus_per_node=8 trainer.nnodes=2 actor_rollout_ref.rollout.n=1\n"
+        "6\n"
+        "2025-08-02 00:35:19,831 INFO worker.py:1879 -- Started a local Ray instance.\n" + _STEP_LINE
+    )
+    meta, _ = _import_text(tmp_path, text)
+    assert meta["batch_size"] == 128 and meta["gpu"] == {"count": 16} and meta["group_size"] == 16
+
+
+def test_a_later_config_replaces_what_an_earlier_one_said(tmp_path):
+    # the first log is long enough that meta.json is written before the second is read
+    pooled = "python -m verl.experimental.fully_async_policy.fully_async_main trainer.nnodes=1 trainer.n_gpus_per_node=4 rollout.nnodes=1 rollout.n_gpus_per_node=4\n"
+    fields = " - ".join(f"k/m{i}:1.0" for i in range(60))
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text(pooled + "".join(f"step:{s} - {fields}\n" for s in range(1, 1001)))
+    second.write_text("python3 -m verl.trainer.main_ppo trainer.nnodes=1 trainer.n_gpus_per_node=2\n" + _STEP_LINE)
+    summary = import_verl_log([first, second], tmp_path / "run")
+    meta = RunReader(tmp_path / "run").meta
+    assert summary.values > 50_000  # past one write of rows (and of meta.json)
+    assert meta["gpu"] == {"count": 2} and "split" not in meta and "topology" not in meta
+
+
 @pytest.mark.parametrize(
     ("lines", "active", "skipped"),
     [
@@ -771,6 +806,8 @@ def test_a_reward_model_is_not_taken_for_a_critic(tmp_path):
         "(TaskRunner pid=3) {'actor_rollout_ref': {'model': <object at 0x1>},\n(TaskRunner pid=3)  'data': {}}\n",
         "(TaskRunner pid=3) {'actor_rollout_ref': {'model': {'path': 'x'},\n",  # cut short: never closes
         "(TaskRunner pid=3) {'actor_rollout_ref': {'chat': 'a { in a string',\n(TaskRunner pid=3)  'data': {}}\n",
+        # the driver's own line inside a Ray worker's dump is not a wrapped piece of it
+        "(TaskRunner pid=3) {'actor_rollout_ref': {'model': {'path': 'x'},\nInitial validation metrics: {'val-core/b': 1.0}\n",
     ],
 )
 def test_an_unreadable_config_dump_loses_nothing_after_it(tmp_path, dump):
@@ -784,6 +821,25 @@ def test_an_unreadable_config_dump_loses_nothing_after_it(tmp_path, dump):
     assert summary.skipped == {"unreadable_config_dump": 1}
 
 
+def test_a_dump_of_another_process_never_displaces_an_open_metrics_dict(tmp_path):
+    text = (
+        "(TaskRunner pid=3) Initial validation metrics: {'critic/x': 1.0,\n"
+        "(WorkerDict pid=4) {'actor_rollout_ref': {'rollout': {'n': 4}},\n"
+        "(TaskRunner pid=3)  'critic/y': 2.0}\n"
+        "(TaskRunner pid=3) step:1 - timing_s/gen:40.0 - timing_s/step:100.0\n"
+    )
+    _, summary = _import_text(tmp_path, text)
+    df = steps(tmp_path / "run")
+    assert value(df, 0, "critic/x") == 1.0 and value(df, 0, "critic/y") == 2.0
+    assert summary.skipped == {"unreadable_config_dump": 1}
+
+
+def test_a_dump_cut_short_by_the_end_of_the_log_is_counted_as_one(tmp_path):
+    text = _STEP_LINE + "(TaskRunner pid=3) {'actor_rollout_ref': {'model': {'path': 'x'},\n"
+    _, summary = _import_text(tmp_path, text)
+    assert summary.skipped == {"unreadable_config_dump": 1} and summary.steps == 1
+
+
 def test_metric_dicts_named_like_config_sections_are_metrics(tmp_path):
     text = "{'critic/score/mean': 0.25, 'critic/rewards/mean': 0.5}\nstep:3 - timing_s/gen:40.0 - timing_s/step:100.0\n"
     _import_text(tmp_path, text)
@@ -793,10 +849,12 @@ def test_metric_dicts_named_like_config_sections_are_metrics(tmp_path):
 def test_odd_config_values_never_stop_the_import(tmp_path):
     text = (
         "{'actor_rollout_ref': {[1]: 2, 'rollout': {'n': 4}}, 'trainer': {'experiment_name': nan}}\n"
-        "python3 -m verl.trainer.main_ppo trainer.experiment_name=nan\n" + _STEP_LINE
+        "python3 -m verl.trainer.main_ppo trainer.experiment_name=nan data.train_batch_size=" + "9" * 400 + "\n"
+        "python3 -m verl.trainer.main_ppo " + "x" * 200_000 + " data.train_batch_size=4\n" + _STEP_LINE
     )
     meta, summary = _import_text(tmp_path, text)
     assert meta["group_size"] == 4 and "experiment_name" not in meta.get("config", {})
+    assert "batch_size" not in meta  # 400 digits are not a batch size; a 200 kB line is not a launch
     assert summary.steps == 1
 
 

@@ -81,7 +81,7 @@ class ImportSummary:
                 f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                 for key, value in _flat(self.found_meta)
             )
-            lines.append(f"  meta.json from the log: {facts} (--meta overrides)")
+            lines.append(f"  meta.json from the log: {facts}")
         if self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
@@ -146,6 +146,7 @@ class StepSink:
         self.strict = strict
         self.summary = ImportSummary(importer, self._loc.path, [_source_name(s) for s in sources])
         self._meta = dict(meta or {})
+        self._meta_before: dict[str, Any] | None = None
         self._flush_rows = flush_rows
         self._flush_interval = flush_interval
         self._last_flush = time.monotonic()
@@ -286,10 +287,13 @@ class StepSink:
         return s
 
     def _write_meta(self) -> None:
-        try:
-            existing = read_meta(self._loc)
-        except MetaError:
-            existing = {}
+        # meta.json as it was before this import: each write states the facts found so far in
+        # full, so a fact a later config no longer states does not linger from an earlier write
+        if self._meta_before is None:
+            try:
+                self._meta_before = read_meta(self._loc)
+            except MetaError:
+                self._meta_before = {}
         s = self.summary
         record = {
             "name": s.importer,
@@ -302,7 +306,7 @@ class StepSink:
             "skipped": dict(self._skipped),
             "renamed_keys": dict(s.renamed),
         }
-        meta = {**merge_meta(existing, merge_meta(s.found_meta, self._meta)), "importer": record}
+        meta = {**merge_meta(self._meta_before, merge_meta(s.found_meta, self._meta)), "importer": record}
         meta.setdefault("framework", "verl")
         write_meta(self._loc, meta)
 

@@ -46,7 +46,7 @@ from typing import Any
 from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail
-from rlscope.collectors.verl_config import LogFacts
+from rlscope.collectors.verl_config import MAX_LAUNCH_CHARS, LogFacts
 from rlscope.collectors.verl_metrics import is_validation_key
 
 __all__ = ["import_verl_log"]
@@ -77,7 +77,6 @@ _LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
 _CONFIG_START = re.compile(
     r"""^\{['"](?:actor_rollout_ref|algorithm|critic|custom_reward_function|data|trainer)['"]\s*:"""
 )
-_MAX_LAUNCH_LINES = 1000
 
 _MAX_BLOCK_LINES = 5000
 _MAX_BLOCK_CHARS = 1 << 20
@@ -104,6 +103,13 @@ def _clean(piece: str) -> tuple[str, str]:
 
 def _strip_tqdm(text: str) -> str:
     return _TQDM.sub(" ", text) if "%|" in text or "it [" in text else text
+
+
+def _wrapped_launch(text: str) -> bool:
+    """Whether a line can be the rest of a launch command that a terminal wrapped: it goes on
+    mid-word at its first character, and every word after the first is an override (``k=v``)."""
+    words = text.split()
+    return bool(words) and not text[0].isspace() and all("=" in w for w in words[1:])
 
 
 def _unseen(metrics: Mapping[str, float], seen: Mapping[str, float]) -> dict[str, float]:
@@ -176,8 +182,8 @@ class _Parser:
         self.last_step: int | None = None
         self.tail = ""  # the last characters of the last line classified: a wrap may split "step:"
         self.facts = LogFacts()
-        self.launch_text: str | None = None  # a launch command continued on the next line ("\\")
-        self.launch_lines = 0
+        self.launch_text: str | None = None  # a launch command that the next line may continue
+        self.launch_continued = False  # its last line ended with "\\"
 
     # -- input ---------------------------------------------------------------------------
 
@@ -185,8 +191,10 @@ class _Parser:
         for piece in [p for p in line.split("\r") if p] or [""]:
             prefix, text = _clean(piece)
             if self.launch_text is not None:
-                self._continue_launch(text)
-                continue
+                if not (prefix or _STEP.search(text)) and (self.launch_continued or _wrapped_launch(text)):
+                    self._continue_launch(text)
+                    continue
+                self._end_launch()  # the command ended: a step line, another process's output, other text
             if self.step_text is not None:
                 if self._continues(prefix, text):
                     self.step_text += text
@@ -195,13 +203,13 @@ class _Parser:
                     continue  # a progress bar redrawn between the pieces of a wrapped line
                 self._emit_step()
             if self.block is not None and self.block.kind == "config" and self._leaves_dump(prefix, text):
-                self.sink.skip("unreadable_config_dump", self.block.where, bad=False)  # it never closed
-                self.block = None
+                self._drop_block()  # it never closed
             if self.block is not None and not _STEP.search(text):
                 if prefix == self.block.prefix:
                     self._grow_block(text)
                     continue
-                if not prefix and _strip_tqdm(text).strip():  # the rest of a hard-wrapped line of it
+                # the rest of a hard-wrapped line of it (a config dump's process prints whole lines)
+                if not prefix and self.block.kind != "config" and _strip_tqdm(text).strip():
                     self._grow_block(text, wrapped=True)
                     continue
             self._classify(where, prefix, text, when)
@@ -214,9 +222,10 @@ class _Parser:
     def end_of_source(self) -> None:
         """A source ended: nothing continues across files except a dict waiting for its step."""
         self.idle()
+        if self.launch_text is not None:
+            self._end_launch()
         if self.block is not None:
-            self.sink.skip("unterminated_block", self.block.where, self.block.lines[0])
-            self.block = None
+            self._drop_block()
 
     def finish(self) -> None:
         """All sources ended."""
@@ -261,6 +270,12 @@ class _Parser:
             kind = "dict"  # a bare pprint-ed dict of metric keys
         if kind is None:
             return
+        if self.block is not None:  # another process's block while one is open
+            if kind == "config":  # a dump never displaces metrics
+                self.sink.skip("unreadable_config_dump", where, bad=False)
+                return
+            if self.block.kind == "config":
+                self._drop_block()
         self.block = _Block(where, prefix, kind, text)
         self._grow_block(None)
 
@@ -327,9 +342,16 @@ class _Parser:
             self.block = None
             self._block_done(block)
         elif block.too_big:
-            self.block = None
-            reason = "unreadable_config_dump" if block.kind == "config" else "unterminated_block"
-            self.sink.skip(reason, block.where, block.lines[0])
+            self._drop_block()
+
+    def _drop_block(self) -> None:
+        """The open block will not close: count it (a config dump or a metrics dict) and forget it."""
+        block, self.block = self.block, None
+        assert block is not None
+        if block.kind == "config":
+            self.sink.skip("unreadable_config_dump", block.where, bad=False)
+        else:
+            self.sink.skip("unterminated_block", block.where, block.lines[0])
 
     def _block_done(self, block: _Block) -> None:
         text = block.text()
@@ -389,18 +411,23 @@ class _Parser:
             self.sink.skip("unreadable_config_dump", where, bad=False)
 
     def _start_launch(self, text: str) -> None:
-        self.launch_text, self.launch_lines = "", 0
+        self.launch_text = ""
         self._continue_launch(text)
 
     def _continue_launch(self, text: str) -> None:
-        """Gather a launch command over its ``\\``-continued lines, then take its overrides."""
+        """Gather a launch command: lines continued with ``\\`` are joined with a space; a line
+        that ends without one may still go on where a terminal wrapped it (``_wrapped_launch``)."""
         assert self.launch_text is not None
         head = text.rstrip()
-        self.launch_lines += 1
-        if head.endswith("\\") and self.launch_lines < _MAX_LAUNCH_LINES:
-            self.launch_text += head[:-1] + " "
+        if len(self.launch_text) + len(head) >= MAX_LAUNCH_CHARS:
+            self._end_launch()
             return
-        command, self.launch_text = self.launch_text + head, None
+        self.launch_continued = head.endswith("\\")
+        self.launch_text += head[:-1] + " " if self.launch_continued else head
+
+    def _end_launch(self) -> None:
+        """Take the overrides of the launch command gathered so far."""
+        command, self.launch_text = self.launch_text or "", None
         self.facts.launch(command)
         self.sink.found(self.facts.meta())
 

@@ -124,6 +124,77 @@ def _get(meta: Mapping[str, Any], *paths: str) -> Any:
     return None
 
 
+# the numeric meta.json fields the analyzers read (docs/run-directory.md), by spelling
+_COUNT_FIELDS = (
+    "gpu.count",
+    "n_gpus",
+    "batch_size",
+    "train_batch_size",
+    "config.batch_size",
+    "group_size",
+    "rollout_n",
+    "config.group_size",
+    "rollout_gpus",
+    "topology.rollout_gpus",
+    "train_gpus",
+    "topology.train_gpus",
+)
+_AMOUNT_FIELDS = (
+    "gpu.peak_bf16_flops",
+    "gpu.peak_flops",
+    "peak_bf16_flops",
+    "peak_flops",
+    "model.active_params",
+    "model.params",
+    "model.total_params",
+    "active_params",
+    "model.critic_params",
+    "critic_params",
+)
+_MAX_COUNT = 1 << 31
+
+
+def _valid(value: Any, *, count: bool) -> bool:
+    """A positive finite number (a whole one below 2^31 for a count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return False
+    return not count or (float(value).is_integer() and value < _MAX_COUNT)
+
+
+def _number(meta: Mapping[str, Any], *paths: str) -> Any:
+    """The first valid value among ``paths`` (invalid ones are reported by :func:`meta_problems`)."""
+    for path in paths:
+        value = _get(meta, path)
+        if value is not None and _valid(value, count=path in _COUNT_FIELDS):
+            return int(value) if path in _COUNT_FIELDS else float(value)
+    return None
+
+
+def meta_problems(meta: Mapping[str, Any]) -> list[str]:
+    """One line per numeric field of ``meta`` that the analyzers cannot use (they ignore it)."""
+    out = []
+    for path in _COUNT_FIELDS + _AMOUNT_FIELDS:
+        value = _get(meta, path)
+        count = path in _COUNT_FIELDS
+        if value is not None and not _valid(value, count=count):
+            out.append(f"{path} is {value!r}, not a positive {'whole number' if count else 'number'}")
+    split = _get(meta, "split", "topology.split")
+    if split is not None and _split(meta) == (None, None):
+        out.append(f'split is {split!r}, not rollout:train GPUs ("46:18", [46, 18] or {{"rollout": 46, "train": 18}})')
+    threshold = meta.get("max_off_policy_threshold")
+    if threshold is not None and off_policy_threshold(meta) is None:
+        out.append(f"max_off_policy_threshold is {threshold!r}, not a whole number of versions")
+    return out
+
+
+def off_policy_threshold(meta: Mapping[str, Any]) -> int | None:
+    """``max_off_policy_threshold``: how many versions stale a sample may be before it is dropped."""
+    value = meta.get("max_off_policy_threshold")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if float(value).is_integer() and 0 <= value < _MAX_COUNT else None
+
+
 def _split(meta: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """(rollout GPUs, train GPUs) from ``split`` as "46:18", [46, 18] or a dict."""
     value = _get(meta, "split", "topology.split")
@@ -133,10 +204,13 @@ def _split(meta: Mapping[str, Any]) -> tuple[int | None, int | None]:
         value = (value.get("rollout"), value.get("train"))
     if isinstance(value, (list, tuple)) and len(value) == 2:
         try:
-            return int(value[0]), int(value[1])
+            pair = [float(v) for v in value]
         except (TypeError, ValueError):
             return None, None
-    return _get(meta, "rollout_gpus", "topology.rollout_gpus"), _get(meta, "train_gpus", "topology.train_gpus")
+        if all(_valid(v, count=True) for v in pair):
+            return int(pair[0]), int(pair[1])
+        return None, None
+    return _number(meta, "rollout_gpus", "topology.rollout_gpus"), _number(meta, "train_gpus", "topology.train_gpus")
 
 
 @dataclass(frozen=True)
@@ -157,21 +231,22 @@ class RunFacts:
     def from_meta(cls, meta: Mapping[str, Any]) -> RunFacts:
         """Read the facts, accepting the spellings collectors write (see docs/run-directory.md)."""
         gpu_type = _get(meta, "gpu.type", "gpu_type")
-        peak = _get(meta, "gpu.peak_bf16_flops", "gpu.peak_flops", "peak_bf16_flops", "peak_flops")
+        gpu_type = str(gpu_type) if gpu_type is not None else None
+        peak = _number(meta, "gpu.peak_bf16_flops", "gpu.peak_flops", "peak_bf16_flops", "peak_flops")
         n_r, n_t = _split(meta)
         topology = _get(meta, "topology.kind", "topology")
-        n_gpus = _get(meta, "gpu.count", "n_gpus")
+        n_gpus = _number(meta, "gpu.count", "n_gpus")
         kind = topology_kind(topology) if isinstance(topology, str) else "colocated"
-        batch = _get(meta, "batch_size", "train_batch_size", "config.batch_size")
-        group = _get(meta, "group_size", "rollout_n", "config.group_size")
+        batch = _number(meta, "batch_size", "train_batch_size", "config.batch_size")
+        group = _number(meta, "group_size", "rollout_n", "config.group_size")
         if n_gpus is None and n_r and n_t:
             n_gpus = n_r if kind == "colocated" else n_r + n_t  # colocated: both are all GPUs
         return cls(
             n_gpus=int(n_gpus) if n_gpus else None,
             gpu_type=gpu_type,
             peak_flops=float(peak) if peak else peak_flops(gpu_type) if gpu_type else None,
-            active_params=_get(meta, "model.active_params", "model.params", "model.total_params", "active_params"),
-            critic_params=_get(meta, "model.critic_params", "critic_params"),
+            active_params=_number(meta, "model.active_params", "model.params", "model.total_params", "active_params"),
+            critic_params=_number(meta, "model.critic_params", "critic_params"),
             topology=str(topology).lower() if isinstance(topology, str) else "colocated",
             rollout_gpus=int(n_r) if n_r else None,
             train_gpus=int(n_t) if n_t else None,

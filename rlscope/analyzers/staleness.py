@@ -29,7 +29,17 @@ from rlscope.advice.thresholds import (
     STALENESS_UNEXPLAINED_VERSIONS,
 )
 from rlscope.analyzers import anatomy as _anatomy
-from rlscope.analyzers._data import Groups, RunFrames, chunks, group_counts, group_rows, load, recent, segment_ids
+from rlscope.analyzers._data import (
+    Groups,
+    RunFrames,
+    chunks,
+    group_counts,
+    group_rows,
+    load,
+    off_policy_threshold,
+    recent,
+    segment_ids,
+)
 from rlscope.trace.reader import RunReader
 
 # per-step quantiles of integer lags come from counting each lag when the (steps x lags) table of
@@ -204,7 +214,8 @@ def analyze(
     """
     frames = load(run)
     if threshold is None:
-        threshold = int(frames.meta.get("max_off_policy_threshold") or STALENESS_DROP_THRESHOLD)
+        stated = off_policy_threshold(frames.meta)
+        threshold = STALENESS_DROP_THRESHOLD if stated is None else stated
     traj = frames.trajectories
     columns = ["n", "mean", "p50", "p90", "max", "over_threshold"]
     if traj.empty:

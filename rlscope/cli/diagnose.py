@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from rlscope.trace.reader import RunReader
 
 __all__ = ["main", "open_run"]
+
+log = logging.getLogger("rlscope")
 
 FINDINGS_EXIT = 3
 _RANK = {"info": 0, "warn": 1, "critical": 2}
@@ -92,7 +95,11 @@ def main(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
 
+    from rlscope.analyzers._data import meta_problems
     from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
+
+    if args.meta and meta_problems(args.meta):
+        parser.error(f"--meta: {meta_problems(args.meta)[0]}")
 
     if args.gpu_type is not None and args.peak_tflops is None and peak_flops(args.gpu_type) is None:
         known = ", ".join(PEAK_BF16_DENSE_FLOPS)
@@ -105,6 +112,8 @@ def main(argv: Sequence[str]) -> int:
 
     with open_run(args.run) as run_dir:
         reader = RunReader(run_dir)
+        for problem in meta_problems(reader.meta):
+            log.warning("%s: meta.json: %s; ignored", args.run, problem)
         reader.meta = _with_overrides(merge_meta(reader.meta, args.meta or {}), args)
         with _progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)

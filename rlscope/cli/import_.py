@@ -14,8 +14,9 @@ Several SOURCEs are read in order as one run (a restarted run often starts a new
 mfu/actor -> perf/mfu/actor, ...) and meta.json lists every key renamed. A step logged
 again after a restart is kept as attempt 1, 2, ... of that step. RUN_DIR must not hold a
 steps table yet. A verl-log's config dump or launch command and its model-size lines give
-meta.json the batch shape, GPU count and model size; --meta adds what the log does not say
-(GPU model, topology: see docs/run-directory.md) and wins over what it does.
+meta.json the batch shape, GPU count, model size and, for pooled trainers, the topology;
+--meta adds what the log does not say (the GPU model, the topology of a separated run: see
+docs/run-directory.md) and wins over what it does.
 
 --follow keeps reading the last SOURCE as it grows (like tail -f), writing new steps every
 few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0).

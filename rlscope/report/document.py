@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope import __version__
-from rlscope.analyzers import Diagnosis
+from rlscope.analyzers import Diagnosis, RunFacts
 from rlscope.analyzers._data import recent
 from rlscope.trace.reader import RunReader
 
@@ -77,7 +77,7 @@ def _num(x: Any) -> float | None:
 def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]:
     meta = reader.meta
     model = meta.get("model") if isinstance(meta.get("model"), dict) else {}
-    gpu = meta.get("gpu") if isinstance(meta.get("gpu"), dict) else {}
+    facts = RunFacts.from_meta(meta)  # the values the analyzers used, not ones they had to ignore
     steps = d.anatomy.seconds.index
     return {
         "source": source,
@@ -85,9 +85,9 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "framework_version": meta.get("framework_version"),
         "scenario": meta.get("scenario"),
         "model": model.get("name"),
-        "active_params": model.get("active_params"),
-        "gpu_type": gpu.get("type"),
-        "gpu_count": gpu.get("count"),
+        "active_params": facts.active_params,
+        "gpu_type": facts.gpu_type,
+        "gpu_count": facts.n_gpus,
         "topology": d.topology.current,
         "split": None
         if d.topology.n_rollout is None
