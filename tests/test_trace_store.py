@@ -15,7 +15,7 @@ from rlscope.errors import MetaError, RunDirError
 from rlscope.trace.compact import compact_run
 from rlscope.trace.reader import Cursor, RunReader
 from rlscope.trace.schema import STEPS, TABLES
-from rlscope.trace.store import write_meta, write_segment
+from rlscope.trace.store import read_meta, write_meta, write_segment
 
 
 def _steps(step_values: list[int], key: str = "timing_s/gen") -> pa.Table:
@@ -216,6 +216,19 @@ def test_info_reports_tables_rows_and_steps(tmp_path, capsys):
     assert main(["info", run]) == 0
     out = capsys.readouterr().out
     assert "steps" in out and "0..2" in out
+
+
+def test_info_shows_what_meta_json_says_and_what_it_lacks(tmp_path, capsys):
+    run = _run(tmp_path, [[0, 1]])
+    meta = read_meta(run)
+    meta.update(
+        gpu={"count": 8}, model={"name": "Qwen/Qwen2.5-7B", "active_params": 7.62e9}, batch_size=64, group_size=4
+    )
+    write_meta(run, meta)
+    assert main(["info", run]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen/Qwen2.5-7B, 7.62B active parameters" in out
+    assert "8 (type not stated: diagnose --gpu-type)" in out and "64 prompts x 4 samples a step" in out
 
 
 def test_every_table_has_a_non_nullable_first_column():

@@ -80,8 +80,9 @@ def main(argv: Sequence[str]) -> int:
     console.print(f"[bold]{summary['run_dir']}[/bold]")
     facts = [
         ("framework", meta.get("framework")),
-        ("model", model.get("name") if isinstance(model, dict) else model),
-        ("gpus", f"{gpu.get('count')} x {gpu.get('type')}" if isinstance(gpu, dict) and gpu else None),
+        ("model", _model(model)),
+        ("gpus", _gpus(gpu) if isinstance(gpu, dict) and gpu else None),
+        ("batch", _batch(meta)),
         ("topology", meta.get("topology")),
         ("scenario", meta.get("scenario")),
     ]
@@ -105,3 +106,25 @@ def main(argv: Sequence[str]) -> int:
                 f"{status.get('write_errors', 0)} write errors, {status.get('bad_rows', 0)} bad rows[/yellow]"
             )
     return 0
+
+
+def _model(model: object) -> str | None:
+    if not isinstance(model, dict):
+        return None if model is None else str(model)
+    params = model.get("active_params")
+    size = f"{params / 1e9:.3g}B active parameters" if isinstance(params, (int, float)) and params > 0 else None
+    return ", ".join(str(x) for x in (model.get("name"), size) if x) or None
+
+
+def _gpus(gpu: dict) -> str:
+    count, kind = gpu.get("count"), gpu.get("type")
+    if kind is None:
+        return f"{count if count is not None else '?'} (type not stated: diagnose --gpu-type)"
+    return f"{count if count is not None else '?'} x {kind}"
+
+
+def _batch(meta: dict) -> str | None:
+    batch, group = meta.get("batch_size"), meta.get("group_size")
+    if batch is None:
+        return None
+    return f"{batch} prompts x {group} samples a step" if group is not None else f"{batch} prompts a step"
