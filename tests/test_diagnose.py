@@ -205,6 +205,9 @@ def test_a_log_that_opens_with_verls_config_dump_is_read_as_a_console_log(tmp_pa
     )
     code, doc = _run_json(capsys, str(log))
     assert code == 0 and doc["run"]["gpu_count"] == 16 and doc["run"]["steps"] == 1
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        assert "16 (type not stated)" in capsys.readouterr().out  # not "16 x None"
 
 
 def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, capsys):

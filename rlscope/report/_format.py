@@ -1,10 +1,10 @@
-"""Number formats and headline phrases shared by the text and Markdown reports."""
+"""Number formats and headline phrases shared by the text, Markdown and HTML reports."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["generation", "pct", "secs"]
+__all__ = ["generation", "gpus", "pct", "secs"]
 
 
 def pct(x: float | None, digits: int = 0) -> str:
@@ -22,3 +22,11 @@ def generation(head: dict[str, Any]) -> str:
     if not head.get("generation_overlapped") or share is None or step is None:
         return f"{pct(share)} of each step"
     return f"{secs(share * step)} per batch, beside the step ({share:.1f}x its length)"
+
+
+def gpus(run: dict[str, Any]) -> str | None:
+    """ "8 x H100", or "8 (type not stated)" when the count is known but the model is not."""
+    if not run.get("gpu_count"):
+        return None
+    kind = run.get("gpu_type")
+    return f"{run['gpu_count']} x {kind}" if kind else f"{run['gpu_count']} (type not stated)"

@@ -12,6 +12,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from rlscope.analyzers import Diagnosis
+from rlscope.report._format import gpus
 from rlscope.report.figures import all_figures
 from rlscope.trace.reader import RunReader
 
@@ -40,7 +41,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
     rows = [
         ("framework", run.get("framework")),
         ("model", run.get("model")),
-        ("GPUs", f"{run['gpu_count']} x {run['gpu_type']}" if run.get("gpu_count") else None),
+        ("GPUs", gpus(run)),
         ("topology", run.get("topology")),
         ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
         ("step time (recent mean)", None if head["step_s"] is None else f"{head['step_s']:,.0f} s"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlscope.report._format import generation, pct, secs
+from rlscope.report._format import generation, gpus, pct, secs
 
 __all__ = ["escape_md", "render_markdown"]
 
@@ -33,7 +33,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     facts = {
         "framework": run.get("framework"),
         "model": run.get("model"),
-        "GPUs": f"{run['gpu_count']} x {run['gpu_type']}" if run.get("gpu_count") else None,
+        "GPUs": gpus(run),
         "topology": run.get("topology"),
         "split": f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None,
         "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none",

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlscope.report._format import generation, pct, secs
+from rlscope.report._format import generation, gpus, pct, secs
 
 __all__ = ["render_text"]
 
@@ -46,7 +46,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     facts = [
         run.get("framework"),
         run.get("model"),
-        f"{run['gpu_count']} x {run['gpu_type']}" if run.get("gpu_count") else None,
+        gpus(run),
         run.get("topology", "").replace("_", " ")
         + (f" {run['split']['rollout']}:{run['split']['train']}" if run.get("split") else ""),
         f"steps {run['first_step']}..{run['last_step']}" if run.get("steps") else "no steps",
