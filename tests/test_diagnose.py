@@ -196,6 +196,48 @@ def test_a_meta_json_value_the_analyzers_cannot_use_is_ignored_with_a_warning(tm
     assert "max_off_policy_threshold is -1" in err
 
 
+@pytest.mark.parametrize(
+    ("change", "warning"),
+    [
+        ({"gpu": "H100"}, "gpu is 'H100', not an object"),
+        ({"topology": 5}, "topology is 5, not a name"),
+        ({"split": [True, True]}, "split is [True, True], not rollout:train GPUs"),
+        ({"model": {"active_params": 10**400}}, "model.active_params is 1000000000000000000000000000000000000..."),
+        ({"max_off_policy_threshold": 10**400}, "max_off_policy_threshold is 1000000000"),
+    ],
+)
+def test_odd_meta_json_shapes_and_sizes_are_warned_about_everywhere(tmp_path, capsys, change, warning):
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "healthy-colocated", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(change)
+    (run / "meta.json").write_text(json.dumps(meta))
+    for command in (
+        ["diagnose", str(run)],
+        ["compare", str(run), str(SAMPLES / "healthy-colocated")],
+        ["info", str(run)],
+    ):
+        assert main(command) == 0, command
+        out, err = capsys.readouterr()
+        assert warning in err + out, command  # diagnose and compare warn; info lists what it ignores
+
+
+def test_meta_given_on_the_command_line_merges_before_it_is_judged(tmp_path, capsys):
+    # half a split, completed by the run's own: accepted
+    args = ["--meta", '{"split": {"rollout": 40}}', "--gpus", "58"]
+    code, doc = _run_json(capsys, str(SAMPLES / "separated-8b"), *args)
+    assert code == 0 and doc["run"]["split"] == {"rollout": 40, "train": 18}
+    # a bad gpu.count that --gpus replaces is not warned about
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "healthy-colocated", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["gpu"]["count"] = -8
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert main(["diagnose", str(run), "--gpus", "8", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["run"]["gpu_count"] == 8 and "gpu.count" not in err
+
+
 def test_a_log_that_opens_with_verls_config_dump_is_read_as_a_console_log(tmp_path, capsys):
     log = tmp_path / "train.log"
     log.write_text(

@@ -7,6 +7,7 @@ own collector tests do.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import socket
@@ -291,6 +292,17 @@ def test_simulated_pooled_run_recommends_a_split(tmp_path):
     # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5)
     absent = {"rlscope_idle_ratio", "rlscope_reward_errors_total", "rlscope_reward_zero_ratio_baseline"}
     assert {m.name for m in METRICS} - names == absent
+
+
+def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):
+    simulate("separated-8b", 2, tmp_path / "sep")
+    meta_path = tmp_path / "sep" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["gpu"]["count"] = 10**400  # JSON has no bound on integers; float() of this overflows
+    meta_path.write_text(json.dumps(meta))
+    registry, _ = _registry(tmp_path / "sep")
+    assert _value(registry, "rlscope_run_up", "sep") == 1.0
+    assert _value(registry, "rlscope_configured_gpus", "sep", role="rollout") == 46  # the split still holds
 
 
 def test_serve_http_and_stop(run):

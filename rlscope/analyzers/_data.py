@@ -154,11 +154,23 @@ _AMOUNT_FIELDS = (
 _MAX_COUNT = 1 << 31
 
 
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float if it is a number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)  # an int past 1e308 overflows
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _valid(value: Any, *, count: bool) -> bool:
     """A positive finite number (a whole one below 2^31 for a count)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    number = _finite(value)
+    if number is None or number <= 0:
         return False
-    return not count or (float(value).is_integer() and value < _MAX_COUNT)
+    return not count or (number.is_integer() and number < _MAX_COUNT)
 
 
 def _number(meta: Mapping[str, Any], *paths: str) -> Any:
@@ -170,29 +182,44 @@ def _number(meta: Mapping[str, Any], *paths: str) -> Any:
     return None
 
 
+# fields that must be JSON objects when present, and what they hold
+_OBJECTS = {"gpu": '{"type": "H100", "count": 8}', "model": '{"name": "...", "active_params": 7e9}'}
+
+
 def meta_problems(meta: Mapping[str, Any]) -> list[str]:
-    """One line per numeric field of ``meta`` that the analyzers cannot use (they ignore it)."""
+    """One line per field of ``meta`` the analyzers read but cannot use (they ignore it)."""
     out = []
+    for key, example in _OBJECTS.items():
+        if key in meta and meta[key] is not None and not isinstance(meta[key], Mapping):
+            out.append(f"{key} is {meta[key]!r}, not an object like {example}")
+    topology = meta.get("topology")
+    if topology is not None and not isinstance(topology, (str, Mapping)):
+        out.append(f'topology is {topology!r}, not a name such as "async" or an object')
     for path in _COUNT_FIELDS + _AMOUNT_FIELDS:
         value = _get(meta, path)
         count = path in _COUNT_FIELDS
         if value is not None and not _valid(value, count=count):
-            out.append(f"{path} is {value!r}, not a positive {'whole number' if count else 'number'}")
+            out.append(f"{path} is {_shown(value)}, not a positive {'whole number' if count else 'number'}")
     split = _get(meta, "split", "topology.split")
     if split is not None and _split(meta) == (None, None):
-        out.append(f'split is {split!r}, not rollout:train GPUs ("46:18", [46, 18] or {{"rollout": 46, "train": 18}})')
+        out.append(
+            f'split is {_shown(split)}, not rollout:train GPUs ("46:18", [46, 18] or {{"rollout": 46, "train": 18}})'
+        )
     threshold = meta.get("max_off_policy_threshold")
     if threshold is not None and off_policy_threshold(meta) is None:
-        out.append(f"max_off_policy_threshold is {threshold!r}, not a whole number of versions")
+        out.append(f"max_off_policy_threshold is {_shown(threshold)}, not a whole number of versions")
     return out
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def off_policy_threshold(meta: Mapping[str, Any]) -> int | None:
     """``max_off_policy_threshold``: how many versions stale a sample may be before it is dropped."""
-    value = meta.get("max_off_policy_threshold")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return int(value) if float(value).is_integer() and 0 <= value < _MAX_COUNT else None
+    number = _finite(meta.get("max_off_policy_threshold"))
+    return int(number) if number is not None and number.is_integer() and 0 <= number < _MAX_COUNT else None
 
 
 def _split(meta: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -203,10 +230,14 @@ def _split(meta: Mapping[str, Any]) -> tuple[int | None, int | None]:
     if isinstance(value, Mapping):
         value = (value.get("rollout"), value.get("train"))
     if isinstance(value, (list, tuple)) and len(value) == 2:
-        try:
-            pair = [float(v) for v in value]
-        except (TypeError, ValueError):
-            return None, None
+        pair = []
+        for v in value:
+            if isinstance(v, str):
+                try:
+                    v = float(v)
+                except ValueError:
+                    return None, None
+            pair.append(v)
         if all(_valid(v, count=True) for v in pair):
             return int(pair[0]), int(pair[1])
         return None, None
@@ -226,6 +257,8 @@ class RunFacts:
     rollout_gpus: int | None = None
     train_gpus: int | None = None
     sequences_per_step: int | None = None
+    batch_size: int | None = None  # prompts a step
+    group_size: int | None = None  # samples a prompt
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> RunFacts:
@@ -251,6 +284,8 @@ class RunFacts:
             rollout_gpus=int(n_r) if n_r else None,
             train_gpus=int(n_t) if n_t else None,
             sequences_per_step=int(batch * group) if batch and group else None,
+            batch_size=batch,
+            group_size=group,
         )
 
     @property

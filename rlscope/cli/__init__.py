@@ -20,7 +20,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("rlscope.cli.compare", "two runs side by side, with the differences explained"),
     "diagnose": ("rlscope.cli.diagnose", "post-mortem of a run: where time and FLOPs went, what to change"),
-    "info": ("rlscope.cli.info", "print a run directory's tables, rows, steps and time range"),
+    "info": ("rlscope.cli.info", "print a run directory's model, GPUs and batch, tables, rows, steps and time range"),
     "compact": ("rlscope.cli.compact", "merge a run directory's segments without losing a row"),
     "collect": ("rlscope.cli.collect", "sample GPU counters (NVML) into a run directory"),
     "import": (

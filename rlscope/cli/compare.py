@@ -15,18 +15,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlscope.cli._args import parser_for
-from rlscope.cli.diagnose import open_run
+from rlscope.cli.diagnose import open_run, warn_unusable_meta
 
 __all__ = ["main"]
 
 
 def _document(path: str) -> dict[str, Any]:
     from rlscope.analyzers import analyze_run
+    from rlscope.analyzers._data import meta_problems
     from rlscope.report.document import build_document
     from rlscope.trace.reader import RunReader
 
     with open_run(path) as run_dir:
         reader = RunReader(run_dir)
+        warn_unusable_meta(path, meta_problems(reader.meta))
         return build_document(analyze_run(reader), reader, path)
 
 

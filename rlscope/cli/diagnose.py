@@ -12,6 +12,8 @@ and its model-size lines state (never the GPU model). Give the rest here; these 
 meta.json and the log:
   --gpus 8 --gpu-type H100 --active-params 7e9
   --meta '{"batch_size": 32, "group_size": 8, "topology": "async", "split": "4:4"}'
+A meta.json value the analyzers cannot use (a count that is not a whole positive number,
+say) is ignored with a warning; one given with --meta is a usage error.
 
 Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error, 2 on bad usage.
 The JSON format is documented in docs/diagnose-json.md.
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
     from rlscope.trace.reader import RunReader
 
-__all__ = ["main", "open_run"]
+__all__ = ["main", "open_run", "warn_unusable_meta"]
 
 log = logging.getLogger("rlscope")
 
@@ -98,9 +100,6 @@ def main(argv: Sequence[str]) -> int:
     from rlscope.analyzers._data import meta_problems
     from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
 
-    if args.meta and meta_problems(args.meta):
-        parser.error(f"--meta: {meta_problems(args.meta)[0]}")
-
     if args.gpu_type is not None and args.peak_tflops is None and peak_flops(args.gpu_type) is None:
         known = ", ".join(PEAK_BF16_DENSE_FLOPS)
         parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
@@ -112,9 +111,13 @@ def main(argv: Sequence[str]) -> int:
 
     with open_run(args.run) as run_dir:
         reader = RunReader(run_dir)
-        for problem in meta_problems(reader.meta):
-            log.warning("%s: meta.json: %s; ignored", args.run, problem)
+        stated = meta_problems(reader.meta)
         reader.meta = _with_overrides(merge_meta(reader.meta, args.meta or {}), args)
+        unusable = meta_problems(reader.meta)
+        added = [p for p in unusable if p not in stated]
+        if added:
+            parser.error(f"--meta: {added[0]}")
+        warn_unusable_meta(args.run, unusable)  # meta.json's own, unless the command line replaced them
         with _progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)
@@ -128,6 +131,12 @@ def main(argv: Sequence[str]) -> int:
     if args.fail_on and any(_RANK[f["severity"]] >= _RANK[args.fail_on] for f in doc["findings"]):
         return FINDINGS_EXIT
     return 0
+
+
+def warn_unusable_meta(source: str, problems: list[str]) -> None:
+    """One warning per meta.json value the analyzers ignore (see ``analyzers._data.meta_problems``)."""
+    for problem in problems:
+        log.warning("%s: meta.json: %s; ignored", source, problem)
 
 
 def _positive(kind: type) -> Callable[[str], Any]:

@@ -1,4 +1,5 @@
-"""Print what a run directory holds: its tables, rows, steps and time range.
+"""Print what a run directory holds: what meta.json says of the model, GPUs and batch (as
+diagnose reads it, with any value it ignores), and its tables, rows, steps and time range.
 
 usage: rlscope info RUN_DIR [--json]
 
@@ -11,13 +12,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
 from rlscope.cli._args import parser_for
 from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import iter_status
+
+if TYPE_CHECKING:
+    from rlscope.analyzers._data import RunFacts
 from rlscope.trace.schema import TABLES
 
 __all__ = ["main", "run_summary"]
@@ -75,17 +79,20 @@ def main(argv: Sequence[str]) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = 120  # piped or captured: don't wrap at rich's default 80 columns
-    model = meta.get("model") or {}
-    gpu = meta.get("gpu") or {}
+    from rlscope.analyzers._data import RunFacts, meta_problems
+
+    stated = RunFacts.from_meta(meta)  # as diagnose reads it
+    model = meta.get("model") if isinstance(meta.get("model"), dict) else {}
     console.print(f"[bold]{summary['run_dir']}[/bold]")
     facts = [
         ("framework", meta.get("framework")),
-        ("model", _model(model)),
-        ("gpus", _gpus(gpu) if isinstance(gpu, dict) and gpu else None),
-        ("batch", _batch(meta)),
-        ("topology", meta.get("topology")),
+        ("model", _model(model.get("name"), stated.active_params)),
+        ("gpus", _gpus(stated)),
+        ("batch", _batch(stated)),
+        ("topology", meta.get("topology") if isinstance(meta.get("topology"), str) else None),
         ("scenario", meta.get("scenario")),
     ]
+    facts += [("ignored", problem) for problem in meta_problems(meta)]
     for key, value in facts:
         if value is not None:
             console.print(f"  {key:<10} {value}", markup=False)
@@ -108,23 +115,25 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _model(model: object) -> str | None:
-    if not isinstance(model, dict):
-        return None if model is None else str(model)
-    params = model.get("active_params")
-    size = f"{params / 1e9:.3g}B active parameters" if isinstance(params, (int, float)) and params > 0 else None
-    return ", ".join(str(x) for x in (model.get("name"), size) if x) or None
+def _model(name: object, params: float | None) -> str | None:
+    size = f"{params / 1e9:.3g}B active parameters" if params else None
+    return ", ".join(str(x) for x in (name, size) if x) or None
 
 
-def _gpus(gpu: dict) -> str:
-    count, kind = gpu.get("count"), gpu.get("type")
-    if kind is None:
-        return f"{count if count is not None else '?'} (type not stated: diagnose --gpu-type)"
-    return f"{count if count is not None else '?'} x {kind}"
-
-
-def _batch(meta: dict) -> str | None:
-    batch, group = meta.get("batch_size"), meta.get("group_size")
-    if batch is None:
+def _gpus(facts: RunFacts) -> str | None:
+    if facts.n_gpus is None and facts.gpu_type is None:
         return None
-    return f"{batch} prompts x {group} samples a step" if group is not None else f"{batch} prompts a step"
+    count = facts.n_gpus if facts.n_gpus is not None else "?"
+    if facts.gpu_type:
+        return f"{count} x {facts.gpu_type}"
+    if facts.peak_flops:
+        return f"{count}, {facts.peak_flops / 1e12:g} TFLOP/s peak each"
+    return f"{count} (type not stated: diagnose --gpu-type)"
+
+
+def _batch(facts: RunFacts) -> str | None:
+    if facts.batch_size is None:
+        return None
+    if facts.group_size is None:
+        return f"{facts.batch_size} prompts a step"
+    return f"{facts.batch_size} prompts x {facts.group_size} samples a step"
