@@ -174,8 +174,9 @@ def _by_source(traj: Trajectories) -> RewardResult:
     summary = _summary_table(by_step, recent_from)
 
     error = np.concatenate(errors_at)  # rows in step order
-    codes, code_names = traj.labels("reward_error", missing="unknown", ordered=False)
-    errors = _errors(g.take(traj.numbers("step"))[error], source[error], g.take(codes)[error], names, code_names)
+    # error codes of the error rows alone: a few among millions of rows
+    codes, code_names = traj.labels_at("reward_error", error if g.order is None else g.order[error], "unknown")
+    errors = _errors(g.take(traj.numbers("step"))[error], source[error], codes, names, code_names)
     result = RewardResult(True, by_step.drop(columns=["reward_sum"]), summary, errors)
     result.findings = _findings(summary, by_step, errors, recent_from)
     return result
@@ -184,7 +185,8 @@ def _by_source(traj: Trajectories) -> RewardResult:
 def _errors(
     step: np.ndarray, source: np.ndarray, code: np.ndarray, sources: np.ndarray, code_names: np.ndarray
 ) -> pd.DataFrame:
-    """Errors per (source, code): count and first step, most frequent first within a source."""
+    """Errors per (source, code): count and first step, most frequent first within a source
+    (then by code)."""
     cell = source.astype(np.int64) * max(code_names.size, 1) + code
     count = np.bincount(cell, minlength=sources.size * max(code_names.size, 1))
     present = np.flatnonzero(count)
@@ -198,7 +200,7 @@ def _errors(
             "first_step": first[present],
         }
     )
-    return out.sort_values(["source", "count"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    return out.sort_values(["source", "count", "code"], ascending=[True, False, True]).reset_index(drop=True)
 
 
 def _summary_table(by_step: pd.DataFrame, recent_from: int) -> pd.DataFrame:
