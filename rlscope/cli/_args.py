@@ -32,3 +32,9 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("expected a JSON object")
     return value
+
+
+def check_port(port: int) -> None:
+    """A TCP port to listen on (0: the system picks one), else a usage error."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be 0-65535, got {port}")

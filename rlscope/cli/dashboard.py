@@ -20,7 +20,7 @@ import signal
 import threading
 from collections.abc import Sequence
 
-from rlscope.cli._args import parser_for
+from rlscope.cli._args import check_port, parser_for
 from rlscope.errors import RLScopeError, UsageError
 from rlscope.trace.store import require_directory
 
@@ -38,8 +38,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS", help="refresh period (5; 0 = never)")
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port must be 0-65535, got {args.port}")
+    check_port(args.port)
     if args.refresh < 0:
         raise UsageError(f"--refresh must be >= 0, got {args.refresh}")
     for run_dir in args.run_dirs:

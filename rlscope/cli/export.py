@@ -16,7 +16,7 @@ import signal
 import threading
 from collections.abc import Sequence
 
-from rlscope.cli._args import parser_for
+from rlscope.cli._args import check_port, parser_for
 from rlscope.errors import UsageError
 from rlscope.exporter import DEFAULT_HOST, DEFAULT_PORT, serve
 from rlscope.trace.reader import RunReader
@@ -33,8 +33,7 @@ def main(argv: Sequence[str]) -> int:
         "--min-refresh", type=float, default=1.0, metavar="SECONDS", help="scrapes within this share one read (1)"
     )
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port must be 0-65535, got {args.port}")
+    check_port(args.port)
     if args.min_refresh < 0:
         raise UsageError(f"--min-refresh must be >= 0, got {args.min_refresh}")
     for run_dir in args.run_dirs:
