@@ -42,3 +42,34 @@ def test_compare_missing_run_is_a_one_line_error(tmp_path, capsys):
     a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
     assert main(["compare", a, str(tmp_path / "nope")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_hardware_and_model_options_apply_to_both_runs(tmp_path, capsys):
+    # two console logs that state neither GPUs nor model: no MFU until the options give them
+    logs = []
+    for name, step_s in (("a.log", 100.0), ("b.log", 200.0)):
+        log = tmp_path / name
+        log.write_text(
+            f"step:1 - timing_s/gen:40.0 - timing_s/update_actor:40.0 - timing_s/step:{step_s} - "
+            "prompt_length/mean:100.0 - response_length/mean:400.0\n"
+        )
+        logs.append(str(log))
+    assert main(["compare", *logs, "--format", "json"]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["whole-step MFU"] == (None, None)
+    facts = ["--gpus", "16", "--peak-tflops", "1000", "--active-params", "7.62e9"]
+    batch = ["--meta", '{"batch_size": 64, "group_size": 4}']
+    assert main(["compare", *logs, "--format", "json", *facts, *batch]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    # 64 x 4 sequences of 500 tokens at 8N FLOPs a token (generation 2N, the update 6N), on 16 GPUs
+    flops = 64 * 4 * 500 * 8 * 7.62e9
+    assert rows["whole-step MFU"] == pytest.approx((flops / (100 * 16e15), flops / (200 * 16e15)))
+
+
+def test_bad_hardware_options_are_a_usage_error_for_compare(tmp_path, capsys):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    assert main(["compare", a, a, "--meta", '{"batch_size": 0}']) == 2
+    err = capsys.readouterr().err
+    assert "--meta: batch_size is 0, not a positive whole number" in err and len(err.strip().splitlines()) == 1
+    assert main(["compare", a, a, "--gpu-type", "V100"]) == 2
+    assert "unknown --gpu-type 'V100'" in capsys.readouterr().err

@@ -1,34 +1,37 @@
 """Two runs side by side: step time, phase shares, tail, MFU, split, and what differs.
 
 usage: rlscope compare RUN_A RUN_B [--format text|json]
+                       [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 Each RUN is a run directory, or a verl console log or JSONL file (imported first).
 The explanation splits B's step-time difference into the phases (recent means) and the
 generation difference into throughput part and tail.
+
+The hardware and model options are those of `rlscope diagnose` and apply to both runs,
+as when two logs of one job on the same GPUs are compared:
+  rlscope compare before.log after.log --gpus 8 --gpu-type H100
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rlscope.cli._args import parser_for
-from rlscope.cli.diagnose import open_run, warn_unusable_meta
+from rlscope.cli.diagnose import add_fact_options, check_fact_options, open_run, read_with_facts
 
 __all__ = ["main"]
 
 
-def _document(path: str) -> dict[str, Any]:
+def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace) -> dict[str, Any]:
     from rlscope.analyzers import analyze_run
-    from rlscope.analyzers._data import meta_problems
     from rlscope.report.document import build_document
-    from rlscope.trace.reader import RunReader
 
     with open_run(path) as run_dir:
-        reader = RunReader(run_dir)
-        warn_unusable_meta(path, meta_problems(reader.meta))
+        reader = read_with_facts(parser, run_dir, args, path)
         return build_document(analyze_run(reader), reader, path)
 
 
@@ -49,11 +52,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("run_a", metavar="RUN_A")
     parser.add_argument("run_b", metavar="RUN_B")
     parser.add_argument("--format", choices=["text", "json"], default="text")
+    add_fact_options(parser, "both runs")
     args = parser.parse_args(argv)
+    check_fact_options(parser, args)
 
     from rlscope.report.compare import compare_documents
 
-    result = compare_documents(_document(args.run_a), _document(args.run_b))
+    result = compare_documents(_document(parser, args.run_a, args), _document(parser, args.run_b, args))
     if args.format == "json":
         rows = [{"measure": m.strip(), "unit": u, "a": a, "b": b} for m, u, a, b in result["rows"]]
         json.dump({**result, "rows": rows}, sys.stdout, indent=2, allow_nan=False)

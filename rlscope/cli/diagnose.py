@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
     from rlscope.trace.reader import RunReader
 
-__all__ = ["main", "open_run", "warn_unusable_meta"]
+__all__ = ["add_fact_options", "check_fact_options", "main", "open_run", "read_with_facts", "warn_unusable_meta"]
 
 log = logging.getLogger("rlscope")
 
@@ -80,44 +80,15 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--format", choices=["text", "markdown", "html", "json"], default="text")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
     parser.add_argument("--fail-on", choices=["warn", "critical"], help="exit 3 if a finding is this severe or more")
-    parser.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs the job ran on, in all")
-    parser.add_argument("--gpu-type", metavar="NAME", help="GPU model for its peak FLOP/s, e.g. H100, A100, RTX 4090")
-    parser.add_argument(
-        "--peak-tflops",
-        type=_positive(float),
-        metavar="X",
-        help="peak dense bf16 TFLOP/s per GPU (overrides the table)",
-    )
-    parser.add_argument("--active-params", type=_positive(float), metavar="N", help="active parameters, e.g. 7e9")
-    parser.add_argument(
-        "--meta",
-        type=json_object,
-        metavar="JSON",
-        help='meta.json entries for this report (the run is not changed), e.g. \'{"batch_size": 32, "group_size": 8}\'',
-    )
+    add_fact_options(parser, "this report")
     args = parser.parse_args(argv)
-
-    from rlscope.analyzers._data import meta_problems
-    from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
-
-    if args.gpu_type is not None and args.peak_tflops is None and peak_flops(args.gpu_type) is None:
-        known = ", ".join(PEAK_BF16_DENSE_FLOPS)
-        parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
+    check_fact_options(parser, args)
 
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
-    from rlscope.trace.reader import RunReader
-    from rlscope.trace.store import merge_meta
 
     with open_run(args.run) as run_dir:
-        reader = RunReader(run_dir)
-        stated = meta_problems(reader.meta)
-        reader.meta = _with_overrides(merge_meta(reader.meta, args.meta or {}), args)
-        unusable = meta_problems(reader.meta)
-        added = [p for p in unusable if p not in stated]
-        if added:
-            parser.error(f"--meta: {added[0]}")
-        warn_unusable_meta(args.run, unusable)  # meta.json's own, unless the command line replaced them
+        reader = read_with_facts(parser, run_dir, args, args.run)
         with _progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)
@@ -131,6 +102,56 @@ def main(argv: Sequence[str]) -> int:
     if args.fail_on and any(_RANK[f["severity"]] >= _RANK[args.fail_on] for f in doc["findings"]):
         return FINDINGS_EXIT
     return 0
+
+
+def add_fact_options(parser: argparse.ArgumentParser, scope: str) -> None:
+    """``--gpus``, ``--gpu-type``, ``--peak-tflops``, ``--active-params`` and ``--meta``: the
+    facts MFU and the what-if need that meta.json (or the log) may lack, for ``scope``."""
+    parser.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs the job ran on, in all")
+    parser.add_argument("--gpu-type", metavar="NAME", help="GPU model for its peak FLOP/s, e.g. H100, A100, RTX 4090")
+    parser.add_argument(
+        "--peak-tflops",
+        type=_positive(float),
+        metavar="X",
+        help="peak dense bf16 TFLOP/s per GPU (overrides the table)",
+    )
+    parser.add_argument("--active-params", type=_positive(float), metavar="N", help="active parameters, e.g. 7e9")
+    parser.add_argument(
+        "--meta",
+        type=json_object,
+        metavar="JSON",
+        help=f'meta.json entries for {scope} (no run is changed), e.g. \'{{"batch_size": 32, "group_size": 8}}\'',
+    )
+
+
+def check_fact_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error for a GPU type whose peak FLOP/s neither the table nor ``--peak-tflops`` gives."""
+    from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
+
+    if args.gpu_type is not None and args.peak_tflops is None and peak_flops(args.gpu_type) is None:
+        known = ", ".join(PEAK_BF16_DENSE_FLOPS)
+        parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
+
+
+def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argparse.Namespace, source: str) -> RunReader:
+    """A reader of ``run_dir`` whose meta holds the fact options over meta.json's own values.
+
+    A value the options bring in that the analyzers cannot use is a usage error; meta.json's
+    own are warned about, unless an option replaced them.
+    """
+    from rlscope.analyzers._data import meta_problems
+    from rlscope.trace.reader import RunReader
+    from rlscope.trace.store import merge_meta
+
+    reader = RunReader(run_dir)
+    stated = meta_problems(reader.meta)
+    reader.meta = _with_overrides(merge_meta(reader.meta, args.meta or {}), args)
+    unusable = meta_problems(reader.meta)
+    added = [p for p in unusable if p not in stated]
+    if added:
+        parser.error(f"--meta: {added[0]}")
+    warn_unusable_meta(source, unusable)
+    return reader
 
 
 def warn_unusable_meta(source: str, problems: list[str]) -> None:
