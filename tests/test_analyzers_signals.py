@@ -233,6 +233,45 @@ def test_a_span_without_a_phase_counts_in_no_phase(tmp_path):
     assert list(result.by_step[result.by_step["role"] == "trainer"]["samples"]) == [100] * 4
 
 
+def test_a_step_is_its_step_span_when_generation_overlaps_it(tmp_path):
+    # one-step overlap: step 1's batch is generated during step 0 (gen span 50-100 s); the step
+    # timers say step 0 is 0-100 s and step 1 is 100-200 s. The trainer GPU idles 100-150 s.
+    run = str(tmp_path / "overlap")
+    with Recorder(run) as rec:
+        rec.log_span(0, "step", 0.0, 100.0)
+        rec.log_span(1, "step", 100.0, 200.0)
+        rec.log_span(1, "gen", 50.0, 100.0, role="rollout")
+        rec.log_span(1, "update_actor", 150.0, 200.0)
+        rec.log_gpu(
+            [
+                {"time": float(t), "gpu": 0, "role": "trainer", "util_pct": 0.0 if 100 <= t < 150 else 90.0}
+                for t in range(200)
+            ]
+        )
+    steps = gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
+    # 100 samples a step, none counted twice; step 1 idles 50 of its 100 (the spans' union, 50-200 s, says 50 of 150)
+    assert steps["samples"].tolist() == [100, 100]
+    assert steps["idle_share"].tolist() == [0.0, 0.5]
+
+
+def test_time_shared_gpus_of_a_colocated_run_are_the_learner(tmp_path):
+    # verl's colocated worker: every GPU is "actor_rollout", idle 70 of every 100 s
+    run = str(tmp_path / "colocated")
+    with Recorder(run) as rec:
+        for step in range(4):
+            t0 = 100.0 * step
+            rec.log_span(step, "gen", t0, t0 + 100)
+            rec.log_gpu(
+                [
+                    {"time": t0 + s, "gpu": 0, "role": "actor_rollout", "util_pct": 0.0 if s < 70 else 95.0}
+                    for s in range(100)
+                ]
+            )
+    (f,) = gpu_idle.analyze(RunReader(run)).findings
+    assert f.evidence["role"] == "actor_rollout" and f.evidence["idle_share"] == pytest.approx(0.7)
+    assert "engines empty while the slowest trajectories finish" in f.recommendation
+
+
 def test_gpu_idle_with_many_roles_matches_each_role_alone(tmp_path):
     # 12 roles whose samples interleave in time: each role's idle share is its own
     run = str(tmp_path / "roles")

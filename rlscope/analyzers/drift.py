@@ -25,7 +25,14 @@ from rlscope.advice.thresholds import SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFrames, load, recent
-from rlscope.analyzers.topology import ROLLOUTER_IDLE, StepModel, TopologyResult, best_split, idle_imbalance, step_time
+from rlscope.analyzers.topology import (
+    StepModel,
+    TopologyResult,
+    async_busy_share,
+    best_split,
+    idle_imbalance,
+    step_time,
+)
 from rlscope.trace.reader import RunReader
 
 __all__ = ["DriftResult", "analyze", "per_step_models"]
@@ -48,9 +55,8 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     facts = frames.facts
     groups = _anatomy.group_seconds(anatomy.seconds)
     share = tails.reindex(groups.index).fillna(0.0)
-    if facts.kind == "async_streaming" and ROLLOUTER_IDLE in frames.steps:
-        idle = frames.steps[ROLLOUTER_IDLE].reindex(groups.index)
-        t_thr = (1 - idle) * groups["step"]
+    if facts.kind == "async_streaming":  # the tail is hidden: the async split does not need it
+        t_thr = async_busy_share(frames.steps).reindex(groups.index).fillna(1.0) * groups["step"]
         t_tail = pd.Series(0.0, index=groups.index)
     else:
         t_tail = groups["generation"] * share

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,11 +25,19 @@ from rlscope.advice.thresholds import GPU_IDLE_SHARE_CRITICAL, GPU_IDLE_SHARE_WA
 from rlscope.analyzers._data import kept, labels, numbers
 from rlscope.trace.reader import RunReader
 
-__all__ = ["GpuIdleResult", "analyze"]
+__all__ = ["GpuIdleResult", "analyze", "learner_role"]
 
-# Roles whose idleness is the training job's bill: the learner in separated/async runs, or
-# every GPU when they are time-shared (colocated runs often label them all "trainer").
-_LEARNER_ROLES = ("trainer", "actor", "learner")
+# Roles whose idleness is the training job's bill, in order of preference: the learner in
+# separated/async runs, or every GPU when they are time-shared (colocated runs label them all
+# "trainer", or "actor_rollout" after verl's colocated worker).
+_LEARNER_ROLES = ("trainer", "actor", "learner", "actor_rollout")
+_TIME_SHARED = "actor_rollout"
+
+
+def learner_role(roles: Iterable[str]) -> str | None:
+    """The role among ``roles`` whose idle share is the learner's (None if there is none)."""
+    present = set(roles)
+    return next((r for r in _LEARNER_ROLES if r in present), None)
 
 
 @dataclass
@@ -138,6 +147,22 @@ def _timed(spans: pa.Table) -> pa.Table:
     return spans.filter(keep)
 
 
+def _step_windows(spans: pa.Table) -> pd.DataFrame:
+    """Per step (index), the ``start`` and ``end`` of its wall window: its ``step`` span (verl's
+    step timer), else from its first span's start to its last span's end.
+
+    With one-step overlap or async streaming a step's ``gen`` span began steps earlier, so
+    the spans' union would stretch the window over earlier steps and count their samples twice.
+    """
+    timed = spans.select(["step", "phase", "start", "end"]).to_pandas()
+    steps = timed.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    whole = (
+        timed[timed["phase"].astype(object) == "step"].groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    )
+    steps.loc[whole.index] = whole
+    return steps
+
+
 def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     """Idle shares from a run's NVML samples, joined to its phase spans when it has them."""
     reader = run if isinstance(run, RunReader) else RunReader(run)
@@ -151,36 +176,39 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     spans = _timed(reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]))
     if spans.num_rows == 0:
         return result
-    timed = spans.select(["step", "start", "end"]).to_pandas()
-    steps = timed.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    steps = _step_windows(spans)
     starts, ends = steps["start"].to_numpy(), steps["end"].to_numpy()
     result.by_step = samples.aggregate(starts, ends, np.arange(len(steps)), steps.index.to_numpy(), "step")
     phase, phases = labels(spans.column("phase"))  # a span without a phase (-1) counts in no phase
-    starts, ends = timed["start"].to_numpy(), timed["end"].to_numpy()
+    starts, ends = numbers(spans.column("start")), numbers(spans.column("end"))
     result.by_phase = samples.aggregate(starts, ends, phase, phases, "phase")
     result.findings = _findings(result.by_step)
     return result
 
 
 def _findings(by_step: pd.DataFrame) -> list[Finding]:
-    roles = set(by_step["role"])
-    learner = [r for r in _LEARNER_ROLES if r in roles]
-    if not learner:
+    role = learner_role(by_step["role"])
+    if role is None:
         return []
-    role = learner[0]
     rows = by_step[by_step["role"] == role].sort_values("step")
     recent = rows.iloc[-max(1, int(np.ceil(len(rows) * RECENT_FRACTION))) :]
     idle = float((recent["idle_share"] * recent["samples"]).sum() / recent["samples"].sum())
     if idle < GPU_IDLE_SHARE_WARN:
         return []
     severity = Severity.CRITICAL if idle >= GPU_IDLE_SHARE_CRITICAL else Severity.WARN
+    if role == _TIME_SHARED:
+        why = (
+            "their engines empty while the slowest trajectories finish, and they wait between phases. "
+            "Partial rollout or async streaming keep them decoding;"
+        )
+    else:
+        why = "they wait for rollout to finish. Overlap rollout with training (one-step overlap or async streaming) or cut the long tail;"
     return [
         finding(
             "gpu-idle-in-training",
             severity,
             {"role": role, "idle_share": idle, "steps": len(recent), "util_threshold_pct": GPU_IDLE_UTIL_PCT},
             f"{role} GPUs are idle (< {GPU_IDLE_UTIL_PCT:g}% utilisation) for {idle:.0%} of each recent step: "
-            "they wait for rollout to finish. Overlap rollout with training (one-step overlap or async "
-            "streaming) or cut the long tail; see the topology what-if for the predicted step time.",
+            f"{why} see the topology what-if for the predicted step time.",
         )
     ]

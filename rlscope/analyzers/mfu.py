@@ -22,9 +22,11 @@ and charges every lost GPU-second to exactly one cause, so the points sum to 100
   topologies the time a pool waits for the other).
 
 In pooled topologies (separated / async with a known split) generation runs on the n_r
-rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is
-``(1 - fully_async/rollouter/idle_ratio) * step`` when logged, else the rollout time from trajectories,
-else ``timing_s/gen``; async streaming hides the tail, so it is charged no tail.
+rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is the
+rollout time from trajectories, else ``timing_s/gen``, at most the step. Under async streaming
+it is ``(1 - fully_async/rollouter/idle_ratio) * step``, or the whole step when the ratio is
+not logged (a trajectory's finish time then counts from a submit steps earlier); async
+streaming hides the tail, so it is charged no tail.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
-from rlscope.analyzers.topology import ROLLOUTER_IDLE
+from rlscope.analyzers.topology import async_busy_share
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -215,7 +217,7 @@ def analyze(
     tokens_at = tokens.to_dict()
     tails = longtail.per_step["tail_share"].to_dict()
     rollouts = longtail.per_step["rollout_s"].to_dict()
-    idles = frames.steps[ROLLOUTER_IDLE].to_dict() if ROLLOUTER_IDLE in frames.steps else {}
+    busy = async_busy_share(frames.steps).to_dict()
     rows, ledgers, stage_eta = {}, {}, {}
     for step in steps:
         sec = seconds[step]
@@ -226,7 +228,7 @@ def analyze(
             sec,
             flops,
             tail=0.0 if math.isnan(tail) else tail,
-            idle=idles.get(step, math.nan),
+            busy_share=busy.get(step, 1.0),
             rollout_s=rollouts.get(step, sec["gen"]),
         )
         mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
@@ -256,18 +258,21 @@ def _step_ledger(
     flops: Mapping[str, float],
     *,
     tail: float,
-    idle: float,
+    busy_share: float,
     rollout_s: float,
 ) -> list[LedgerEntry]:
-    """One step's ledger: ``tail`` share of generation, verl's rollouter ``idle`` ratio (NaN if
-    unlogged) and the measured ``rollout_s``, which size the rollout pool's busy time when pooled."""
+    """One step's ledger: ``tail`` share of generation, and when pooled the rollout pool's busy
+    time: the measured ``rollout_s`` (at most the step), or under async streaming ``busy_share``
+    of the step (see :func:`topology.async_busy_share`)."""
     peak = float(facts.peak_flops or math.nan)
     if not facts.is_pooled:
         n = int(facts.n_gpus or 0)
         return ledger(sec, flops, tail_s=tail * sec["gen"], peak=peak, n_rollout=n, n_train=n)
-    if not math.isnan(idle):
-        rollout_s = (1 - idle) * sec["step"]
-    tail_s = 0.0 if facts.kind == "async_streaming" else tail * rollout_s
+    if facts.kind == "async_streaming":
+        rollout_s, tail_s = busy_share * sec["step"], 0.0
+    else:
+        rollout_s = min(rollout_s, sec["step"])
+        tail_s = tail * rollout_s
     return ledger(
         sec,
         flops,

@@ -50,6 +50,7 @@ __all__ = [
     "StepModel",
     "TopologyResult",
     "analyze",
+    "async_busy_share",
     "async_speedup",
     "balanced_ratio",
     "best_split",
@@ -200,23 +201,40 @@ class TopologyResult:
         return step_time(self.model, self.current, self.n_rollout)
 
 
+def async_busy_share(steps: pd.DataFrame) -> pd.Series:
+    """Per step of an async run, the share of the step the rollout pool is busy: 1 - verl's
+    rollouter idle ratio, or 1 where it is not logged (never idle: an upper bound).
+
+    A trajectory's finish time counts from the earliest submit of the batch it joined, which
+    under async streaming reaches back over earlier steps, so finish times cannot give it.
+    """
+    if ROLLOUTER_IDLE not in steps:
+        return pd.Series(1.0, index=steps.index)
+    return 1.0 - steps[ROLLOUTER_IDLE].fillna(0.0)
+
+
+def _tail_for(t_thr: float, tail_share: float) -> float:
+    """The tail beside throughput part ``t_thr`` at tail share f: T_thr f / (1 - f)."""
+    return t_thr * tail_share / (1 - tail_share) if 0 <= tail_share < 1 else 0.0
+
+
 def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longtail.LongTailResult) -> StepModel | None:
     """The what-if inputs from the last quarter of the run, scaled to all GPUs.
 
     Generation is the ``gen`` timer split by the long-tail share. Under async streaming no
     rollout has a step's shape: the throughput part is the rollout pool's busy time per
-    trainer step, (1 - rollouter idle ratio) * step (else the trajectories' t90), and the
-    tail the trajectories' T_tail.
+    trainer step (:func:`async_busy_share` x step), and the tail what the measured tail share
+    f adds to it, T_thr f / (1 - f).
     """
     facts = frames.facts
     if not facts.n_gpus or anatomy.seconds.empty:
         return None
-    groups = recent(_anatomy.group_seconds(anatomy.seconds)).mean()
+    seconds = _anatomy.group_seconds(anatomy.seconds)
+    groups = recent(seconds).mean()
     t_train = groups["forward"] + groups["training"]
     if facts.kind == "async_streaming":
-        idle = recent(frames.steps[ROLLOUTER_IDLE].dropna()).mean() if ROLLOUTER_IDLE in frames.steps else math.nan
-        t_thr = longtail.t_thr_s if math.isnan(idle) else (1 - idle) * groups["step"]
-        t_tail = 0.0 if math.isnan(longtail.t_tail_s) else longtail.t_tail_s
+        t_thr = float(recent(async_busy_share(frames.steps).reindex(seconds.index).fillna(1.0)).mean()) * groups["step"]
+        t_tail = _tail_for(t_thr, longtail.tail_share)
     else:
         t_tail = groups["generation"] * (0.0 if math.isnan(longtail.tail_share) else longtail.tail_share)
         t_thr = groups["generation"] - t_tail
@@ -341,8 +359,9 @@ def _findings(r: TopologyResult) -> list[Finding]:
                     f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
                     f"{base:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x)"
                     + (f", beyond rebalancing the current split ({now:.0f} s now)" if base < now else "")
-                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}); "
-                    "samples become up to one step stale",
+                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}). "
+                    "Samples become stale, a long answer by about (its generation + wait) / T_sync versions: "
+                    "bound it with the off-policy threshold and watch the staleness findings",
                 )
             )
     return out

@@ -17,6 +17,7 @@ import pandas as pd
 from rlscope import __version__
 from rlscope.analyzers import Diagnosis, RunFacts
 from rlscope.analyzers._data import recent
+from rlscope.analyzers.gpu_idle import learner_role
 from rlscope.trace.reader import RunReader
 
 __all__ = ["SCHEMA", "build_document", "clean"]
@@ -116,7 +117,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         }
     trainer_idle = None
     if d.gpu_idle is not None and d.gpu_idle.available and not d.gpu_idle.by_step.empty:
-        rows = d.gpu_idle.by_step[d.gpu_idle.by_step["role"] == "trainer"]
+        rows = d.gpu_idle.by_step[d.gpu_idle.by_step["role"] == learner_role(d.gpu_idle.by_step["role"])]
         if len(rows):
             trainer_idle = _num((rows["idle_share"] * rows["samples"]).sum() / rows["samples"].sum())
     return {

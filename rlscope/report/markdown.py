@@ -46,7 +46,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     out.append(f"| slowest 10% share of rollout | {pct(head['tail_share'])}{est} |")
     out.append(f"| whole-step MFU | {pct(head['mfu'], 1)} |")
     if head["trainer_gpu_idle_share"] is not None:
-        out.append(f"| trainer GPUs idle | {pct(head['trainer_gpu_idle_share'])} |")
+        out.append(f"| learner GPUs idle | {pct(head['trainer_gpu_idle_share'])} |")
     best = head["best_topology"]
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""

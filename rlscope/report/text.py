@@ -69,7 +69,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     row("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] else ""))
     row("whole-step MFU", pct(head["mfu"], 1))
     if head["trainer_gpu_idle_share"] is not None:
-        row("trainer GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step (NVML)")
+        row("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step (NVML)")
     best = head["best_topology"]
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
