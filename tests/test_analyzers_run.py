@@ -308,6 +308,31 @@ def test_engine_imbalance_and_sync_bubble(tmp_path):
     assert found["sync-bubble"].severity is Severity.WARN
 
 
+def test_an_engine_that_stops_serving_counts_at_load_zero(tmp_path):
+    # 8 engines serve 100 tokens each in step 0; from step 1 on, e4..e7 serve nothing.
+    # Steps 1-3: loads 100 x 4 and 0 x 4: mean 50, max 100, utilisation 0.5, std 50, CV 1.0
+    first = [{"traj_id": f"e{i}", "engine": f"e{i}", "response_tokens": 100} for i in range(8)]
+    later = [{"traj_id": f"e{i}", "engine": f"e{i}", "response_tokens": 100} for i in range(4)]
+    steps = {s: {"timing_s/gen": 10} for s in range(4)}
+    r = sync_balance.analyze(make_run(tmp_path / "r", {}, steps, {0: first, 1: later, 2: later, 3: later}))
+    assert r.engines["n_engines"].tolist() == [8] * 4 and r.engines["starved"].tolist() == [0, 4, 4, 4]
+    assert r.engines["utilisation"].tolist() == pytest.approx([1.0, 0.5, 0.5, 0.5])
+    assert r.engines["cv"].tolist() == pytest.approx([0.0, 1.0, 1.0, 1.0])
+    (f,) = r.findings
+    assert f.id == "engine-imbalanced" and f.severity is Severity.CRITICAL
+    assert f.recommendation.startswith("up to 4 engines served nothing in 1 of the last 1 steps")
+    # an engine that first serves in a later step is not counted before it (a scale-up is not starvation)
+    r = sync_balance.analyze(make_run(tmp_path / "up", {}, steps, {0: later, 1: first}))
+    assert r.engines["n_engines"].tolist() == [4, 8] and r.engines["starved"].tolist() == [0, 0]
+
+
+def test_a_sync_without_an_update_timer_has_no_bubble(tmp_path):
+    # T_sync / (k T_mb + T_sync) needs T_mb: without it the bubble is unknown, not 100%
+    steps = {s: {"timing_s/gen": 20, "timing_s/update_weights": 3, "timing_s/step": 23} for s in range(4)}
+    r = sync_balance.analyze(make_run(tmp_path / "r", {"topology": "separated", "split": "6:2"}, steps))
+    assert r.t_sync_s == 3 and r.bubble != r.bubble and r.findings == []
+
+
 def test_sync_every_k_steps(tmp_path):
     # a 6 s sync every 3rd step of 10 s updates: 6 / (3 * 10 + 6) = 1/6
     steps = {s: {"timing_s/update_actor": 10, "timing_s/param_sync": 6 if s % 3 == 2 else 0} for s in range(12)}

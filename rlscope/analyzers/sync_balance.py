@@ -67,9 +67,10 @@ def sync_bubble(t_sync_s: float, t_mb_s: float, k: float) -> float:
 class SyncBalanceResult:
     """Per-step engine balance and the recent sync bubble.
 
-    ``engines``: index step; ``n_engines``, ``mean_load``, ``max_load``, ``cv``,
-    ``utilisation``, ``heaviest`` engine and its ``heaviest_share`` of the load (empty
-    without an ``engine`` column). ``load_unit``: ``response_tokens``
+    ``engines``: index step; ``n_engines`` (every engine from the first step it served),
+    ``mean_load``, ``max_load``, ``cv``, ``utilisation``, ``heaviest`` engine and its
+    ``heaviest_share`` of the load, and the ``starved`` engines that served nothing in the
+    step (empty without an ``engine`` column). ``load_unit``: ``response_tokens``
     or ``gen_s``. ``bubble``: recent sync bubble (NaN without weight-sync timers), with
     ``t_sync_s`` per sync, ``k`` steps per sync and ``t_mb_s`` update seconds per step.
     """
@@ -84,7 +85,7 @@ class SyncBalanceResult:
 
 
 def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
-    columns = ["n_engines", "mean_load", "max_load", "cv", "utilisation", "heaviest", "heaviest_share"]
+    columns = ["n_engines", "mean_load", "max_load", "cv", "utilisation", "heaviest", "heaviest_share", "starved"]
     if not traj.has("engine"):
         return pd.DataFrame(columns=columns), None
     unit = "response_tokens" if traj.has("response_tokens") else "gen_s"
@@ -97,8 +98,11 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load  # a gap adds 0
     by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
     loads = group_counts(g, engine, names.size, load)[:, by_name]
-    present = group_counts(g, engine, names.size)[:, by_name] > 0
-    # engine_balance() of every step at once: absent engines have load 0 and are not counted
+    served = group_counts(g, engine, names.size)[:, by_name] > 0
+    # an engine counts from the first step it serves to the end of the run: one that then gets
+    # nothing in a step is starved (load 0), the worst imbalance; before it first serves it is
+    # not yet there. engine_balance() of every step at once.
+    present = np.arange(len(served))[:, None] >= np.where(served.any(axis=0), served.argmax(axis=0), len(served))
     n = present.sum(axis=1)
     total = loads.sum(axis=1)
     mean = total / n
@@ -116,6 +120,7 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
                 "utilisation": np.where(top > 0, mean / top, np.nan),
                 "heaviest": names[by_name][heaviest],
                 "heaviest_share": np.where(total > 0, top / total, np.nan),
+                "starved": (present & ~served).sum(axis=1),
             },
             index=pd.Index(g.keys, name="step"),
         )
@@ -135,10 +140,22 @@ def analyze(
         syncs = int((g["weight_sync"] > 0).sum())
         if syncs:
             t_sync, k, t_mb = g["weight_sync"].sum() / syncs, len(g) / syncs, g["training"].mean()
-            bubble = sync_bubble(t_sync, t_mb, k)
+            if t_mb > 0:  # no update timer: no evidence of what the sync stalls
+                bubble = sync_bubble(t_sync, t_mb, k)
     result = SyncBalanceResult(engines, unit, bubble, t_sync, k, t_mb)
     result.findings.extend(_findings(result, pooled=frames.facts.is_pooled))
     return result
+
+
+def _starved_note(recent_engines: pd.DataFrame) -> str:
+    """A sentence on engines that served nothing in recent steps, or ''."""
+    starved = recent_engines["starved"]
+    if not (starved > 0).any():
+        return ""
+    return (
+        f"up to {starved.max():.0f} engines served nothing in {int((starved > 0).sum())} of the last "
+        f"{len(starved)} steps (dead, or not routed to?). "
+    )
 
 
 def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
@@ -164,7 +181,8 @@ def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
                         "heaviest": str(heaviest),
                         "heaviest_share": share,
                     },
-                    f"{heaviest} is the heaviest of {now['n_engines']:.0f} engines ({share:.0%} of the load, fair "
+                    _starved_note(last)
+                    + f"{heaviest} is the heaviest of {now['n_engines']:.0f} engines ({share:.0%} of the load, fair "
                     f"{1 / now['n_engines']:.0%}); the heaviest carries {now['max_load']:,.0f} {r.load_unit} "
                     f"against a mean of {now['mean_load']:,.0f}: the rollout waits for it with engines "
                     f"{util:.0%} utilised; per-step load balancing would cut the load-bound rollout by up to {1 - util:.0%}",
