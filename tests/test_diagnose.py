@@ -288,8 +288,11 @@ def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--gpus", "0"], "--gpus: must be above 0"),
+        (["--gpus", "0"], "--gpus: must be a finite number above 0"),
+        (["--gpus", "1e400"], "--gpus: must be a finite number above 0"),
+        (["--gpus", "2.5e0"], "--gpus: not a whole number below 2^31"),
         (["--active-params", "lots"], "--active-params: not a number"),
+        (["--active-params", "inf"], "--active-params: must be a finite number above 0"),
         (["--gpu-type", "V100"], "unknown --gpu-type 'V100'; give --peak-tflops too"),
         (["--meta", "[1]"], "--meta: expected a JSON object"),
         (["--meta", "{batch"], "--meta: not JSON"),
@@ -302,6 +305,25 @@ def test_bad_hardware_is_a_one_line_usage_error(args, message, capsys):
     assert main(["diagnose", str(SAMPLES / "longtail-8b"), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
+    import rlscope.analyzers
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("analysed although the report could not be written")
+
+    monkeypatch.setattr(rlscope.analyzers, "analyze_run", never)
+    run = str(SAMPLES / "healthy-colocated")
+    missing = tmp_path / "no"
+    for output, reason in ((missing / "r.txt", f"no such directory {missing}"), (tmp_path, "it is a directory")):
+        assert main(["diagnose", run, "--output", str(output)]) == 1
+        assert capsys.readouterr().err == f"rlscope: cannot write {output}: {reason}\n"
+
+
+def test_a_whole_number_in_exponent_form_is_a_gpu_count(capsys):
+    _, doc = _run_json(capsys, str(SAMPLES / "healthy-colocated"), "--gpus", "8e0")
+    assert doc["run"]["gpu_count"] == 8
 
 
 def test_errors_are_one_line(tmp_path, capsys):

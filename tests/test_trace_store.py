@@ -231,6 +231,20 @@ def test_info_shows_what_meta_json_says_and_what_it_lacks(tmp_path, capsys):
     assert "8 (type not stated: diagnose --gpu-type)" in out and "64 prompts x 4 samples a step" in out
 
 
+def test_info_json_is_valid_json_and_lists_ignored_values(tmp_path, capsys):
+    run = _run(tmp_path, [[0, 1]])
+    with open(os.path.join(run, "meta.json")) as fh:
+        meta = json.load(fh)
+    meta["model"] = {"active_params": float("nan")}
+    with open(os.path.join(run, "meta.json"), "w") as fh:
+        json.dump(meta, fh)  # Python writes NaN, which strict JSON readers refuse
+    assert main(["info", run, "--json"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert summary["meta"]["model"]["active_params"] is None
+    assert summary["ignored"] == ["model.active_params is nan, not a positive number"]
+
+
 def test_every_table_has_a_non_nullable_first_column():
     for name, schema in TABLES.items():
         assert not schema.field(0).nullable, name

@@ -13,7 +13,7 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises ``UsageError`` instead of printing usage and calling ``sys.exit``."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"{self.prog.removeprefix('rlscope ')}: {message}")  # printed after "rlscope: "
 
 
 def parser_for(command: str, doc: str | None) -> ArgumentParser:

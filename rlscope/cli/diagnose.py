@@ -25,6 +25,7 @@ import argparse
 import io
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -34,7 +35,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rlscope.cli._args import json_object, parser_for
-from rlscope.errors import RunDirError
+from rlscope.errors import RLScopeError, RunDirError
 
 if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
@@ -83,6 +84,8 @@ def main(argv: Sequence[str]) -> int:
     add_fact_options(parser, "this report")
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
+    if args.output:
+        _check_writable(args.output)  # before minutes of analysis, not after
 
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
@@ -95,8 +98,11 @@ def main(argv: Sequence[str]) -> int:
         report = _render(args.format, doc, diagnosis, reader, to_terminal=args.output is None)
     if report is not None:
         if args.output:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(report)
+            try:
+                with open(args.output, "w", encoding="utf-8") as fh:
+                    fh.write(report)
+            except OSError as exc:
+                raise RLScopeError(f"cannot write {args.output}: {exc.strerror or exc}") from None
         else:
             sys.stdout.write(report)
     if args.fail_on and any(_RANK[f["severity"]] >= _RANK[args.fail_on] for f in doc["findings"]):
@@ -149,7 +155,7 @@ def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argpars
     unusable = meta_problems(reader.meta)
     added = [p for p in unusable if p not in stated]
     if added:
-        parser.error(f"--meta: {added[0]}")
+        parser.error(f"--meta: {added[0]}" if args.meta else added[0])
     warn_unusable_meta(source, unusable)
     return reader
 
@@ -160,17 +166,32 @@ def warn_unusable_meta(source: str, problems: list[str]) -> None:
         log.warning("%s: meta.json: %s; ignored", source, problem)
 
 
+def _check_writable(path: str) -> None:
+    """A one-line error now if the report could not be written to ``path`` later."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise RLScopeError(f"cannot write {path}: it is a directory")
+    if not os.path.isdir(folder):
+        raise RLScopeError(f"cannot write {path}: no such directory {folder}")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise RLScopeError(f"cannot write {path}: permission denied")
+
+
 def _positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: a number of ``kind`` above 0."""
+    """An argparse type: a finite number of ``kind`` above 0 (a whole one for int, 1e3 allowed)."""
 
     def parse(text: str) -> Any:
         try:
-            value = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+            number = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
-        return value
+        if not (math.isfinite(number) and number > 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
+        if kind is int:
+            if not number.is_integer() or number >= 2**31:
+                raise argparse.ArgumentTypeError(f"not a whole number below 2^31: {text!r}")
+            return int(number)
+        return number
 
     return parse
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,17 @@ def run_summary(reader: RunReader) -> dict[str, Any]:
     return {"run_dir": str(reader.location), "meta": reader.meta, "tables": tables}
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities (JSON has neither) as None."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _when(start: float, end: float) -> str:
     """``2026-11-29 12:38:25 +1:02:03``: start in UTC and how long the table spans."""
     first = dt.datetime.fromtimestamp(start, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
@@ -69,7 +81,10 @@ def main(argv: Sequence[str]) -> int:
     if reader.location.is_local:
         summary["recorders"] = list(iter_status(reader.location.path))
     if args.json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        from rlscope.analyzers._data import meta_problems
+
+        summary["ignored"] = meta_problems(reader.meta)
+        print(json.dumps(_json_safe(summary), indent=2, sort_keys=True, allow_nan=False))
         return 0
 
     from rich.console import Console
