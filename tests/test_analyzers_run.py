@@ -88,6 +88,19 @@ def test_anatomy_phases_other_and_shares(tmp_path):
     assert ids(r) == ["generation-dominates"]  # 60% >= 60%; other 2% < 10%
 
 
+def test_stage_timers_that_overlap_are_said_to(tmp_path):
+    # rllm's log: gen 100.1 + old 5.3 + ref 5.2 + adv 11.2 + update 20.3 = 142.1 s > step 131.6 s
+    timers = {"gen": 100.1, "old_log_prob": 5.3, "ref": 5.2, "adv": 11.2, "update_actor": 20.3, "step": 131.6}
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, {0: {f"timing_s/{k}": v for k, v in timers.items()}}))
+    assert r.seconds.loc[0, "step"] == pytest.approx(142.1)  # the timers' sum, as the finding says
+    (f,) = [f for f in r.findings if f.id == "stage-timers-overlap"]
+    assert f.evidence["steps"] == 1 and f.evidence["mean_excess_s"] == pytest.approx(10.5)
+    # within 1%: rounding, not overlap
+    timers["step"] = 141.0
+    r = anatomy.analyze(make_run(tmp_path / "r2", {}, {0: {f"timing_s/{k}": v for k, v in timers.items()}}))
+    assert "stage-timers-overlap" not in ids(r)
+
+
 def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
     metrics = {"timing/gen": 21.47, "timing/ref": 4.36, "timing/values": 5.8, "timing/adv": 0.109}
     metrics |= {"timing/update_critic": 15.664, "timing/update_actor": 20.314}

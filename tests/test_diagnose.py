@@ -299,6 +299,12 @@ def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
         (["--meta", '{"batch_size": "abc"}'], "--meta: batch_size is 'abc', not a positive whole number"),
         (["--meta", '{"group_size": NaN}'], "--meta: group_size is nan, not a positive whole number"),
         (["--meta", '{"split": "a:b"}'], "--meta: split is 'a:b', not rollout:train GPUs"),
+        (["--meta", '{"topology": "banana"}'], "--meta: topology is 'banana', not colocated, separated"),
+        # longtail-8b runs on 64 GPUs
+        (
+            ["--meta", '{"topology": "separated", "split": "4:4"}'],
+            "--meta: split 4:4 adds up to 8 GPUs, not the run's 64",
+        ),
     ],
 )
 def test_bad_hardware_is_a_one_line_usage_error(args, message, capsys):
@@ -324,6 +330,59 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_analysis(tmp_pat
 def test_a_whole_number_in_exponent_form_is_a_gpu_count(capsys):
     _, doc = _run_json(capsys, str(SAMPLES / "healthy-colocated"), "--gpus", "8e0")
     assert doc["run"]["gpu_count"] == 8
+
+
+def test_an_infinite_stage_timer_is_missing_not_a_broken_report(tmp_path, capsys):
+    # verl logs inf for a timer that overflowed: step 8's update is unknown, not infinite
+    log = tmp_path / "inf.log"
+    log.write_text(
+        "".join(
+            f"step:{i} - timing_s/gen:{3 * i}.0 - timing_s/update_actor:{'inf' if i == 8 else '10.0'} - "
+            "timing_s/step:45.0\n"
+            for i in range(1, 9)
+        )
+    )
+    code, doc = _run_json(capsys, str(log), "--gpus", "8")
+    assert code == 0 and doc["headline"]["step_s"] == 45.0
+    assert all(row["step_s"] is not None for row in doc["topology"]["what_if"])
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--gpus", "8", "--format", fmt, "-o", str(tmp_path / fmt)]) == 0
+        assert "inf s" not in (tmp_path / fmt).read_text()
+
+
+def test_an_mfu_above_peak_is_called_a_wrong_fact_and_not_drawn(capsys):
+    # 150B active parameters on the 1.5B healthy run: about 100x the real MFU, far above 100%
+    code, doc = _run_json(capsys, str(SAMPLES / "healthy-colocated"), "--active-params", "1.5e11")
+    assert code == 0 and doc["headline"]["mfu"] > 1
+    (f,) = [f for f in doc["findings"] if f["id"].startswith("mfu")]
+    assert f["id"] == "mfu-impossible" and f["severity"] == "critical"
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--active-params", "1.5e11"]) == 0
+    assert "MFU waterfall" not in capsys.readouterr().out
+
+
+def test_a_missing_mfu_says_what_would_give_it(capsys):
+    log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
+    if not REAL_LOGS.is_dir():
+        pytest.skip("shared/real_logs is not beside this checkout")
+    _, doc = _run_json(capsys, log)
+    assert doc["mfu"]["missing"] == [
+        "--gpus",
+        "--gpu-type or --peak-tflops",
+        "--active-params",
+        """--meta '{"batch_size": B, "group_size": G}'""",
+    ]
+    assert main(["diagnose", log, "--gpus", "1", "--gpu-type", "RTX 4090", "--active-params", "3e9"]) == 0
+    assert """whole-step MFU    n/a (needs --meta '{"batch_size": B, "group_size": G}')""" in capsys.readouterr().out
+
+
+def test_every_format_shows_the_same_headline(tmp_path, capsys):
+    # an overlapped run: generation is seconds beside the step, not a share above 100%
+    run = str(SAMPLES / "async-drift")
+    assert main(["diagnose", run, "--format", "html", "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "beside the step" in page and "<th>split</th><td>21:11</td>" in page
+    assert main(["diagnose", run, "--format", "markdown"]) == 0
+    assert "beside the step" in capsys.readouterr().out
 
 
 def test_errors_are_one_line(tmp_path, capsys):

@@ -79,6 +79,21 @@ _ENTRIES = (
         "raises MFU while making steps slower.",
     ),
     Entry(
+        "stage-timers-overlap",
+        "stage timers add up to more than the step in {steps} of {of_steps} steps",
+        "verl times each stage on its own; when two overlap (a reward computed beside generation, say) their "
+        "sum exceeds timing_s/step. rlscope then takes the step as the sum, so step time and shares describe "
+        "the stages rather than the wall clock, and the what-if treats the stages as sequential.",
+    ),
+    Entry(
+        "mfu-impossible",
+        "whole-step MFU is {mfu:.3g}x the GPUs' peak FLOP/s: a fact it rests on is wrong",
+        "No job does more FLOPs than its GPUs' peak. The active parameter count is too high (a total "
+        "instead of active parameters, or a wrong unit), the GPU count too low, the peak FLOP/s too low "
+        "(the wrong GPU type), or the tokens per step too many. Fix meta.json or the command-line options; "
+        "until then the waterfall and the what-if's FLOP-based numbers mean nothing.",
+    ),
+    Entry(
         "mfu-cross-check-mismatch",
         "verl {verl_key} says {verl:.1%}, rlscope's estimate for {stage} is {rlscope:.1%}",
         "Two MFU estimates of the same stage disagree by more than a factor of 2. Check meta.json: "

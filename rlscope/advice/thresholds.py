@@ -30,6 +30,7 @@ __all__ = [
     "MISMATCH_LEVEL_BF16",
     "MISMATCH_LEVEL_FP8",
     "MOE_FLIP_DELTA",
+    "OVERLAPPING_TIMERS_TOLERANCE",
     "RECENT_FRACTION",
     "REWARD_ERROR_CRITICAL",
     "REWARD_ERROR_WARN",
@@ -63,6 +64,8 @@ GENERATION_SHARE_INFO = 0.60
 GENERATION_SHARE_GROWTH_WARN = 0.10
 # Step time not covered by any verl stage timer: above 10% something unmeasured is costly.
 UNTRACKED_TIME_WARN = 0.10
+# Stage timers that add up to more than 1% over timing_s/step overlapped (below: rounding).
+OVERLAPPING_TIMERS_TOLERANCE = 0.01
 # Colocated memory switching is under 2% of a step when it works (32B on 8 GPUs: 6.5 s).
 SWITCHING_WARN = 0.05
 

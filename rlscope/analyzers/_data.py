@@ -73,6 +73,12 @@ TRAJECTORY_COLUMNS = (
 TOPOLOGIES = ("colocated", "separated_sync", "one_step_overlap", "async_streaming")
 
 
+def _known_topology(wording: str) -> bool:
+    """Whether :func:`topology_kind` understands ``wording`` (else it falls back to colocated)."""
+    t = wording.lower().replace("-", "_").replace(" ", "_")
+    return topology_kind(t) != "colocated" or any(w in t for w in ("coloc", "hybrid", "shared"))
+
+
 def topology_kind(wording: str) -> str:
     """Map ``meta.json``'s topology (``separated``, ``separate_async``, ...) onto :data:`TOPOLOGIES`."""
     t = wording.lower().replace("-", "_").replace(" ", "_")
@@ -90,11 +96,11 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
 
     A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
     as a whole, so timings of two attempts are never mixed; within an attempt the last value
-    logged for a key wins. Text values are dropped. Keys (and values whose unit changed with
+    logged for a key wins. Text values and non-finite numbers are dropped. Keys (and values whose unit changed with
     the name) are canonicalised by ``rlscope.collectors.verl_metrics``.
     """
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
-    df = df[df["value"].notna()]
+    df = df[np.isfinite(df["value"].astype(float))]  # NaN or inf (a timer verl logged as inf) says nothing
     if df.empty:
         return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...)
@@ -200,11 +206,19 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
         count = path in _COUNT_FIELDS
         if value is not None and not _valid(value, count=count):
             out.append(f"{path} is {_shown(value)}, not a positive {'whole number' if count else 'number'}")
+    kind = _get(meta, "topology.kind", "topology")
+    if isinstance(kind, str) and not _known_topology(kind):
+        out.append(f"topology is {_shown(kind)}, not colocated, separated, one_step_overlap or async")
     split = _get(meta, "split", "topology.split")
     if split is not None and _split(meta) == (None, None):
         out.append(
             f'split is {_shown(split)}, not rollout:train GPUs ("46:18", [46, 18] or {{"rollout": 46, "train": 18}})'
         )
+    facts = RunFacts.from_meta(meta)
+    n_r, n_t = facts.rollout_gpus, facts.train_gpus
+    pooled = facts.kind != "colocated" and "coloc" not in facts.topology  # colocate_async: both pools are all GPUs
+    if pooled and n_r and n_t and facts.n_gpus and n_r + n_t != facts.n_gpus:
+        out.append(f"split {n_r}:{n_t} adds up to {n_r + n_t} GPUs, not the run's {facts.n_gpus}")
     threshold = meta.get("max_off_policy_threshold")
     if threshold is not None and off_policy_threshold(meta) is None:
         out.append(f"max_off_policy_threshold is {_shown(threshold)}, not a whole number of versions")

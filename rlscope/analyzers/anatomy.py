@@ -30,6 +30,7 @@ from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import (
     GENERATION_SHARE_GROWTH_WARN,
     GENERATION_SHARE_INFO,
+    OVERLAPPING_TIMERS_TOLERANCE,
     SWITCHING_WARN,
     UNTRACKED_TIME_WARN,
 )
@@ -145,7 +146,29 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     result = AnatomyResult(seconds, shares, table, step_timer, overlapped)
     if not seconds.empty:
         result.findings.extend(_findings(result))
+        if step_timer:
+            result.findings.extend(_overlapping_timers(seconds["step"], frames.steps[f"{_PREFIX}step"]))
     return result
+
+
+def _overlapping_timers(step: pd.Series, timer: pd.Series) -> list[Finding]:
+    """A step whose stage timers add up to more than its step timer had stages running at once;
+    :func:`phase_seconds` takes it as the timers' sum, which the report should say."""
+    logged = timer.reindex(step.index)
+    excess = (step - logged)[logged > 0]
+    over = excess[excess > OVERLAPPING_TIMERS_TOLERANCE * logged[excess.index]]
+    if over.empty:
+        return []
+    return [
+        finding(
+            "stage-timers-overlap",
+            Severity.INFO,
+            {"steps": len(over), "of_steps": len(excess), "mean_excess_s": float(over.mean())},
+            f"in {len(over)} of {len(excess)} steps the stage timers add up to more than timing_s/step "
+            f"(by {over.mean():.1f} s on average): some stages ran at the same time. rlscope takes such a step "
+            "as the sum of its timers, so its step time and phase shares are the timers', not the wall clock's",
+        )
+    ]
 
 
 def _findings(r: AnatomyResult) -> list[Finding]:

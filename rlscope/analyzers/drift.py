@@ -193,16 +193,19 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
             why = (
                 f"; but verl's idle ratios point the other way (rollouter {rollouter:.0%}, trainer {trainer:.0%} idle)"
             )
-    note = "" if gain >= 0 else " (the ledger sees the split as balanced: move one node and re-measure)"
     # a move only verl's idle ratios call for is already topology's async-idle-imbalanced warning
     severity = Severity.WARN if gain >= SPLIT_GAIN_MIN else Severity.INFO
-    return [
-        finding(
-            "split-drift",
-            severity,
-            evidence,
-            f"move {abs(k)} GPU{'s' if abs(k) > 1 else ''} from {src} to {dst}: predicted step {now_s:.0f} s -> {after_s:.0f} s{note}; the "
-            f"balanced split drifted from {started} to "
-            f"{best.n_rollout}:{best.n_train} over {len(r.per_step)} steps{why}",
+    gpus = f"{abs(k)} GPU{'s' if abs(k) > 1 else ''} from {src} to {dst}"
+    drifted = (
+        f"the balanced split drifted from {started} to {best.n_rollout}:{best.n_train} over {len(r.per_step)} steps"
+    )
+    if gain >= 0:
+        text = f"move {gpus}: predicted step {now_s:.0f} s -> {after_s:.0f} s; {drifted}{why}"
+    else:  # only the idle ratios call for the move: the ledger sees the split as balanced
+        assert imbalance is not None
+        text = (
+            f"verl's idle ratios call for moving {gpus} (rollouter {imbalance[1]:.0%}, trainer {imbalance[2]:.0%} "
+            f"idle), though the ledger predicts no gain ({now_s:.0f} s -> {after_s:.0f} s): move one node and "
+            f"re-measure; {drifted}"
         )
-    ]
+    return [finding("split-drift", severity, evidence, text)]

@@ -193,6 +193,7 @@ class MFUResult:
     waterfall: pd.Series
     cross_check: pd.DataFrame
     findings: list[Finding] = field(default_factory=list)
+    missing: tuple[str, ...] = ()  # what MFU lacks, as the options of ``rlscope diagnose`` that give it
 
 
 def analyze(
@@ -207,9 +208,11 @@ def analyze(
     facts = frames.facts
     tokens = tokens_per_step(frames)
     steps = anatomy.seconds.index.intersection(tokens.index)
-    empty = MFUResult(pd.DataFrame(), math.nan, pd.Series(math.nan, index=list(CAUSES)), pd.DataFrame())
-    if not (facts.active_params and facts.peak_flops and facts.n_gpus) or steps.empty:
-        return empty
+    missing = _missing(frames, tokens)
+    if missing or steps.empty:
+        return MFUResult(
+            pd.DataFrame(), math.nan, pd.Series(math.nan, index=list(CAUSES)), pd.DataFrame(), missing=missing
+        )
     per_token = flops_per_token(facts.active_params, facts.critic_params)
     n_train = facts.train_gpus if facts.is_pooled else facts.n_gpus
     # plain dicts: one pandas lookup per step and value costs more than the arithmetic
@@ -250,6 +253,26 @@ def analyze(
     result = MFUResult(per_step, fall.mfu, fall.lost, check)
     result.findings.extend(_findings(result))
     return result
+
+
+def _missing(frames: RunFrames, tokens: pd.Series) -> tuple[str, ...]:
+    """The facts MFU needs that the run does not state, named as the options that give them."""
+    facts = frames.facts
+    out = []
+    if not facts.n_gpus:
+        out.append("--gpus")
+    if not facts.peak_flops:
+        out.append("--gpu-type or --peak-tflops")
+    if not facts.active_params:
+        out.append("--active-params")
+    if tokens.empty:
+        lengths = {"prompt_length/mean", "response_length/mean"} <= set(frames.steps.columns)
+        out.append(
+            """--meta '{"batch_size": B, "group_size": G}'"""
+            if lengths
+            else "tokens per step (perf/total_num_tokens or trajectory token counts)"
+        )
+    return tuple(out)
 
 
 def _step_ledger(
@@ -314,6 +337,16 @@ def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
 
 def _findings(r: MFUResult) -> list[Finding]:
     out: list[Finding] = []
+    if r.mfu > 1:
+        return [
+            finding(
+                "mfu-impossible",
+                Severity.CRITICAL,
+                {"mfu": r.mfu},
+                "check the active parameters (not the total of a mixture of experts), the GPU count and type, "
+                "and the tokens per step; the waterfall is not drawn until MFU is possible",
+            )
+        ]
     if not math.isnan(r.mfu):
         top = str(r.waterfall.idxmax())
         points = {f"lost_{c}": float(p) for c, p in r.waterfall.items()}
@@ -334,7 +367,7 @@ def _findings(r: MFUResult) -> list[Finding]:
                     "mfu-cross-check-mismatch",
                     Severity.WARN,
                     {"verl_key": key, "stage": row["stage"], "verl": row["verl"], "rlscope": row["rlscope"]},
-                    f"verl's {key} is {row['ratio']:.1f}x rlscope's estimate: check the active parameter count, "
+                    f"verl's {key} is {row['ratio']:.2g}x rlscope's estimate: check the active parameter count, "
                     "GPU peak FLOP/s and GPU count in meta.json",
                 )
             )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["generation", "gpus", "pct", "secs"]
+__all__ = ["generation", "gpus", "headline_rows", "pct", "secs"]
 
 
 def pct(x: float | None, digits: int = 0) -> str:
-    return "n/a" if x is None else f"{x:.{digits}%}"
+    if x is None:
+        return "n/a"
+    return f"{x:.{digits}%}" if abs(x) < 10 else f"{100 * x:.3g}%"  # an absurd value stays short
 
 
 def secs(x: float | None) -> str:
@@ -30,3 +32,31 @@ def gpus(run: dict[str, Any]) -> str | None:
         return None
     kind = run.get("gpu_type")
     return f"{run['gpu_count']} x {kind}" if kind else f"{run['gpu_count']} (type not stated)"
+
+
+def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headline as (measure, value) rows, the same in every format."""
+    head = doc["headline"]
+    tail = f"{pct(head['tail_share'])} of rollout"
+    if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
+        tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
+    rows = [
+        ("step time", f"{secs(head['step_s'])} (recent mean)"),
+        ("generation", generation(head)),
+        ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] else "")),
+        ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc)),
+    ]
+    if head["trainer_gpu_idle_share"] is not None:
+        rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step (NVML)"))
+    best = head["best_topology"]
+    if best:
+        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
+        speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+        rows.append(("best topology", f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"))
+    return rows
+
+
+def mfu_missing(doc: dict[str, Any]) -> str:
+    """Why MFU is n/a: the facts it lacks and how to give them ('' when it is known)."""
+    missing = doc["mfu"].get("missing") or []
+    return f" (needs {'; '.join(missing)})" if doc["headline"]["mfu"] is None and missing else ""

@@ -156,7 +156,12 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "recent_shares": recent(d.anatomy.shares).mean() if not d.anatomy.shares.empty else {},
         },
         "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
-        "mfu": {"mfu": d.mfu.mfu, "waterfall_points": d.mfu.waterfall, "cross_check": d.mfu.cross_check},
+        "mfu": {
+            "mfu": d.mfu.mfu,
+            "waterfall_points": d.mfu.waterfall,
+            "cross_check": d.mfu.cross_check,
+            "missing": list(d.mfu.missing),
+        },
         "topology": {
             "current": d.topology.current,
             "what_if": d.topology.what_if,

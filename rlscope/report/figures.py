@@ -40,7 +40,7 @@ def phase_stack(d: Diagnosis) -> go.Figure | None:
 
 def waterfall(d: Diagnosis) -> go.Figure | None:
     lost = d.mfu.waterfall
-    if lost is None or len(lost) == 0 or not np.isfinite(d.mfu.mfu):
+    if lost is None or len(lost) == 0 or not 0 <= d.mfu.mfu <= 1:  # NaN, or above 1: a fact is wrong
         return None
     labels = ["ideal", *[_safe(c) for c in lost.index], "MFU"]
     values = [100.0, *(-lost.to_numpy(dtype=float)), 0.0]

@@ -12,7 +12,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from rlscope.analyzers import Diagnosis
-from rlscope.report._format import gpus
+from rlscope.report._format import gpus, headline_rows
 from rlscope.report.figures import all_figures
 from rlscope.trace.reader import RunReader
 
@@ -31,28 +31,18 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _pct(x: float | None, digits: int = 0) -> str:
-    return "n/a" if x is None else f"{x:.{digits}%}"
-
-
 def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
     """The diagnosis as one HTML page with its figures."""
-    run, head = doc["run"], doc["headline"]
+    run = doc["run"]
     rows = [
         ("framework", run.get("framework")),
         ("model", run.get("model")),
         ("GPUs", gpus(run)),
         ("topology", run.get("topology")),
+        ("split", f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None),
         ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
-        ("step time (recent mean)", None if head["step_s"] is None else f"{head['step_s']:,.0f} s"),
-        ("generation share", _pct(head["generation_share"])),
-        ("slowest 10% share of rollout", _pct(head["tail_share"]) + (" (estimated)" if head["tail_estimated"] else "")),
-        ("whole-step MFU", _pct(head["mfu"], 1)),
+        *headline_rows(doc),
     ]
-    best = head["best_topology"]
-    if best:
-        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
-        rows.append(("best topology", f"{best['topology']}{split}: {best['step_s']:,.0f} s"))
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>rlscope diagnose: {_e(run['source'])}</title><style>{_CSS}</style>",

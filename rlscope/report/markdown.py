@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlscope.report._format import generation, gpus, pct, secs
+from rlscope.report._format import gpus, headline_rows, pct, secs
 
 __all__ = ["escape_md", "render_markdown"]
 
@@ -28,7 +28,7 @@ def escape_md(text: Any) -> str:
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The diagnosis document as a Markdown page."""
-    run, head = doc["run"], doc["headline"]
+    run = doc["run"]
     out = [f"# rlscope diagnose: {escape_md(run['source'])}", ""]
     facts = {
         "framework": run.get("framework"),
@@ -40,21 +40,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
     }
     out += [f"- **{k}**: {escape_md(v)}" for k, v in facts.items() if v is not None]
     out += ["", "## Headline", "", "| measure | value |", "|---|---|"]
-    out.append(f"| step time (recent mean) | {secs(head['step_s'])} |")
-    out.append(f"| generation | {escape_md(generation(head))} |")
-    est = " (estimated)" if head["tail_estimated"] else ""
-    out.append(f"| slowest 10% share of rollout | {pct(head['tail_share'])}{est} |")
-    out.append(f"| whole-step MFU | {pct(head['mfu'], 1)} |")
-    if head["trainer_gpu_idle_share"] is not None:
-        out.append(f"| learner GPUs idle | {pct(head['trainer_gpu_idle_share'])} |")
-    best = head["best_topology"]
-    if best:
-        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
-        speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
-        out.append(f"| best topology | {escape_md(best['topology'])}{split}: {secs(best['step_s'])}{speed} |")
+    out += [f"| {label} | {escape_md(value)} |" for label, value in headline_rows(doc)]
 
     waterfall = doc["mfu"]["waterfall_points"] or {}
-    if waterfall and doc["mfu"]["mfu"] is not None:
+    if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         out += ["", "## MFU waterfall", "", "| cause | points lost |", "|---|---:|"]
         out += [f"| {escape_md(k)} | {v:.1f} |" for k, v in waterfall.items() if v is not None]
         out.append(f"| **MFU** | **{100 * doc['mfu']['mfu']:.1f}** |")

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlscope.report._format import generation, gpus, pct, secs
+from rlscope.report._format import gpus, headline_rows
 
 __all__ = ["render_text"]
 
@@ -41,7 +41,7 @@ def _plain(*parts: tuple[str, str] | str) -> Text:
 
 def render_text(doc: dict[str, Any], console: Console) -> None:
     """Print the diagnosis document to ``console``."""
-    run, head = doc["run"], doc["headline"]
+    run = doc["run"]
     console.print(_plain(("rlscope diagnose: ", "bold"), (str(run["source"]), "bold")))
     facts = [
         run.get("framework"),
@@ -58,28 +58,13 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     table.add_column(style="bold")
     table.add_column()
 
-    def row(label: str, value: str) -> None:
+    for label, value in headline_rows(doc):
         table.add_row(Text(label), Text(value))  # Text: "[estimated]" and data are not markup
-
-    row("step time", f"{secs(head['step_s'])} (recent mean)")
-    row("generation", generation(head))
-    tail = f"{pct(head['tail_share'])} of rollout"
-    if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
-        tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
-    row("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] else ""))
-    row("whole-step MFU", pct(head["mfu"], 1))
-    if head["trainer_gpu_idle_share"] is not None:
-        row("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step (NVML)")
-    best = head["best_topology"]
-    if best:
-        split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
-        speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
-        row("best topology", f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}")
     console.print(_plain(("Headline", "bold underline")))
     console.print(table)
 
     waterfall = doc["mfu"]["waterfall_points"] or {}
-    if waterfall and doc["mfu"]["mfu"] is not None:
+    if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         console.print()
         console.print(_plain(("MFU waterfall", "bold underline"), " (points of 100% peak FLOP/s lost, by cause)"))
         rows = [(_CAUSES.get(k, k), v) for k, v in waterfall.items() if v is not None]
