@@ -242,6 +242,16 @@ def test_topology_8b_colocated_recommends_async(eight_b):
     assert f.recommendation.startswith("switching to async streaming at 42:22 predicts 810 s -> 619 s (1.31x)")
 
 
+def test_an_async_recommendation_on_an_estimated_tail_says_so(tmp_path, eight_b):
+    measured = topology.analyze(eight_b).findings[0].recommendation
+    assert "estimated" not in measured
+    # no trajectories: the tail comes from response lengths (mean 8K, max 32K)
+    step = {**EIGHT_B_STEP, "response_length/mean": 8192, "response_length/max": 32768}
+    r = topology.analyze(make_run(tmp_path / "est", {**H100_64, "topology": "colocated"}, {0: step}))
+    (f,) = [f for f in r.findings if f.id == "async-recommended"]
+    assert "estimated from response lengths: log trajectories to measure it" in f.recommendation
+
+
 def test_topology_separated_sync_at_46_18(tmp_path):
     # measured on the pools: generation on 46 GPUs 406 * 64/46 + 196 = 760.87 s (t90 564.87),
     # training on 18 GPUs 208 * 64/18 = 739.56 s; step 1500.43 s. Scaled back: T_thr 406, T_t 208.

@@ -73,3 +73,11 @@ def test_bad_hardware_options_are_a_usage_error_for_compare(tmp_path, capsys):
     assert "--meta: batch_size is 0, not a positive whole number" in err and len(err.strip().splitlines()) == 1
     assert main(["compare", a, a, "--gpu-type", "V100"]) == 2
     assert "unknown --gpu-type 'V100'" in capsys.readouterr().err
+
+
+def test_two_equal_runs_are_said_to_take_as_long(tmp_path, capsys):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    assert main(["compare", a, a, "--format", "json"]) == 0
+    assert (
+        json.loads(capsys.readouterr().out)["explanations"][0] == "B's steps take as long as A's (130 s against 130 s)"
+    )

@@ -385,6 +385,13 @@ def test_every_format_shows_the_same_headline(tmp_path, capsys):
     assert "beside the step" in capsys.readouterr().out
 
 
+def test_a_csv_given_to_diagnose_points_to_its_importer(tmp_path, capsys):
+    export = tmp_path / "wandb.csv"
+    export.write_text("_step,actor/pg_loss\n1,0.5\n")
+    assert main(["diagnose", str(export)]) == 1
+    assert "rlscope import wandb-csv FILE --out RUN_DIR" in capsys.readouterr().err
+
+
 def test_errors_are_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.strip().endswith("no such run directory")

@@ -288,12 +288,12 @@ def analyze(
         float(recent(anatomy.seconds["step"]).mean()),
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
-    result.findings.extend(_findings(result))
+    result.findings.extend(_findings(result, tail_estimated=longtail.estimated))
     result.findings.extend(_idle_findings(frames.steps))
     return result
 
 
-def _findings(r: TopologyResult) -> list[Finding]:
+def _findings(r: TopologyResult, *, tail_estimated: bool = False) -> list[Finding]:
     assert r.model is not None
     out: list[Finding] = []
     now = r.step_now_s
@@ -359,7 +359,9 @@ def _findings(r: TopologyResult) -> list[Finding]:
                     f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
                     f"{base:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x)"
                     + (f", beyond rebalancing the current split ({now:.0f} s now)" if base < now else "")
-                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}). "
+                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}"
+                    + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")
+                    + "). "
                     "Samples become stale, a long answer by about (its generation + wait) / T_sync versions: "
                     "bound it with the off-policy threshold and watch the staleness findings",
                 )

@@ -71,7 +71,12 @@ def open_run(path: str) -> Iterator[str]:
         run_dir = os.path.join(tmp, "run")
         summary = IMPORTERS[kind]([path], run_dir)
         if not summary.steps:
-            raise RunDirError(f"{path}: no verl metric lines found (read it as {kind})")
+            hint = ""
+            if path.lower().endswith(".csv"):
+                hint = "; a W&B CSV export: rlscope import wandb-csv FILE --out RUN_DIR, then diagnose RUN_DIR"
+            elif "tfevents" in os.path.basename(path):
+                hint = "; TensorBoard events: rlscope import tensorboard FILE --out RUN_DIR, then diagnose RUN_DIR"
+            raise RunDirError(f"{path}: no verl metric lines found (read it as {kind}){hint}")
         yield run_dir
 
 
