@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, wide_steps
-from rlscope.analyzers.sync_balance import engine_balance
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
 from rlscope.errors import MetaError, RLScopeError
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
@@ -171,14 +170,13 @@ class LiveRun:
         self.phases = pd.DataFrame()  # anatomy.phase_seconds: phase columns, other, step
         self.tails = pd.DataFrame()  # longtail per_step (+ estimated)
         self.lengths = pd.DataFrame()  # response tokens: p10, p50, p90, max, mean
-        self.engines = pd.DataFrame()  # long: step, engine, load
-        self.balance = pd.DataFrame()  # n_engines, cv, utilisation
+        self.engines = pd.DataFrame()  # long: step, engine, load (0: starved, as diagnose counts it)
+        self._engine_first: dict[str, int] = {}  # the step each engine first served
         self.idle = pd.DataFrame()  # trainer, rollouter idle ratios
         self.lags = pd.DataFrame()  # long: step, lag, n, tokens
         self.reward_steps = pd.DataFrame()  # rewards.analyze by_step
         self.reward_errors = pd.DataFrame()  # long: step, source, code, count
         self.logprob = pd.DataFrame()  # columns 0..bins-1: summed |delta| counts
-        self.step_spans = pd.DataFrame()  # start, end of each step's spans
         self._models = pd.DataFrame()  # drift ledger inputs per step
         self._splits = pd.DataFrame()  # best split per step (filled lazily)
         self._analysis: tuple[int, Diagnosis | None] = (-1, None)
@@ -392,18 +390,12 @@ class LiveRun:
             self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
         self.lengths = _upsert(self.lengths, _lengths(traj, wide), steps)
         if not traj.empty:
-            engines, balance = _engine_loads(traj)
-            self.engines = _upsert(self.engines, engines, steps)
-            self.balance = _upsert(self.balance, balance, steps)
+            self.engines = _upsert(self.engines, _engine_loads(traj, self._engine_first), steps)
             self.lags = _upsert(self.lags, _lag_counts(traj), steps)
             result = rewards.analyze(traj.reset_index(drop=True))
             if result.available:
                 self.reward_steps = _upsert(self.reward_steps, result.by_step.set_index("step"), steps)
                 self.reward_errors = _upsert(self.reward_errors, _error_counts(traj), steps)
-        spans = self._spans[self._spans.index.isin(steps)].dropna(subset=["start", "end"])
-        if not spans.empty:
-            bounds = spans.groupby(level="step").agg(start=("start", "min"), end=("end", "max"))
-            self.step_spans = _upsert(self.step_spans, bounds, bounds.index)
 
     def _evict(self) -> None:
         """Drop raw rows older than the window (their aggregates stay)."""
@@ -543,22 +535,29 @@ def _lengths(traj: pd.DataFrame, wide: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns=columns, index=pd.Index([], dtype="int64", name="step"))
 
 
-def _engine_loads(traj: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _engine_loads(traj: pd.DataFrame, first: dict[str, int]) -> pd.DataFrame:
+    """Load per (step, engine) of ``traj``'s steps; an engine that served an earlier step (``first``
+    maps each engine to its first step, and is updated) and nothing in this one is there at load 0,
+    as ``sync_balance`` counts a starved engine."""
     df = traj[traj["engine"].notna()]
     if df.empty:
-        return pd.DataFrame(columns=["engine", "load", "unit"]), pd.DataFrame(
-            columns=["n_engines", "cv", "utilisation"]
-        )
+        return pd.DataFrame(columns=["engine", "load", "unit"])
     unit = "response_tokens" if df["response_tokens"].notna().any() else "gen_s"
     loads = df.groupby([df.index, "engine"])[unit].sum().rename("load").reset_index(level="engine")
     loads.index.name = "step"
+    for engine, step in loads.reset_index().groupby("engine", observed=True)["step"].min().items():
+        first[str(engine)] = min(first.get(str(engine), int(step)), int(step))
+    starved = [
+        (step, engine)
+        for step in loads.index.unique()
+        for engine in sorted(set(first) - set(loads.loc[[step], "engine"].astype(str)))
+        if first[engine] <= step
+    ]
+    if starved:
+        zero = pd.DataFrame({"engine": [e for _, e in starved], "load": 0.0}, index=[s for s, _ in starved])
+        loads = pd.concat([loads, zero.rename_axis("step")]).sort_index(kind="stable")
     loads["unit"] = unit
-    rows = {}
-    for step, per in loads.groupby(level="step"):
-        b = engine_balance(per["load"].to_numpy())
-        rows[step] = (b.n_engines, b.cv, b.utilisation)
-    balance = pd.DataFrame.from_dict(rows, orient="index", columns=["n_engines", "cv", "utilisation"])
-    return loads, balance.rename_axis("step")
+    return loads
 
 
 def _lag_mask(traj: pd.DataFrame) -> np.ndarray:
