@@ -170,8 +170,7 @@ class LiveRun:
         self.phases = pd.DataFrame()  # anatomy.phase_seconds: phase columns, other, step
         self.tails = pd.DataFrame()  # longtail per_step (+ estimated)
         self.lengths = pd.DataFrame()  # response tokens: p10, p50, p90, max, mean
-        self.engines = pd.DataFrame()  # long: step, engine, load (0: starved, as diagnose counts it)
-        self._engine_first: dict[str, int] = {}  # the step each engine first served
+        self.engines = pd.DataFrame()  # long: step, engine, load
         self.idle = pd.DataFrame()  # trainer, rollouter idle ratios
         self.lags = pd.DataFrame()  # long: step, lag, n, tokens
         self.reward_steps = pd.DataFrame()  # rewards.analyze by_step
@@ -390,7 +389,7 @@ class LiveRun:
             self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
         self.lengths = _upsert(self.lengths, _lengths(traj, wide), steps)
         if not traj.empty:
-            self.engines = _upsert(self.engines, _engine_loads(traj, self._engine_first), steps)
+            self.engines = _upsert(self.engines, _engine_loads(traj), steps)
             self.lags = _upsert(self.lags, _lag_counts(traj), steps)
             result = rewards.analyze(traj.reset_index(drop=True))
             if result.available:
@@ -535,27 +534,18 @@ def _lengths(traj: pd.DataFrame, wide: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns=columns, index=pd.Index([], dtype="int64", name="step"))
 
 
-def _engine_loads(traj: pd.DataFrame, first: dict[str, int]) -> pd.DataFrame:
-    """Load per (step, engine) of ``traj``'s steps; an engine that served an earlier step (``first``
-    maps each engine to its first step, and is updated) and nothing in this one is there at load 0,
-    as ``sync_balance`` counts a starved engine."""
+def _engine_loads(traj: pd.DataFrame) -> pd.DataFrame:
+    """Load per (step, engine) of the engines that served ``traj``'s steps.
+
+    Live, an engine silent in the latest steps may be starved or gone for good, which only
+    later steps tell; ``rlscope diagnose`` counts one silent between steps it served at 0.
+    """
     df = traj[traj["engine"].notna()]
     if df.empty:
         return pd.DataFrame(columns=["engine", "load", "unit"])
     unit = "response_tokens" if df["response_tokens"].notna().any() else "gen_s"
     loads = df.groupby([df.index, "engine"])[unit].sum().rename("load").reset_index(level="engine")
     loads.index.name = "step"
-    for engine, step in loads.reset_index().groupby("engine", observed=True)["step"].min().items():
-        first[str(engine)] = min(first.get(str(engine), int(step)), int(step))
-    starved = [
-        (step, engine)
-        for step in loads.index.unique()
-        for engine in sorted(set(first) - set(loads.loc[[step], "engine"].astype(str)))
-        if first[engine] <= step
-    ]
-    if starved:
-        zero = pd.DataFrame({"engine": [e for _, e in starved], "load": 0.0}, index=[s for s, _ in starved])
-        loads = pd.concat([loads, zero.rename_axis("step")]).sort_index(kind="stable")
     loads["unit"] = unit
     return loads
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rlscope import Recorder, RunReader
@@ -297,6 +298,23 @@ def test_topology_colocate_async_has_no_split_to_move(tmp_path):
     assert r.findings == [] and r.what_if["speedup"].isna().all()
 
 
+def test_a_step_without_the_rollouter_idle_ratio_takes_its_neighbours(tmp_path):
+    # logged at steps 1 and 3 only: 0.2, 0.4. Busy shares 1 - idle: step 0 takes the next
+    # logged (0.8), step 2 the last logged (0.8), step 4 the last (0.6); never logged: 1.0
+    steps = {s: {"timing_s/step": 100.0} for s in range(5)}
+    steps[1]["fully_async/rollouter/idle_ratio"] = 0.2
+    steps[3]["fully_async/rollouter/idle_ratio"] = 0.4
+    frames = load(make_run(tmp_path / "r", {"topology": "async"}, steps))
+    assert topology.async_busy_share(frames.steps).tolist() == pytest.approx([0.8, 0.8, 0.8, 0.6, 0.6])
+    never = load(make_run(tmp_path / "never", {"topology": "async"}, {0: {"timing_s/step": 100.0}}))
+    assert topology.async_busy_share(never.steps).tolist() == [1.0]
+
+
+def test_colocate_async_without_a_gpu_count_shares_its_gpus():
+    facts = RunFrames(pd.DataFrame(), meta={"topology": "colocate_async", "split": "8:8"}).facts
+    assert facts.n_gpus == 8 and not facts.is_pooled and facts.kind == "async_streaming"
+
+
 def test_topology_async_idle_ratios(tmp_path):
     steps = {s: {"rollouter/idle_ratio": 0.3, "trainer/idle_ratio": 0.02} for s in range(3)}
     r = topology.analyze(make_run(tmp_path / "r", {"topology": "separate_async"}, steps))
@@ -332,21 +350,25 @@ def test_engine_imbalance_and_sync_bubble(tmp_path):
 
 
 def test_an_engine_that_stops_serving_counts_at_load_zero(tmp_path):
-    # 8 engines serve 100 tokens each in step 0; from step 1 on, e4..e7 serve nothing.
-    # Steps 1-3: loads 100 x 4 and 0 x 4: mean 50, max 100, utilisation 0.5, std 50, CV 1.0
-    first = [{"traj_id": f"e{i}", "engine": f"e{i}", "response_tokens": 100} for i in range(8)]
-    later = [{"traj_id": f"e{i}", "engine": f"e{i}", "response_tokens": 100} for i in range(4)]
-    steps = {s: {"timing_s/gen": 10} for s in range(4)}
-    r = sync_balance.analyze(make_run(tmp_path / "r", {}, steps, {0: first, 1: later, 2: later, 3: later}))
-    assert r.engines["n_engines"].tolist() == [8] * 4 and r.engines["starved"].tolist() == [0, 4, 4, 4]
-    assert r.engines["utilisation"].tolist() == pytest.approx([1.0, 0.5, 0.5, 0.5])
-    assert r.engines["cv"].tolist() == pytest.approx([0.0, 1.0, 1.0, 1.0])
+    # 8 engines serve 100 tokens each in steps 0 and 7; in steps 1-6 e4..e7 serve nothing.
+    # Those steps: loads 100 x 4 and 0 x 4: mean 50, max 100, utilisation 0.5, std 50, CV 1.0
+    every = [{"traj_id": f"e{i}", "engine": f"e{i}", "response_tokens": 100} for i in range(8)]
+    half = every[:4]
+    traj = {s: every if s in (0, 7) else half for s in range(8)}
+    steps = {s: {"timing_s/gen": 10} for s in range(8)}
+    r = sync_balance.analyze(make_run(tmp_path / "r", {}, steps, traj))
+    assert r.engines["n_engines"].tolist() == [8] * 8 and r.engines["starved"].tolist() == [0] + [4] * 6 + [0]
+    assert r.engines["utilisation"].tolist() == pytest.approx([1.0] + [0.5] * 6 + [1.0])
+    assert r.engines["cv"].tolist() == pytest.approx([0.0] + [1.0] * 6 + [0.0])
+    # the last quarter (steps 6, 7): mean CV 0.5
     (f,) = r.findings
     assert f.id == "engine-imbalanced" and f.severity is Severity.CRITICAL
-    assert f.recommendation.startswith("up to 4 engines served nothing in 1 of the last 1 steps")
-    # an engine that first serves in a later step is not counted before it (a scale-up is not starvation)
-    r = sync_balance.analyze(make_run(tmp_path / "up", {}, steps, {0: later, 1: first}))
-    assert r.engines["n_engines"].tolist() == [4, 8] and r.engines["starved"].tolist() == [0, 0]
+    assert f.recommendation.startswith("up to 4 engines served nothing in 1 of the last 2 steps")
+    # engines renamed by a restart (or added, or removed) are not starved outside the steps they served
+    renamed = [{**row, "engine": "new-" + row["engine"]} for row in every]
+    r = sync_balance.analyze(make_run(tmp_path / "re", {}, steps, {s: every if s < 4 else renamed for s in range(8)}))
+    assert r.engines["n_engines"].tolist() == [8] * 8 and r.engines["starved"].tolist() == [0] * 8
+    assert r.findings == []
 
 
 def test_a_sync_without_an_update_timer_has_no_bubble(tmp_path):

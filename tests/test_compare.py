@@ -81,3 +81,19 @@ def test_two_equal_runs_are_said_to_take_as_long(tmp_path, capsys):
     assert (
         json.loads(capsys.readouterr().out)["explanations"][0] == "B's steps take as long as A's (130 s against 130 s)"
     )
+
+
+def test_short_steps_are_compared_by_their_ratio(tmp_path, capsys):
+    logs = []
+    for name, scale in (("a.log", 1.0), ("b.log", 2.0)):
+        log = tmp_path / name
+        log.write_text(
+            "".join(
+                f"step:{i} - timing_s/gen:{0.2 * scale} - timing_s/update_actor:{0.2 * scale} - "
+                f"timing_s/step:{0.5 * scale}\n"
+                for i in range(1, 5)
+            )
+        )
+        logs.append(str(log))
+    assert main(["compare", *logs, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == "B's steps are 0.5 s slower than A's (+100%)"

@@ -626,20 +626,3 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["dashboard", "--help"])
     assert done.value.code == 0 and "rlscope dashboard RUN_DIR" in capsys.readouterr().out
-
-
-def test_an_engine_that_stops_serving_is_drawn_at_zero(tmp_path):
-    # e1 serves step 1 and nothing in step 2; e2 first serves in step 2 (not starved in step 1)
-    path = tmp_path / "run"
-    rows = {1: ["e0", "e1"], 2: ["e0", "e2"]}
-    with Recorder(path, meta=META) as rec:
-        for step, engines in rows.items():
-            rec.log_step(step, {"timing_s/gen": 10.0})
-            rec.log_trajectories(step, [{"traj_id": e, "engine": e, "response_tokens": 100} for e in engines])
-    live = LiveRun(0, str(path), "run")
-    live.refresh(force=True)
-    got = {
-        (int(s), str(e)): float(v)
-        for s, e, v in zip(live.engines.index, live.engines["engine"], live.engines["load"], strict=True)
-    }
-    assert got == {(1, "e0"): 100, (1, "e1"): 100, (2, "e0"): 100, (2, "e1"): 0, (2, "e2"): 100}

@@ -81,9 +81,10 @@ _ENTRIES = (
     Entry(
         "stage-timers-overlap",
         "stage timers add up to more than the step in {steps} of {of_steps} steps",
-        "verl times each stage on its own; when two overlap (a reward computed beside generation, say) their "
-        "sum exceeds timing_s/step. rlscope then takes the step as the sum, so step time and shares describe "
-        "the stages rather than the wall clock, and the what-if treats the stages as sequential.",
+        "verl times each stage on its own; when one timer is nested in another, or two stages run at the same "
+        "time, their sum exceeds timing_s/step (the log cannot tell which). rlscope then takes the step as the "
+        "sum, so step time and shares describe the stages rather than the wall clock, and the what-if treats "
+        "the stages as sequential.",
     ),
     Entry(
         "mfu-impossible",

@@ -286,8 +286,9 @@ class RunFacts:
         kind = topology_kind(topology) if isinstance(topology, str) else "colocated"
         batch = _number(meta, "batch_size", "train_batch_size", "config.batch_size")
         group = _number(meta, "group_size", "rollout_n", "config.group_size")
-        if n_gpus is None and n_r and n_t:
-            n_gpus = n_r if kind == "colocated" else n_r + n_t  # colocated: both are all GPUs
+        if n_gpus is None and n_r and n_t:  # colocated (colocate_async too): both pools are all GPUs
+            shared = kind == "colocated" or "coloc" in str(topology).lower()
+            n_gpus = max(n_r, n_t) if shared else n_r + n_t
         return cls(
             n_gpus=int(n_gpus) if n_gpus else None,
             gpu_type=gpu_type,

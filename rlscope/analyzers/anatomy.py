@@ -147,15 +147,17 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     if not seconds.empty:
         result.findings.extend(_findings(result))
         if step_timer:
-            result.findings.extend(_overlapping_timers(seconds["step"], frames.steps[f"{_PREFIX}step"]))
+            result.findings.extend(_overlapping_timers(seconds, frames.steps[f"{_PREFIX}step"], overlapped))
     return result
 
 
-def _overlapping_timers(step: pd.Series, timer: pd.Series) -> list[Finding]:
-    """A step whose stage timers add up to more than its step timer had stages running at once;
-    :func:`phase_seconds` takes it as the timers' sum, which the report should say."""
-    logged = timer.reindex(step.index)
-    excess = (step - logged)[logged > 0]
+def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: bool) -> list[Finding]:
+    """Steps whose stage timers add up to more than their step timer: nested or overlapping
+    timers. :func:`phase_seconds` takes such a step as the timers' sum, which the report should
+    say. Waits are left out: a wait timed before the step opens (the first batch) lies outside it."""
+    logged = timer.reindex(seconds.index)
+    stages = seconds.drop(columns=["other", "step", "waiting"] + (["gen"] if overlapped else []))
+    excess = (stages.sum(axis=1) - logged)[logged > 0]
     over = excess[excess > OVERLAPPING_TIMERS_TOLERANCE * logged[excess.index]]
     if over.empty:
         return []
@@ -165,8 +167,9 @@ def _overlapping_timers(step: pd.Series, timer: pd.Series) -> list[Finding]:
             Severity.INFO,
             {"steps": len(over), "of_steps": len(excess), "mean_excess_s": float(over.mean())},
             f"in {len(over)} of {len(excess)} steps the stage timers add up to more than timing_s/step "
-            f"(by {over.mean():.1f} s on average): some stages ran at the same time. rlscope takes such a step "
-            "as the sum of its timers, so its step time and phase shares are the timers', not the wall clock's",
+            f"(by {over.mean():.1f} s on average): some are nested in others or ran at the same time. rlscope "
+            "takes such a step as the sum of its timers, so its step time and phase shares are the timers', "
+            "not the wall clock's",
         )
     ]
 

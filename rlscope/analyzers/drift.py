@@ -205,7 +205,7 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
         assert imbalance is not None
         text = (
             f"verl's idle ratios call for moving {gpus} (rollouter {imbalance[1]:.0%}, trainer {imbalance[2]:.0%} "
-            f"idle), though the ledger predicts no gain ({now_s:.0f} s -> {after_s:.0f} s): move one node and "
+            f"idle), though the ledger predicts a step no shorter ({now_s:.0f} s -> {after_s:.0f} s): move one node and "
             f"re-measure; {drifted}"
         )
     return [finding("split-drift", severity, evidence, text)]

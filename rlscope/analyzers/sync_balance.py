@@ -67,7 +67,7 @@ def sync_bubble(t_sync_s: float, t_mb_s: float, k: float) -> float:
 class SyncBalanceResult:
     """Per-step engine balance and the recent sync bubble.
 
-    ``engines``: index step; ``n_engines`` (every engine from the first step it served),
+    ``engines``: index step; ``n_engines`` (every engine between the first and last step it served),
     ``mean_load``, ``max_load``, ``cv``, ``utilisation``, ``heaviest`` engine and its
     ``heaviest_share`` of the load, and the ``starved`` engines that served nothing in the
     step (empty without an ``engine`` column). ``load_unit``: ``response_tokens``
@@ -99,10 +99,13 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
     loads = group_counts(g, engine, names.size, load)[:, by_name]
     served = group_counts(g, engine, names.size)[:, by_name] > 0
-    # an engine counts from the first step it serves to the end of the run: one that then gets
-    # nothing in a step is starved (load 0), the worst imbalance; before it first serves it is
-    # not yet there. engine_balance() of every step at once.
-    present = np.arange(len(served))[:, None] >= np.where(served.any(axis=0), served.argmax(axis=0), len(served))
+    # an engine counts from the first step it serves to the last: one that gets nothing in a step
+    # between is starved (load 0), the worst imbalance. Before and after it is not there (a
+    # restart or a scale-down renames or removes engines). engine_balance() of every step at once.
+    step_no = np.arange(len(served))[:, None]
+    first = np.where(served.any(axis=0), served.argmax(axis=0), len(served))
+    last = len(served) - 1 - served[::-1].argmax(axis=0)
+    present = (step_no >= first) & (step_no <= last)
     n = present.sum(axis=1)
     total = loads.sum(axis=1)
     mean = total / n

@@ -203,14 +203,15 @@ class TopologyResult:
 
 def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     """Per step of an async run, the share of the step the rollout pool is busy: 1 - verl's
-    rollouter idle ratio, or 1 where it is not logged (never idle: an upper bound).
+    rollouter idle ratio, or 1 when the run never logs it (never idle: an upper bound).
 
     A trajectory's finish time counts from the earliest submit of the batch it joined, which
     under async streaming reaches back over earlier steps, so finish times cannot give it.
     """
-    if ROLLOUTER_IDLE not in steps:
+    if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
         return pd.Series(1.0, index=steps.index)
-    return 1.0 - steps[ROLLOUTER_IDLE].fillna(0.0)
+    # a step without the ratio takes its neighbours' (the last one logged, else the next)
+    return 1.0 - steps[ROLLOUTER_IDLE].ffill().bfill()
 
 
 def _tail_for(t_thr: float, tail_share: float) -> float:

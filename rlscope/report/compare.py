@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlscope.report._format import secs
+
 __all__ = ["compare_documents"]
 
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
+_SAME_STEP = 0.005  # steps within 0.5% of each other take as long
 
 
 def _get(doc: dict[str, Any], *path: str) -> Any:
@@ -80,10 +83,10 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {d:+,.0f} s")
         detail = f": {', '.join(parts[:4])}" if parts else ""
-        if abs(delta) < _MIN_PHASE_S and not parts:
-            out.append(f"B's steps take as long as A's ({sa:,.0f} s against {sb:,.0f} s)")
+        if abs(delta) < _SAME_STEP * sa and not parts:
+            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)})")
         else:
-            out.append(f"B's steps are {abs(delta):,.0f} s {word} than A's ({sb / sa - 1:+.0%}){detail}")
+            out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}")
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
