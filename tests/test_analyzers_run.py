@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -178,6 +179,17 @@ def test_longtail_estimated_from_response_lengths(tmp_path):
     assert r.t_tail_s == pytest.approx(255.4, abs=0.1)
     (f,) = r.findings
     assert f.severity is Severity.WARN and f.evidence["estimated"] and "estimated" in f.recommendation
+
+
+def test_an_estimated_tail_growing_is_information(tmp_path):
+    # lengths spread out: max/mean 2 -> 8. f = 1 - min(max, mean ln 10) / max: 0 -> 1 - 2.303/8 = 0.71
+    steps = {
+        s: {"response_length/mean": 1000, "response_length/max": 2000 + 2000 * s, "timing_s/gen": 100} for s in range(4)
+    }
+    r = longtail.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.estimated and r.trend.first == 0 and r.trend.last == pytest.approx(1 - 1000 * math.log(10) / 8000)
+    (f,) = [f for f in r.findings if f.id == "long-tail-growing"]
+    assert f.severity is Severity.INFO and "estimated" in f.recommendation
 
 
 def test_longtail_without_evidence_is_empty(tmp_path):

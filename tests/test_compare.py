@@ -32,6 +32,7 @@ def test_compare_explains_the_step_difference(tmp_path, capsys):
     assert rows["step time"] == pytest.approx((130.0, 230.0))
     assert rows["T_tail"] == pytest.approx((20.0, 100.0))
     assert rows["slowest-10% share of rollout"] == pytest.approx((0.2, 0.5))
+    assert rows["tail measured from"] == ("trajectories", "trajectories")
     assert out["explanations"][0] == "B's steps are 100 s slower than A's (+77%): gen +100 s"
     assert out["explanations"][1].startswith("generation's throughput part changed +20 s and its tail +80 s")
     assert main(["compare", a, b]) == 0

@@ -392,6 +392,21 @@ def test_a_csv_given_to_diagnose_points_to_its_importer(tmp_path, capsys):
     assert "rlscope import wandb-csv FILE --out RUN_DIR" in capsys.readouterr().err
 
 
+def test_a_run_with_no_rows_is_an_error_not_a_clean_report(tmp_path, capsys):
+    from rlscope import Recorder
+
+    run = tmp_path / "run"
+    with Recorder(run, meta={"gpu": {"count": 8}}):
+        pass
+    for command in (["diagnose", str(run), "--fail-on", "warn"], ["compare", str(run), str(run)]):
+        assert main(command) == 1
+        err = capsys.readouterr().err
+        assert (
+            err
+            == f"rlscope: {run}: no rows yet (no step metrics, trajectories, spans or GPU samples): nothing to diagnose\n"
+        )
+
+
 def test_errors_are_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.strip().endswith("no such run directory")

@@ -15,7 +15,8 @@ meta.json and the log:
 A meta.json value the analyzers cannot use (a count that is not a whole positive number,
 say) is ignored with a warning; one given with --meta is a usage error.
 
-Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error, 2 on bad usage.
+Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error (a run with
+no rows yet too), 2 on bad usage.
 The JSON format is documented in docs/diagnose-json.md.
 """
 
@@ -155,6 +156,10 @@ def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argpars
     from rlscope.trace.store import merge_meta
 
     reader = RunReader(run_dir)
+    if not any(reader.row_count(table) for table in reader.tables()):
+        raise RunDirError(
+            f"{source}: no rows yet (no step metrics, trajectories, spans or GPU samples): nothing to diagnose"
+        )
     stated = meta_problems(reader.meta)
     reader.meta = _with_overrides(merge_meta(reader.meta, args.meta or {}), args)
     unusable = meta_problems(reader.meta)

@@ -39,6 +39,12 @@ def _split(doc: dict[str, Any]) -> str | None:
     return f"{split['rollout']}:{split['train']}" if split else None
 
 
+def _tail_source(head: dict[str, Any]) -> str | None:
+    if head["tail_share"] is None:
+        return None
+    return "response lengths (estimated)" if head["tail_estimated"] else "trajectories"
+
+
 def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Rows of (measure, unit, A, B) and sentences explaining how B differs from A.
 
@@ -51,6 +57,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("slowest-10% share of rollout", "share", ha["tail_share"], hb["tail_share"]),
         ("T_thr", "s", ha["t_thr_s"], hb["t_thr_s"]),
         ("T_tail", "s", ha["t_tail_s"], hb["t_tail_s"]),
+        ("  tail measured from", "", _tail_source(ha), _tail_source(hb)),
         ("whole-step MFU", "share", ha["mfu"], hb["mfu"]),
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
