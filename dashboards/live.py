@@ -218,6 +218,10 @@ class LiveRun:
                 )
                 log.warning("dashboard: %s", self.problem)
                 return False
+            except Exception as exc:  # rows rlscope did not expect: keep serving what was read
+                self.problem = f"could not fold in new rows of {self.label}: {type(exc).__name__}: {exc}"
+                log.error("dashboard: %s", self.problem, exc_info=True)
+                return False
 
     def _refresh(self) -> bool:
         if self.meta_missing and self._meta_appeared():
@@ -363,6 +367,16 @@ class LiveRun:
         self._wide = _upsert(self._wide, pd.concat(rows), replace + merge)
 
     def _fold_logprob(self, rows: pd.DataFrame) -> None:
+        whole = rows["abs_counts"].map(lambda c: c is not None and len(c) == _N_BINS).to_numpy(dtype=bool)
+        if not whole.all():  # another writer's bins or a truncated list cannot be added bin by bin
+            log.warning(
+                "dashboard: %s: %d log-prob histogram row(s) without one count per bin; left out",
+                self.label,
+                int((~whole).sum()),
+            )
+            rows = rows[whole]
+        if rows.empty:
+            return
         counts = np.stack([np.asarray(c, dtype="int64") for c in rows["abs_counts"]])
         new = pd.DataFrame(counts[:, :_N_BINS], index=rows["step"].to_numpy()).groupby(level=0).sum()
         if not self.logprob.empty:

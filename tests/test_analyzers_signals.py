@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 
 from rlscope import Recorder, RunReader
@@ -342,3 +344,18 @@ def test_a_critic_or_one_informative_recent_step_is_a_signal(tmp_path):
     # one recent step (of 6-7) with a spread of rewards
     mixed = [(0.0, 0.0)] * 7 + [(0.0, 1.0)]
     assert rewards.analyze(_score_run(tmp_path / "b", mixed, None)).findings == []
+
+
+def test_a_broken_histogram_row_is_left_out_with_a_warning(tmp_path, caplog):
+    from rlscope.trace.schema import LOGPROB
+    from rlscope.trace.store import write_segment
+
+    run = _mismatch_run(tmp_path, "broken", {"precision": "bf16"}, 1.0)
+    before = mismatch.analyze(RunReader(run))
+    for i, counts in enumerate(([1, 2, 3], None)):  # another writer's bins; no histogram at all
+        row = pa.Table.from_pylist([{"step": 99, "abs_counts": counts}], schema=LOGPROB)
+        write_segment(run, "logprob", row, writer_id="other", seq=i)
+    with caplog.at_level("WARNING", logger="rlscope"):
+        after = mismatch.analyze(RunReader(run))
+    assert "2 log-prob histogram row(s) without one count per bin; left out" in caplog.text
+    pd.testing.assert_frame_equal(after.per_step, before.per_step)

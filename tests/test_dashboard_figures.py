@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -626,3 +627,23 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["dashboard", "--help"])
     assert done.value.code == 0 and "rlscope dashboard RUN_DIR" in capsys.readouterr().out
+
+
+def test_a_broken_histogram_row_does_not_stop_the_dashboard(tmp_path):
+    from rlscope.trace.schema import LOGPROB
+    from rlscope.trace.store import write_segment
+
+    path = tmp_path / "run"
+    with Recorder(path, meta=META) as rec:
+        for step in (1, 2):
+            _log_step(rec, step)
+    write_segment(
+        path,
+        "logprob",
+        pa.Table.from_pylist([{"step": 3, "abs_counts": [1, 2, 3]}], schema=LOGPROB),
+        writer_id="x",
+        seq=1,
+    )
+    live = LiveRun(0, str(path), "run")
+    assert live.refresh(force=True) and live.problem is None
+    assert sorted(live.logprob.index) == [1, 2]

@@ -449,3 +449,18 @@ def test_injected_faults_are_found_and_healthy_runs_stay_quiet(name):
         assert all(f.severity.value == "info" for f in found)
     if not truth["ground_truth"]["faults"]:
         assert "reward-source-failing" not in by_id and "engine-imbalanced" not in by_id
+
+
+def test_an_error_logged_with_its_exception_shows_the_traceback(capsys):
+    import logging
+
+    from rlscope.cli import _setup_logging
+
+    _setup_logging()
+    try:
+        raise ValueError("rows of unequal length")
+    except ValueError:
+        logging.getLogger("rlscope.dashboard").exception("dashboard: a page failed to render")
+    err = capsys.readouterr().err
+    assert err.startswith("rlscope: error: dashboard: a page failed to render\nTraceback (most recent call last):")
+    assert "ValueError: rows of unequal length" in err

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -367,3 +368,16 @@ def test_load_short(run):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "errors 0" in done.stdout
     assert not math.isnan(float(done.stdout.split("p99 ")[1].split()[0]))
+
+
+def test_a_broken_histogram_row_neither_moves_the_step_nor_resets_the_sum(tmp_path):
+    from rlscope.trace.schema import LOGPROB
+    from rlscope.trace.store import write_segment
+
+    with Recorder(tmp_path / "run") as rec:
+        rec.log_logprob_delta(8, np.random.default_rng(0).normal(0.0, 1e-3, 20_000))
+    broken = pa.Table.from_pylist([{"step": 99, "abs_counts": [1, 2, 3]}], schema=LOGPROB)
+    write_segment(tmp_path / "run", "logprob", broken, writer_id="other", seq=1)
+    registry, _ = _registry(tmp_path / "run")
+    median = np.median(np.abs(np.random.default_rng(0).normal(0.0, 1e-3, 20_000)))
+    assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(median, rel=0.1)

@@ -11,6 +11,7 @@ scalars, which are differences of probabilities (not log-probs) and so only a lo
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -32,7 +33,9 @@ from rlscope.advice.thresholds import (
 )
 from rlscope.analyzers._data import group_rows, wide_steps
 from rlscope.trace.reader import RunReader
-from rlscope.trace.schema import LOGPROB_BIN_EDGES
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, whole_histograms
+
+log = logging.getLogger("rlscope")
 
 __all__ = ["MismatchResult", "abs_quantile", "analyze", "expected_level"]
 
@@ -94,7 +97,11 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> MismatchResult:
     """Log-prob mismatch per step, from histograms when recorded, else from verl's scalars."""
     reader = run if isinstance(run, RunReader) else RunReader(run)
     precision, model_type, level = expected_level(reader.meta)
-    table = reader.read("logprob", ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"])
+    table, broken = whole_histograms(
+        reader.read("logprob", ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"])
+    )
+    if broken:
+        log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", reader.location, broken)
     if table.num_rows:
         return _from_histograms(table.to_pandas(), precision, model_type, level)
     steps = wide_steps(reader.read("steps", ["step", "attempt", "time", "key", "value"]))

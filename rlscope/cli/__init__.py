@@ -41,11 +41,13 @@ def _usage() -> str:
 
 
 class _StderrLines(logging.Handler):
-    """``rlscope: warning: ...`` on whatever ``sys.stderr`` is when a record is emitted."""
+    """``rlscope: warning: ...`` on whatever ``sys.stderr`` is when a record is emitted; a record
+    logged with an exception (a dashboard page that failed, say) carries its traceback below."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(f"rlscope: {record.levelname.lower()}: {record.getMessage()}\n")
+            trace = f"{logging.Formatter().formatException(record.exc_info)}\n" if record.exc_info else ""
+            sys.stderr.write(f"rlscope: {record.levelname.lower()}: {record.getMessage()}\n{trace}")
         except Exception:  # noqa: BLE001 - logging must never raise
             self.handleError(record)
 

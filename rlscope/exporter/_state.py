@@ -31,7 +31,7 @@ from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
-from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
 
 __all__ = [
     "GPU_STALE_SECONDS",
@@ -307,6 +307,9 @@ class RunState:
             del self._gpus[key]
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
+        rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
+        if broken:
+            log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", self.run_dir, broken)
         if rows.num_rows == 0:
             return
         step = int(pc.max(rows.column("step")).as_py())
@@ -315,8 +318,7 @@ class RunState:
         if step != self._logprob_step:
             self._logprob_step, self._logprob_counts = step, np.zeros(_N_BINS)
         for counts in rows.filter(pc.equal(rows.column("step"), step)).column("abs_counts").to_pylist():
-            if counts is not None and len(counts) == _N_BINS:
-                self._logprob_counts += np.asarray(counts, dtype=float)
+            self._logprob_counts += np.asarray(counts, dtype=float)
 
     # -- analyzers on the window ---------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = [
     "GPU",
@@ -22,6 +23,7 @@ __all__ = [
     "STEPS",
     "TABLES",
     "TRAJECTORIES",
+    "whole_histograms",
 ]
 
 SCHEMA_VERSION = 1
@@ -109,6 +111,19 @@ LOGPROB = pa.schema(
         pa.field("is_clipped", pa.int64()),  # tokens whose IS weight exp(delta) exceeds the cap
     ]
 )
+
+
+def whole_histograms(rows: pa.Table) -> tuple[pa.Table, int]:
+    """The ``logprob`` rows whose ``abs_counts`` hold one count per bin, and how many did not.
+
+    Histograms are added bin by bin: a row with a missing or wrongly sized histogram (another
+    writer's bins, a truncated list) would break the sum, so readers leave it out and say so.
+    """
+    lengths = pc.list_value_length(rows.column("abs_counts"))
+    whole = pc.fill_null(pc.equal(lengths, len(LOGPROB_BIN_EDGES) - 1), False)
+    kept = rows.filter(whole)
+    return kept, rows.num_rows - kept.num_rows
+
 
 TABLES: dict[str, pa.Schema] = {
     "steps": STEPS,
