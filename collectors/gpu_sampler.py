@@ -9,6 +9,7 @@ is how the verl hook stays a no-op on CPU machines.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +40,8 @@ class GpuSampler:
         backend: Callable[[], GpuBackend] = NvmlBackend,
         clock: Callable[[], float] = time.time,
     ):
+        if not (math.isfinite(interval) and interval > 0):  # NaN would busy-loop, inf never sample
+            raise ValueError(f"interval must be a finite number of seconds above 0, got {interval!r}")
         self.recorder = recorder
         self.interval = interval
         self.role = role

@@ -195,3 +195,10 @@ def test_one_sampler_actor_per_ray_node(tmp_path, monkeypatch):
     assert len(rows) == stats["samples"]
     assert {r["host"] for r in rows} == {socket.gethostname()}
     assert {(r["gpu"], r["util_pct"]) for r in rows} == {(0, 70.0), (1, 30.0)}
+
+
+@pytest.mark.parametrize("interval", [float("nan"), float("inf"), 0.0])
+def test_an_interval_that_is_not_a_finite_number_of_seconds_is_refused(tmp_path, interval):
+    with Recorder(str(tmp_path / "run")) as rec, pytest.raises(ValueError, match="finite number of seconds"):
+        GpuSampler(rec, interval=interval, backend=lambda: FakeBackend(utils=[[50.0]]))
+    assert main(["collect", "gpu", "--run-dir", str(tmp_path / "run"), "--interval", str(interval)]) == 2

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import decimal
 import math
+import os
 import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -12,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from rlscope import Recorder, RunReader
-from rlscope.trace.recorder import logprob_histogram_row
+from rlscope.trace.recorder import _close_all, logprob_histogram_row
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, LOGPROB_QUANTILES
 
 
@@ -223,6 +225,62 @@ def test_bad_arguments_become_counters(tmp_path):
     status = rec.status()
     assert status["bad_rows"] >= 5
     assert _values(run) == {(1, "ok"): (1.0, None)}
+
+
+def test_one_bad_value_drops_its_row_not_the_flush(tmp_path):
+    class Unreadable:  # a tensor on a meta device, say
+        def __float__(self) -> float:
+            raise RuntimeError("no data")
+
+    run = str(tmp_path / "run")
+    with Recorder(run, flush_interval=60) as rec:
+        for s in range(10):
+            rec.log_span(s, "gen", s, s + 1.0)
+            rec.log_trajectories(s, [{"traj_id": f"t{s}"}])
+            rec.log_step(s, {"loss": 1.0})
+        rec.log_span(10, "gen", "not-a-time", 5.0)  # type: ignore[arg-type]
+        rec.log_span(None, "gen", 1.0, 5.0)  # type: ignore[arg-type]
+        rec.log_trajectories(10, [{"traj_id": "kept"}, {"traj_id": "bad", "response_tokens": "ten"}])
+        rec.log_gpu([{"time": 1.0, "gpu": 0}, {"time": 2.0, "mem_used_bytes": 2**70}])
+        rec.log_step(10, {"x": Unreadable()})
+    reader = RunReader(run)
+    assert {t: reader.row_count(t) for t in reader.tables()} == {"steps": 11, "spans": 10, "trajectories": 11, "gpu": 1}
+    assert rec.status()["bad_rows"] == 4 and rec.status()["write_errors"] == 0
+    assert reader.read("steps").to_pandas().set_index("key").loc["x", "text"].startswith("<")  # kept as text
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_neither_hangs_nor_writes(tmp_path):
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=0.001, flush_rows=10)
+    stop = threading.Event()
+
+    def busy() -> None:  # the writer thread is inside Arrow at the fork more often than not
+        while not stop.is_set():
+            rec.log_step(1, {f"k{i}": 1.0 for i in range(20)})
+
+    threads = [threading.Thread(target=busy) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    pid = os.fork()
+    if pid == 0:  # the child logs, flushes and closes every recorder as its atexit would
+        rec.log_step(1000, {"child": 1.0})
+        ok = rec.status()["dropped_rows"] == 1 and rec.flush() is False
+        _close_all()
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    stop.set()
+    for t in threads:
+        t.join()
+    rec.close()
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
+    assert 1000 not in RunReader(run).read("steps", ["step"]).column("step").to_pylist()
 
 
 def test_logging_after_close_is_dropped_and_counted(tmp_path):

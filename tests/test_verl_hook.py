@@ -344,3 +344,18 @@ def test_a_module_imported_later_is_patched_on_import_and_keeps_its_loader(tmp_p
     assert not any(type(f).__name__ == "_Watcher" for f in sys.meta_path)  # done watching
     install_targets(hook, targets[:1])  # installing again never wraps twice
     assert module.Tracker().log(1) == 2 and calls == [3, 1]
+
+
+def test_a_bad_gpu_interval_turns_off_sampling_only(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("RLSCOPE_GPU_INTERVAL", "abc")
+    monkeypatch.setenv("RLSCOPE_EXPORT_PORT", str(_free_port()))
+    hook = Hook(str(tmp_path / "run"))
+    with caplog.at_level("WARNING", logger="rlscope"):
+        hook.start_services()
+    server = hook.status()["services"]["exporter"]
+    try:
+        assert "RLSCOPE_GPU_INTERVAL='abc' is not a number of seconds; no GPU sampling" in caplog.text
+        assert server is not None and server.startswith("http://127.0.0.1:")
+        assert hook.status()["services"]["gpu_sampler"] is None
+    finally:
+        hook._services["exporter"].stop()

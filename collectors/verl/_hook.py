@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import math
 import os
 import sys
 import threading
@@ -141,8 +142,14 @@ class Hook:
             if self._services is not None:
                 return
             self._services = {}
-        interval = float(os.environ.get(ENV_GPU_INTERVAL, "1.0"))
-        if interval > 0:
+        text = os.environ.get(ENV_GPU_INTERVAL, "1.0")
+        try:
+            interval = float(text)
+        except ValueError:
+            interval = math.nan
+        if not math.isfinite(interval) or interval < 0:
+            log.warning("rlscope verl hook: %s=%r is not a number of seconds; no GPU sampling", ENV_GPU_INTERVAL, text)
+        elif interval > 0:
             from rlscope.collectors.gpu_sampler import GpuSampler
 
             sampler = GpuSampler(self.recorder(), interval=interval, role=os.environ.get(ENV_GPU_ROLE, "unknown"))

@@ -10,6 +10,7 @@ one-line reason when no GPU can be read (no nvidia-ml-py, no driver, no device).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -27,8 +28,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--role", default="unknown", help="role of this host's GPUs: trainer, rollout, ...")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     args = parser.parse_args(argv)
-    if args.interval <= 0:
-        raise UsageError(f"--interval must be positive, got {args.interval}")
+    if not (math.isfinite(args.interval) and args.interval > 0):
+        raise UsageError(f"--interval must be a finite number of seconds above 0, got {args.interval}")
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        raise UsageError(f"--duration must be a finite number of seconds above 0, got {args.duration}")
 
     from rlscope.collectors.gpu_sampler import GpuSampler
     from rlscope.collectors.nvml import NvmlBackend

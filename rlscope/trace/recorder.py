@@ -61,8 +61,11 @@ def _coerce(value: Any) -> tuple[float | None, str | None]:
         return None, value[:_MAX_TEXT]
     try:  # numpy scalars, 0-d arrays, torch scalars, Decimal, ...
         return float(value), None
-    except (TypeError, ValueError, OverflowError):
-        return None, repr(value)[:_MAX_TEXT]
+    except Exception:  # noqa: BLE001 - a tensor on a meta device raises anything; keep its text
+        try:
+            return None, repr(value)[:_MAX_TEXT]
+        except Exception:  # noqa: BLE001
+            return None, f"<unprintable {type(value).__name__}>"
 
 
 def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", when: float | None = None) -> dict:
@@ -151,6 +154,7 @@ class Recorder:
         self._flush_done = 0
         self._seq = 0
         self._closed = False
+        self._forked = False  # a forked child's copy, not yet warned about
         self._counters: dict[str, int] = {
             "rows_queued": 0,
             "rows_written": 0,
@@ -235,18 +239,26 @@ class Recorder:
     def _enqueue(self, table: str, payload: Any, rows: int, weight: int | None = None) -> None:
         """Queue ``rows`` rows; ``weight`` (default: rows) is what counts towards the bound."""
         weight = rows if weight is None else weight
+        forked = wake = False
         with self._lock:
             if self._closed:
                 self._counters["dropped_rows"] += rows
-                return
-            self._queue.append((table, payload, rows, weight))
-            self._queued_weight += weight
-            self._counters["rows_queued"] += rows
-            while self._queued_weight > self.max_queue_rows and len(self._queue) > 1:
-                _, _, dropped, dropped_weight = self._queue.popleft()
-                self._queued_weight -= dropped_weight
-                self._counters["dropped_rows"] += dropped
-            wake = self._queued_weight >= self.flush_rows
+                forked, self._forked = self._forked, False
+            else:
+                self._queue.append((table, payload, rows, weight))
+                self._queued_weight += weight
+                self._counters["rows_queued"] += rows
+                while self._queued_weight > self.max_queue_rows and len(self._queue) > 1:
+                    _, _, dropped, dropped_weight = self._queue.popleft()
+                    self._queued_weight -= dropped_weight
+                    self._counters["dropped_rows"] += dropped
+                wake = self._queued_weight >= self.flush_rows
+        if forked:  # once
+            log.warning(
+                "rlscope recorder (%s): this process was forked from the one that opened it and records "
+                "nothing; open a Recorder in this process to record here",
+                self.run_dir,
+            )
         if wake:
             self._wake.set()
 
@@ -317,12 +329,8 @@ class Recorder:
         for table, payload, rows, _ in batch:
             by_table.setdefault(table, []).append((payload, rows))
         for table, items in by_table.items():
-            try:
-                data = _BUILDERS[table](self, [p for p, _ in items])
-            except Exception as exc:  # noqa: BLE001
-                self._fail(f"build-{table}", exc, count="bad_rows", rows=sum(r for _, r in items))
-                continue
-            if data.num_rows == 0:
+            data = self._build(table, items)
+            if data is None or data.num_rows == 0:
                 continue
             try:
                 if self._loc is None:
@@ -338,6 +346,35 @@ class Recorder:
                 self._counters["rows_written"] += data.num_rows
                 self._counters["segments_written"] += 1
         self._write_status()
+
+    def _build(self, table: str, items: list[tuple[Any, int]]) -> pa.Table | None:
+        """The queued calls of ``table`` as one Arrow table. If a value breaks the batch, each
+        call is built alone, and only the calls that still fail are dropped (as bad rows)."""
+        build = _BUILDERS[table]
+        try:
+            return build(self, [p for p, _ in items])
+        except Exception:  # noqa: BLE001 - find the bad call below
+            pass
+        parts = []
+        for payload, rows in items:
+            try:
+                parts.append(build(self, [payload]))
+            except Exception as exc:  # noqa: BLE001
+                self._fail(f"build-{table}", exc, count="bad_rows", rows=rows)
+        parts = [t for t in parts if t.num_rows]
+        return pa.concat_tables(parts) if parts else None
+
+    def _close_in_child(self) -> None:
+        """After a fork, in the child: fresh locks, an empty queue (the parent writes its own
+        rows) and closed. The parent's writer thread may have been inside Arrow at the fork,
+        whose locks the child inherits held, so the child must not write at all."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._flushed = threading.Condition(self._lock)
+        self._queue.clear()
+        self._queued_weight = 0
+        self._thread = threading.Thread(target=lambda: None)  # never started: flush() returns False
+        self._forked = self._closed = True
 
     def _write_status(self) -> None:
         if self._loc is None or not self._loc.is_local:
@@ -400,10 +437,24 @@ def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) ->
     )
 
 
-def _rows_table(rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
-    names = schema.names
+def _rows_table(rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows as ``schema``; a row without the key column (``step`` or ``time``) is a bad row."""
+    names, key = schema.names, schema.names[0]
     cleaned = [{k: row.get(k) for k in names} for row in rows]
-    return pa.Table.from_pylist(cleaned, schema=schema)
+    keyed = [row for row in cleaned if row[key] is not None]
+    if len(keyed) < len(cleaned):
+        rec._fail(f"no-{key}", ValueError(f"a row without {key!r}"), count="bad_rows", rows=len(cleaned) - len(keyed))
+    try:
+        return pa.Table.from_pylist(keyed, schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass  # a value that fits no column: keep the other rows
+    good = []
+    for row in keyed:
+        try:
+            good.append(pa.Table.from_pylist([row], schema=schema))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            rec._fail("bad-value", exc, count="bad_rows")
+    return pa.concat_tables(good) if good else schema.empty_table()
 
 
 def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
@@ -414,7 +465,7 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
         elif isinstance(rows, dict):
             table = pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names})
         else:
-            table = _rows_table(rows, TRAJECTORIES)
+            table = _rows_table(rec, [{**row, "step": step} for row in rows], TRAJECTORIES)
         table = conform(table, TRAJECTORIES)
         table = table.set_column(0, "step", pa.array([int(step)] * table.num_rows, pa.int64()))
         parts.append(table)
@@ -422,12 +473,12 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
 
 
 def _build_spans(rec: Recorder, rows: list[dict]) -> pa.Table:
-    return _rows_table([r for r in rows if "end" in r], SPANS)
+    return _rows_table(rec, [r for r in rows if "end" in r], SPANS)
 
 
 def _build_gpu(rec: Recorder, batches: list[list[Mapping[str, Any]]]) -> pa.Table:
     rows = [dict(r, host=r.get("host") or rec.host) for batch in batches for r in batch]
-    return _rows_table(rows, GPU)
+    return _rows_table(rec, rows, GPU)
 
 
 def _build_logprob(rec: Recorder, payloads: list[tuple[int, np.ndarray, str, float]]) -> pa.Table:
@@ -444,6 +495,16 @@ _BUILDERS = {
 }
 
 _live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+def _close_after_fork() -> None:
+    for rec in list(_live_recorders):
+        rec._close_in_child()
+    _live_recorders.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_after_fork)
 
 
 @atexit.register
