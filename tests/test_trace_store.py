@@ -264,3 +264,20 @@ def test_listing_is_reused_until_the_folder_changes(tmp_path):
     compact_run(run)  # deletes change it too
     assert RunReader(run).row_count("steps") == reader.row_count("steps") == 3
     assert len(reader.segments("steps")) == 1
+
+
+def test_a_segment_whose_data_is_corrupt_is_skipped_with_one_warning(tmp_path, caplog):
+    run = _run(tmp_path, [list(range(5000)), [5000, 5001]])  # data well beyond the footer
+    first = sorted(p for p in os.listdir(os.path.join(run, "steps")) if p.endswith(".parquet"))[0]
+    path = os.path.join(run, "steps", first)
+    with open(path, "rb") as fh:
+        data = bytearray(fh.read())
+    data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)  # the footer still reads; the data does not
+    with open(path, "wb") as fh:
+        fh.write(data)
+    reader = RunReader(run)
+    assert reader.row_count("steps") == 5002  # the footer says so
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        for _ in range(2):
+            assert sorted(reader.read("steps").column("step").to_pylist()) == [5000, 5001]
+    assert caplog.text.count("unreadable data") == 1 and first in caplog.text

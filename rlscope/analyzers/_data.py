@@ -398,7 +398,12 @@ class Trajectories:
             assert self._frame is not None
             column = self._frame.column(name)
         if len(column) != self._rows:
-            raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {self._rows}")
+            why = (
+                " (a segment's data is unreadable: see the warning above; move it out of the run)"
+                if (self._reader is not None and self._reader.warnings)
+                else ""
+            )
+            raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {self._rows}{why}")
         return column
 
     def _cached(self, kind: str, name: str, arg: Any, make: Callable[[], Any]) -> Any:

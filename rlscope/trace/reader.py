@@ -126,6 +126,8 @@ class RunReader:
             raise RunDirError(f"{loc.path}: empty directory, not an rlscope run directory")
 
     def _warn(self, message: str) -> None:
+        if message in self.warnings:  # a table read again (a column at a time) warns once
+            return
         self.warnings.append(message)
         log.warning(message)
 
@@ -242,7 +244,19 @@ class RunReader:
         segs = self.segments(table) if segments is None else segments
         if not segs:
             return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
-        return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
+        try:
+            return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
+        except (OSError, pa.ArrowException):  # a footer that reads but data that does not: find it
+            pass
+        parts = []
+        for seg in segs:
+            try:
+                parts.append(self.dataset(table, [seg], encoded).to_table(columns=cols, filter=filter))
+            except (OSError, pa.ArrowException) as exc:
+                self._warn(f"{seg.path}: unreadable data ({str(exc).splitlines()[0]}); skipped")
+        if not parts:
+            return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
+        return pa.concat_tables(parts, promote_options="permissive")
 
     def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
         """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor.
