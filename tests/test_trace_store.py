@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -281,3 +283,24 @@ def test_a_segment_whose_data_is_corrupt_is_skipped_with_one_warning(tmp_path, c
         for _ in range(2):
             assert sorted(reader.read("steps").column("step").to_pylist()) == [5000, 5001]
     assert caplog.text.count("unreadable data") == 1 and first in caplog.text
+
+
+def test_two_compactions_of_the_same_segments_count_each_row_once(tmp_path):
+    # what two `rlscope compact` at once leave: two merged segments of the same three inputs
+    run = _run(tmp_path, [[0], [1], [2]])
+    twin = str(tmp_path / "twin")
+    shutil.copytree(run, twin)
+    compact_run(run)
+    compact_run(twin)
+    (merged,) = os.listdir(os.path.join(twin, "steps"))
+    shutil.copy(os.path.join(twin, "steps", merged), os.path.join(run, "steps", merged.replace("compact", "compacu")))
+    assert len(os.listdir(os.path.join(run, "steps"))) == 2
+    assert RunReader(run).row_count("steps") == 3
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2]
+    stale = os.path.join(run, "steps", ".part-dead.parquet.1234abcd.tmp")  # a write that died long ago
+    with open(stale, "wb") as fh:
+        fh.write(b"half a segment")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    compact_run(run)  # deletes the copy and the dead temporary
+    assert len(os.listdir(os.path.join(run, "steps"))) == 1
+    assert RunReader(run).row_count("steps") == 3

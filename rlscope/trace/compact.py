@@ -3,23 +3,31 @@
 The merged segment is written under a temporary name, renamed into place, and only then
 are its inputs deleted. Its footer lists the inputs (by original name, with row counts),
 so a crash between the rename and the deletes leaves duplicates on disk that every reader
-ignores, and the next compaction deletes. Segments that appear while compacting (a live
-writer) are left alone.
+ignores, and the next compaction deletes. Two compactions at once each write a merged
+segment of the same inputs; readers keep one of them, and the next compaction deletes the
+other, and temporary files of writes that died over an hour ago. Segments that appear while compacting
+(a live writer) are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from dataclasses import dataclass
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from rlscope.errors import RunDirError
 from rlscope.trace.reader import ORIGINS_KEY, RunReader
 from rlscope.trace.schema import TABLES
 from rlscope.trace.store import RunLocation, new_writer_id, segment_name, tmp_path_for
 
 __all__ = ["CompactResult", "compact_run"]
+
+_STALE_TMP_NS = 3600 * 10**9  # a temporary file older than this belongs to a write that died
 
 
 @dataclass(frozen=True)
@@ -38,9 +46,10 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
     results = []
     for table in TABLES:
         segments = reader.segments(table)
-        leftovers = _leftover_originals(reader, table, segments)
+        leftovers = _leftover_originals(reader, table, segments) + _stale_temporaries(loc, table)
         for path in leftovers:
-            loc.fs.delete_file(path)
+            with contextlib.suppress(FileNotFoundError):
+                loc.fs.delete_file(path)
         if len(segments) <= 1:
             results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
             continue
@@ -48,24 +57,52 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
         schema = TABLES[table].with_metadata({ORIGINS_KEY: json.dumps(origins).encode()})
         dest = f"{loc.join(table)}/{segment_name(writer_id, 0)}"
         tmp = tmp_path_for(dest)
-        with loc.fs.open_output_stream(tmp) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as out:
-            for seg in segments:
-                # one input at a time: memory stays at one segment, row order follows the origins
-                out.write_table(reader.dataset(table, [seg]).to_table().replace_schema_metadata(schema.metadata))
+        try:
+            with loc.fs.open_output_stream(tmp) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as out:
+                for seg in segments:
+                    # one input at a time: memory stays at one segment, row order follows the origins
+                    out.write_table(reader.dataset(table, [seg]).to_table().replace_schema_metadata(schema.metadata))
+        except FileNotFoundError as exc:
+            with contextlib.suppress(OSError):
+                loc.fs.delete_file(tmp)
+            raise RunDirError(
+                f"a {table} segment went away while compacting (another rlscope compact?): {exc}; "
+                "nothing was lost, run it again"
+            ) from None
         loc.fs.move(tmp, dest)
         for seg in segments:
-            loc.fs.delete_file(seg.path)
+            with contextlib.suppress(FileNotFoundError):  # another compaction deleted it first
+                loc.fs.delete_file(seg.path)
         results.append(CompactResult(table, len(segments), 1, sum(s.rows for s in segments)))
     return results
 
 
+def _stale_temporaries(loc: RunLocation, table: str) -> list[str]:
+    """Temporary files of writes that died (a full disk, SIGKILL) over an hour ago: a live
+    write renames its temporary within seconds."""
+    try:
+        entries = loc.fs.get_file_info(pafs.FileSelector(loc.join(table)))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    cutoff = time.time_ns() - _STALE_TMP_NS
+    return [
+        e.path
+        for e in entries
+        if e.is_file and e.base_name.startswith(".") and e.base_name.endswith(".tmp") and (e.mtime_ns or 0) < cutoff
+    ]
+
+
 def _leftover_originals(reader: RunReader, table: str, live: list) -> list[str]:
-    """Paths of segments that a compacted segment already holds (a crash left them behind)."""
+    """Paths of segments whose every row a live segment already holds: inputs a crash left
+    behind, or the merged copy of a compaction that ran beside another."""
     folder = reader.location.join(table)
     live_names = {s.name for s in live}
-    replaced = {o for s in live for o, _ in s.origins if o != s.name}
+    held = {o for s in live for o, _ in s.origins}
     return [
         path
         for path, info in reader._segments.items()
-        if info is not None and path.startswith(folder + "/") and info.name in replaced and info.name not in live_names
+        if info is not None
+        and path.startswith(folder + "/")
+        and info.name not in live_names
+        and all(o in held for o, _ in info.origins)
     ]

@@ -64,6 +64,20 @@ class Cursor:
         return self.seen.setdefault(table, set())
 
 
+def _without_overlaps(segments: list[SegmentInfo]) -> list[SegmentInfo]:
+    """Segments with no original held twice: two compactions that ran at once each merged the
+    same inputs, so the one holding more of them (then the first by name) stands for both."""
+    held: set[str] = set()
+    kept = set()
+    for seg in sorted(segments, key=lambda s: (-len(s.origins), s.name)):
+        names = {origin for origin, _ in seg.origins}
+        if names & held:
+            continue
+        held |= names
+        kept.add(seg.name)
+    return [s for s in segments if s.name in kept]
+
+
 def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
     """Whether a segment column can be read as the schema's type without losing meaning."""
     if actual == expected or pa.types.is_null(actual):
@@ -156,7 +170,7 @@ class RunReader:
         names = sorted(e.base_name for e in entries if e.is_file and is_segment_name(e.base_name))
         infos = [s for s in (self._segment(table, folder, n) for n in names) if s is not None]
         replaced = {origin for s in infos for origin, _ in s.origins if origin != s.name}
-        listing = [s for s in infos if s.name not in replaced]
+        listing = _without_overlaps([s for s in infos if s.name not in replaced])
         if mtime is not None and time.time_ns() - mtime > _MTIME_SETTLE_NS:
             self._listings[table] = (mtime, listing)
         return listing
