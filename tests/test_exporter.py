@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import socket
 import subprocess
 import sys
@@ -331,9 +332,43 @@ def restore_rlscope_logger():
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys, restore_rlscope_logger):
-    assert cli_main(["export", str(tmp_path / "missing")]) == 1
-    assert capsys.readouterr().err.strip().count("\n") == 0
+    (tmp_path / "a-file").write_text("not a run")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("not a run either")
+    for path in (tmp_path / "a-file", tmp_path / "foreign"):
+        assert cli_main(["export", str(path)]) == 1
+        assert capsys.readouterr().err.strip().count("\n") == 0
     assert cli_main(["export", str(tmp_path), "--port", "70000"]) == 2
+
+
+def test_a_run_deleted_while_exported_goes_down(run):
+    registry, _ = _registry(run)
+    assert _value(registry, "rlscope_run_up") == 1.0
+    shutil.rmtree(run)
+    assert _value(registry, "rlscope_run_up") == 0.0
+
+
+def test_cli_waits_for_a_run_the_job_has_not_written_yet(tmp_path):
+    later = tmp_path / "later"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlscope", "export", str(later), "--port", "0", "--min-refresh", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:"), line + proc.stderr.read()
+        url = line.split()[1]
+        assert 'rlscope_run_up{run="later"} 0.0' in urllib.request.urlopen(url, timeout=10).read().decode()
+        with Recorder(later) as rec:
+            rec.log_step(1, {"timing_s/step": 10.0})
+        assert 'rlscope_run_up{run="later"} 1.0' in urllib.request.urlopen(url, timeout=10).read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "no run here yet" in proc.stderr.read()
 
 
 def test_cli_serves_until_terminated(run):

@@ -8,20 +8,25 @@ directory's name). Alert and recording rules for these metrics are in rules/ of 
 repository, a Grafana dashboard in dashboards/grafana/; see docs/prometheus.md.
 Listens on loopback by default: pass --host 0.0.0.0 to let a remote Prometheus scrape.
 Port 0 picks a free port; the address is printed on the first line. Ctrl-C or SIGTERM stops.
+A RUN_DIR that does not exist yet (or is empty) is served as down until the job writes it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import threading
 from collections.abc import Sequence
 
 from rlscope.cli._args import check_port, parser_for
-from rlscope.errors import UsageError
+from rlscope.errors import RLScopeError, UsageError
 from rlscope.exporter import DEFAULT_HOST, DEFAULT_PORT, serve
 from rlscope.trace.reader import RunReader
 
 __all__ = ["main"]
+
+log = logging.getLogger("rlscope")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -37,7 +42,14 @@ def main(argv: Sequence[str]) -> int:
     if args.min_refresh < 0:
         raise UsageError(f"--min-refresh must be >= 0, got {args.min_refresh}")
     for run_dir in args.run_dirs:
-        RunReader(run_dir)  # a missing or foreign directory is a one-line error now, not a silent 0 later
+        try:
+            RunReader(run_dir)  # a foreign directory or a file is a one-line error now, not a silent 0 later
+        except RLScopeError:
+            written = os.path.isfile(run_dir) or (os.path.isdir(run_dir) and bool(os.listdir(run_dir)))
+            if "://" in run_dir or written:
+                raise
+            # the training job has not written it yet: served as down until it has
+            log.warning("%s: no run here yet; rlscope_run_up is 0 until the training job writes it", run_dir)
 
     stop = threading.Event()
     server = serve(args.run_dirs, args.port, args.host, min_refresh_s=args.min_refresh)

@@ -32,6 +32,7 @@ from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
+from rlscope.trace.store import require_directory
 
 __all__ = [
     "GPU_STALE_SECONDS",
@@ -169,6 +170,8 @@ class RunState:
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
+            else:  # deleted or replaced since: down, not its last values forever
+                require_directory(self.reader.location)
             reader, cursor = self.reader, self.cursor
             self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
             self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
