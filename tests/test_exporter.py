@@ -126,6 +126,17 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
 
 
+def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
+    # math scores half zeros in steps 1-3, then only zeros in steps 4-20: the 12 collapsed steps
+    # that left the 5-step window would make the baseline (15 + 120) / 150 = 0.9 and end the alert
+    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+        for step in range(1, 21):
+            rec.log_trajectories(step, _trajectories(step))
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
 def test_rewards_by_source_tell_errors_from_zeros(run):
     registry, _ = _registry(run)
     # math: last 5 steps (4-8) all zero; before (1-3) half zero

@@ -114,7 +114,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_reward_zero_ratio_baseline",
         "gauge",
-        "The same zero share over all of this source's earlier steps: what is normal for it.",
+        "The same zero share over this source's earlier steps, leaving out steps it scored 0 on 90% or more "
+        "of (a collapse must not become what is normal for it).",
         ("source",),
     ),
     MetricSpec(

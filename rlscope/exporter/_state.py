@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
@@ -90,12 +91,18 @@ class _SourceRewards:
         elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
             self.recent[step] = counts.copy()
         else:  # older than the window: straight into the baseline
-            self.base_scored += counts[1]
-            self.base_zeros += counts[3]
+            self._to_baseline(counts)
         while len(self.recent) > REWARD_WINDOW_STEPS:
-            old = self.recent.pop(min(self.recent))
-            self.base_scored += old[1]
-            self.base_zeros += old[3]
+            self._to_baseline(self.recent.pop(min(self.recent)))
+
+    def _to_baseline(self, counts: np.ndarray) -> None:
+        """A step that left the window joins the baseline, unless it scored (almost) only zeros:
+        a collapse that lasts must not become its own baseline and silence the alert."""
+        scored, zeros = counts[1], counts[3]
+        if scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
+            return
+        self.base_scored += scored
+        self.base_zeros += zeros
 
     def gauges(self) -> dict[str, float]:
         n, scored, total, zeros, errors = np.sum(list(self.recent.values()), axis=0)
