@@ -427,3 +427,20 @@ def test_a_broken_histogram_row_neither_moves_the_step_nor_resets_the_sum(tmp_pa
     registry, _ = _registry(tmp_path / "run")
     median = np.median(np.abs(np.random.default_rng(0).normal(0.0, 1e-3, 20_000)))
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(median, rel=0.1)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
+def test_the_exposition_passes_promtool_and_quantiles_are_summaries(run):
+    from prometheus_client import generate_latest
+
+    registry, _ = _registry(run)
+    text = generate_latest(registry)
+    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    # staleness over steps 7 and 8: each has lags 0..9 for both sources, so 40 lags summing to 4 x 45
+    assert _value(registry, "rlscope_staleness_count") == 40 and _value(registry, "rlscope_staleness_sum") == 180
+    # 20,000 tokens of N(0, 1e-3): mean |delta| = 1e-3 sqrt(2 / pi)
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 20_000
+    assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(
+        20_000 * 1e-3 * math.sqrt(2 / math.pi), rel=0.02
+    )

@@ -8,7 +8,7 @@ carries a ``run`` label (the run directory's name). Names end in their unit (``_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +42,23 @@ def logprob_limit(meta: Mapping[str, Any]) -> tuple[str, str, float]:
     return precision, model_type, MISMATCH_CRITICAL_FACTOR * level
 
 
+class _QuantileSummary(Metric):
+    """A summary of quantiles (label ``quantile``) with its ``_sum`` and ``_count``: Prometheus
+    reserves the ``quantile`` label for summaries, so a gauge carrying it fails ``promtool``."""
+
+    def __init__(self, name: str, help_text: str):
+        super().__init__(name, help_text, "summary")
+
+    def add_metric(self, labels: Sequence[str], value: float, suffix: str = "") -> None:
+        """``labels``: (run, quantile) for a quantile; (run,) with ``suffix`` ``_sum`` or ``_count``."""
+        names = ("run", "quantile") if not suffix else ("run",)
+        self.add_sample(self.name + suffix, dict(zip(names, labels, strict=True)), value)
+
+
 @dataclass(frozen=True)
 class MetricSpec:
-    """One exported metric: full sample name, ``gauge`` or ``counter``, help, labels after ``run``."""
+    """One exported metric: full sample name, ``gauge``, ``counter`` or ``summary`` (quantiles,
+    ``_sum`` and ``_count``), help, labels after ``run``."""
 
     name: str
     kind: str
@@ -56,6 +70,8 @@ class MetricSpec:
         labels = ["run", *self.labels]
         if self.kind == "counter":
             return CounterMetricFamily(self.name.removesuffix("_total"), self.help, labels=labels)
+        if self.kind == "summary":
+            return _QuantileSummary(self.name, self.help)
         return GaugeMetricFamily(self.name, self.help, labels=labels)
 
 
@@ -149,15 +165,15 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "rlscope_staleness",
-        "gauge",
+        "summary",
         "Policy versions between the weights that started a trajectory and the update that consumed it, "
-        "over the trajectories of the last 2 steps (quantile=1 is the maximum).",
+        "over the trajectories of the last 2 steps (quantile=1 is the maximum; _count trajectories).",
         ("quantile",),
     ),
     MetricSpec(
         "rlscope_logprob_abs_delta",
-        "gauge",
-        "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step.",
+        "summary",
+        "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step (_count tokens).",
         ("quantile",),
     ),
     MetricSpec(

@@ -161,6 +161,7 @@ class RunState:
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
         self._logprob_step: int | None = None
         self._logprob_counts = np.zeros(_N_BINS)
+        self._logprob_abs_sum = 0.0
         # derived by the analyzers
         self._dirty = False
         self._tail_share = math.nan
@@ -183,7 +184,7 @@ class RunState:
             self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
             self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
             self._ingest_gpu(reader.read_new("gpu", cursor, ["time", "host", "gpu", "role", "util_pct"]))
-            self._ingest_logprob(reader.read_new("logprob", cursor, ["step", "abs_counts"]))
+            self._ingest_logprob(reader.read_new("logprob", cursor, ["step", "abs_counts", "abs_mean", "n_tokens"]))
             self.up = True
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
@@ -326,9 +327,13 @@ class RunState:
         if self._logprob_step is not None and step < self._logprob_step:
             return
         if step != self._logprob_step:
-            self._logprob_step, self._logprob_counts = step, np.zeros(_N_BINS)
-        for counts in rows.filter(pc.equal(rows.column("step"), step)).column("abs_counts").to_pylist():
+            self._logprob_step, self._logprob_counts, self._logprob_abs_sum = step, np.zeros(_N_BINS), 0.0
+        latest = rows.filter(pc.equal(rows.column("step"), step))
+        for counts in latest.column("abs_counts").to_pylist():
             self._logprob_counts += np.asarray(counts, dtype=float)
+        # the summary's _sum: each row's mean |delta| times its tokens (a row of no tokens has no mean)
+        for mean, n in zip(latest.column("abs_mean").to_pylist(), latest.column("n_tokens").to_pylist(), strict=True):
+            self._logprob_abs_sum += (mean or 0.0) * (n or 0)
 
     # -- analyzers on the window ---------------------------------------------------------
 
@@ -366,7 +371,8 @@ class RunState:
         if len(lags) == 0:
             return []
         values = lags.to_numpy().astype(float)
-        return [(label, float(np.quantile(values, q, method="inverted_cdf"))) for label, q in STALENESS_QUANTILES]
+        quantiles = [(label, float(np.quantile(values, q, method="inverted_cdf"))) for label, q in STALENESS_QUANTILES]
+        return [*quantiles, ("_sum", float(values.sum())), ("_count", float(values.size))]
 
     # -- exposition ------------------------------------------------------------------------
 
@@ -396,12 +402,17 @@ class RunState:
         for name, value in (("rlscope_tail_share", self._tail_share), ("rlscope_mfu_ratio", self._mfu)):
             if not math.isnan(value):
                 out.append((name, (), float(value)))
-        out += [("rlscope_staleness", (label,), v) for label, v in self._staleness]
+        for label, v in self._staleness:  # quantiles, then _sum and _count
+            out.append(
+                ("rlscope_staleness" + label, (), v) if label.startswith("_") else ("rlscope_staleness", (label,), v)
+            )
         if self._logprob_counts.sum() > 0:
             out += [
                 ("rlscope_logprob_abs_delta", (label,), abs_quantile(self._logprob_counts, q))
                 for label, q in LOGPROB_ABS_QUANTILES
             ]
+            out.append(("rlscope_logprob_abs_delta_sum", (), self._logprob_abs_sum))
+            out.append(("rlscope_logprob_abs_delta_count", (), float(self._logprob_counts.sum())))
             precision, model_type, limit = logprob_limit(self.meta)
             labels = (sanitize_label(precision), sanitize_label(model_type))
             out.append(("rlscope_logprob_abs_delta_threshold", labels, limit))

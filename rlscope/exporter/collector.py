@@ -94,5 +94,9 @@ class RLScopeCollector(Collector):
                 self._refresh_lock.release()
         families = {spec.name: spec.family() for spec in METRICS}
         for name, labels, value in self._snapshot or ():
-            families[name].add_metric(labels, value)
+            if name in families:
+                families[name].add_metric(labels, value)
+            else:  # a summary's _sum or _count
+                base = name.removesuffix("_sum").removesuffix("_count")
+                families[base].add_metric(labels, value, suffix=name[len(base) :])
         return list(families.values())

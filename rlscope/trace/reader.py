@@ -260,12 +260,16 @@ class RunReader:
             return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
         try:
             return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
+        except FileNotFoundError:  # a segment compacted away meanwhile: the caller says so
+            raise
         except (OSError, pa.ArrowException):  # a footer that reads but data that does not: find it
             pass
         parts = []
         for seg in segs:
             try:
                 parts.append(self.dataset(table, [seg], encoded).to_table(columns=cols, filter=filter))
+            except FileNotFoundError:
+                raise
             except (OSError, pa.ArrowException) as exc:
                 self._warn(f"{seg.path}: unreadable data ({str(exc).splitlines()[0]}); skipped")
         if not parts:
