@@ -647,3 +647,19 @@ def test_a_broken_histogram_row_does_not_stop_the_dashboard(tmp_path):
     live = LiveRun(0, str(path), "run")
     assert live.refresh(force=True) and live.problem is None
     assert sorted(live.logprob.index) == [1, 2]
+
+
+def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import rollout
+
+    runs = [LiveRun(i, str(_small_run(tmp_path / name, n)), name) for i, (name, n) in enumerate((("a", 3), ("b", 5)))]
+    for run in runs:
+        run.refresh(force=True)
+    _, cdf, _, _, engines = rollout._render(runs, rollout._steps(None, runs))
+    assert [t.name for t in cdf.data] == ["a (step 3)", "b (step 5)"]
+    assert {t.name for t in engines.data} == {"a (step 3)", "b (step 5)"}
+    # step 5 finishes at 5..20 s, step 3 at 3..18 s: each run's own rows
+    assert [min(t.x) for t in cdf.data] == [3.0, 5.0]
+    assert cdf.layout.title.text == "Trajectory finish times"
+    _, cdf, _, _, _ = rollout._render(runs, rollout._steps(3, runs))  # a step typed in: the same for both
+    assert [t.name for t in cdf.data] == ["a", "b"] and cdf.layout.title.text.endswith("step 3")

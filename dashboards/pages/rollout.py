@@ -1,7 +1,8 @@
 """Rollout: when trajectories finish, how much the slowest 10% cost, response lengths, engine load.
 
-The finish-time CDF and engine load are for one step (the latest by default); a step older
-than the live window is read from disk only when asked for.
+The finish-time CDF and engine load are for one step: the step typed in, else each run's own
+latest (named beside the run when they differ); a step older than the live window is read
+from disk only when asked for.
 """
 
 from __future__ import annotations
@@ -48,28 +49,32 @@ def layout(**_: object) -> html.Div:
 dash.register_page(__name__, path="/rollout", name="Rollout", order=1, title="rlscope · Rollout", layout=layout)
 
 
-def _step(value: object, runs: Sequence[LiveRun]) -> int | None:
-    """The step asked for if it is a whole number, else the latest step of the first run that has one."""
+def _steps(value: object, runs: Sequence[LiveRun]) -> list[int | None]:
+    """Per run, the step asked for if it is a whole number, else that run's own latest step."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
-        return int(value)
-    return next((r.last_step for r in runs if r.last_step is not None), None)
+        return [int(value)] * len(runs)
+    return [r.last_step for r in runs]
 
 
-def _render(runs: Sequence[LiveRun], step: int | None) -> tuple:
+def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     finish, engines = {}, {}
-    if step is not None:
-        for run in runs:
-            traj = run.trajectories(step)
-            done = traj[~traj["aborted"].eq(True)] if "aborted" in traj else traj
-            finish[run.label] = done["finish_time"].dropna().to_numpy(dtype=float)
-            loads = run.engines  # one snapshot: a refresh may replace the attribute meanwhile
-            engines[run.label] = loads[loads.index == step] if not loads.empty else loads
+    shown = {s for s in steps if s is not None}
+    one = next(iter(shown)) if len(shown) == 1 else None  # the title's step when every run shows the same
+    for run, step in zip(runs, steps, strict=True):
+        if step is None:
+            continue
+        label = run.label if one is not None else f"{run.label} (step {step})"
+        traj = run.trajectories(step)
+        done = traj[~traj["aborted"].eq(True)] if "aborted" in traj else traj
+        finish[label] = done["finish_time"].dropna().to_numpy(dtype=float)
+        loads = run.engines  # one snapshot: a refresh may replace the attribute meanwhile
+        engines[label] = loads[loads.index == step] if not loads.empty else loads
     return (
         common.notices(runs),
-        figures.finish_cdf(finish, step),
+        figures.finish_cdf(finish, one),
         figures.tail_shares({r.label: r.tails["tail_share"] for r in runs if not r.tails.empty}),
         figures.response_lengths({r.label: r.lengths for r in runs}),
-        figures.engine_load(engines, step),
+        figures.engine_load(engines, one),
     )
 
 
@@ -87,9 +92,9 @@ def _render(runs: Sequence[LiveRun], step: int | None) -> tuple:
 )
 def _update(values: object, _tick: int | None, step_value: object, seen: list | None) -> tuple:
     runs = common.select(values)
-    step = _step(step_value, runs)
-    key = common.stamp(runs, step)
+    steps = _steps(step_value, runs)
+    key = common.stamp(runs, steps)
     if key == seen:
         raise PreventUpdate
-    out = common.render_safely(lambda: _render(runs, step), ([], *common.failed(4)))
+    out = common.render_safely(lambda: _render(runs, steps), ([], *common.failed(4)))
     return (*out, key)
