@@ -7,6 +7,7 @@ own collector tests do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -359,10 +361,11 @@ def test_a_run_deleted_while_exported_goes_down(run):
     assert _value(registry, "rlscope_run_up") == 0.0
 
 
-def test_cli_waits_for_a_run_the_job_has_not_written_yet(tmp_path):
-    later = tmp_path / "later"
+@contextlib.contextmanager
+def _exporting(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``rlscope export ARGS --port 0`` in a subprocess: its URL and the process (stopped after)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlscope", "export", str(later), "--port", "0", "--min-refresh", "0"],
+        [sys.executable, "-m", "rlscope", "export", *args, "--port", "0"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -371,34 +374,26 @@ def test_cli_waits_for_a_run_the_job_has_not_written_yet(tmp_path):
     try:
         line = proc.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), line + proc.stderr.read()
-        url = line.split()[1]
+        yield line.split()[1], proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_cli_waits_for_a_run_the_job_has_not_written_yet(tmp_path):
+    later = tmp_path / "later"
+    with _exporting(str(later), "--min-refresh", "0") as (url, proc):
         assert 'rlscope_run_up{run="later"} 0.0' in urllib.request.urlopen(url, timeout=10).read().decode()
         with Recorder(later) as rec:
             rec.log_step(1, {"timing_s/step": 10.0})
         assert 'rlscope_run_up{run="later"} 1.0' in urllib.request.urlopen(url, timeout=10).read().decode()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     assert "no run here yet" in proc.stderr.read()
 
 
 def test_cli_serves_until_terminated(run):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlscope", "export", str(run), "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("serving http://127.0.0.1:"), line + proc.stderr.read()
-        url = line.split()[1]
+    with _exporting(str(run)) as (url, proc):
         text = urllib.request.urlopen(url, timeout=10).read().decode()
         assert 'rlscope_last_step{run="run"} 8.0' in text
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     assert proc.returncode == 0, proc.stderr.read()
 
 
