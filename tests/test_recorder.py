@@ -213,6 +213,19 @@ def test_vanishing_run_directory_mid_run_is_counted(tmp_path):
     assert rec.status()["write_errors"] == 1 and rec.status()["rows_written"] == 1
 
 
+def test_a_run_directory_that_could_not_be_opened_is_tried_again(tmp_path):
+    run = tmp_path / "run"
+    run.write_text("in the way")  # not a directory yet: meta.json cannot be written
+    rec = Recorder(str(run))
+    rec.log_step(0, {"a": 1.0})
+    assert rec.flush() and rec.status()["write_errors"] == 1
+    run.unlink()  # the blip is over
+    rec.log_step(1, {"a": 2.0})
+    rec.close()
+    assert rec.status()["rows_written"] == 1 and (run / "meta.json").is_file()
+    assert _values(str(run)) == {(1, "a"): (2.0, None)}
+
+
 def test_bad_arguments_become_counters(tmp_path):
     run = str(tmp_path / "run")
     with Recorder(run) as rec:

@@ -37,7 +37,16 @@ from rlscope.trace.schema import (
     SPANS,
     TRAJECTORIES,
 )
-from rlscope.trace.store import conform, locate, merge_meta, new_writer_id, read_meta, write_meta, write_segment
+from rlscope.trace.store import (
+    RunLocation,
+    conform,
+    locate,
+    merge_meta,
+    new_writer_id,
+    read_meta,
+    write_meta,
+    write_segment,
+)
 
 __all__ = ["Recorder", "logprob_histogram_row"]
 
@@ -165,12 +174,12 @@ class Recorder:
         }
         self._last_error: str | None = None
         self._warned: set[str] = set()
-        self._loc = None
-        try:
-            self._loc = locate(self.run_dir)
-            write_meta(self._loc, merge_meta(_existing_meta(self._loc), meta or {}))
-        except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
-            self._fail("meta", exc)
+        self._loc: RunLocation | None = None
+        self._meta = dict(meta or {})
+        # a local run directory is opened now (meta.json is there when this returns); a remote
+        # one by the writer thread, so that a slow object store never blocks the caller
+        if "://" not in self.run_dir or self.run_dir.startswith("file://"):
+            self._open()
         self._thread = threading.Thread(target=self._run, name=f"rlscope-writer-{self.writer_id}", daemon=True)
         self._thread.start()
         _live_recorders.add(self)
@@ -307,6 +316,7 @@ class Recorder:
     # -- background writer ----------------------------------------------------------------
 
     def _run(self) -> None:
+        self._open()  # a remote run directory: opened here, off the caller's thread
         while True:
             self._wake.wait(self.flush_interval)
             self._wake.clear()
@@ -333,7 +343,7 @@ class Recorder:
             if data is None or data.num_rows == 0:
                 continue
             try:
-                if self._loc is None:
+                if not self._open():  # tried again at every flush: a blip at start-up loses nothing later
                     raise OSError(f"run directory {self.run_dir} could not be opened")
                 self._seq += 1
                 write_segment(self._loc, table, data, writer_id=self.writer_id, seq=self._seq)
@@ -346,6 +356,19 @@ class Recorder:
                 self._counters["rows_written"] += data.num_rows
                 self._counters["segments_written"] += 1
         self._write_status()
+
+    def _open(self) -> bool:
+        """Locate the run directory and merge ``meta`` into its meta.json, once it works."""
+        if self._loc is not None:
+            return True
+        try:
+            loc = locate(self.run_dir)
+            write_meta(loc, merge_meta(_existing_meta(loc), self._meta))
+        except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
+            self._fail("meta", exc)
+            return False
+        self._loc = loc
+        return True
 
     def _build(self, table: str, items: list[tuple[Any, int]]) -> pa.Table | None:
         """The queued calls of ``table`` as one Arrow table. If a value breaks the batch, each
