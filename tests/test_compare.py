@@ -28,6 +28,7 @@ def test_compare_explains_the_step_difference(tmp_path, capsys):
     b = _run(tmp_path, "b", gen=200.0, tail_share=0.5)  # T_thr 100, T_tail 100
     assert main(["compare", a, b, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "rlscope.compare/1" and out["runs"] == [a, b]
     rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
     assert rows["step time"] == pytest.approx((130.0, 230.0))
     assert rows["T_tail"] == pytest.approx((20.0, 100.0))

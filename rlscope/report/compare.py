@@ -12,8 +12,9 @@ from typing import Any
 
 from rlscope.report._format import secs
 
-__all__ = ["compare_documents"]
+__all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
+COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or changes meaning
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
 
@@ -69,7 +70,12 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for phase in sorted(set(pa_) | set(pb), key=lambda p: -abs(pb.get(p, 0) - pa_.get(p, 0))):
         if phase != "step_s" and (pa_.get(phase) or pb.get(phase)):
             rows.append((f"  {phase}", "s", pa_.get(phase), pb.get(phase)))
-    return {"runs": [a["run"]["source"], b["run"]["source"]], "rows": rows, "explanations": _explain(a, b, pa_, pb)}
+    return {
+        "schema": COMPARE_SCHEMA,
+        "runs": [a["run"]["source"], b["run"]["source"]],
+        "rows": rows,
+        "explanations": _explain(a, b, pa_, pb),
+    }
 
 
 def _counts(doc: dict[str, Any]) -> str:
