@@ -164,7 +164,8 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
         },
         "topology": {
             "current": d.topology.current,
-            "what_if": d.topology.what_if,
+            # GPU counts as whole numbers (null for colocated), as in best_topology
+            "what_if": d.topology.what_if.astype({"n_rollout": "Int64", "n_train": "Int64"}),
             "async_speedup": d.topology.async_speedup,
             "overlap_bound": d.topology.overlap_bound,
         },
