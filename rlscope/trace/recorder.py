@@ -460,11 +460,14 @@ def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) ->
     )
 
 
-def _rows_table(rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
-    """Rows as ``schema``; a row without the key column (``step`` or ``time``) is a bad row."""
+def _rows_table(
+    rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema, *, keyed_rows: bool = True
+) -> pa.Table:
+    """Rows as ``schema``; a row without the key column (``step`` or ``time``) is a bad row,
+    unless not ``keyed_rows`` (the call gives the key: a trajectory's step)."""
     names, key = schema.names, schema.names[0]
     cleaned = [{k: row.get(k) for k in names} for row in rows]
-    keyed = [row for row in cleaned if row[key] is not None]
+    keyed = [row for row in cleaned if row[key] is not None] if keyed_rows else cleaned
     if len(keyed) < len(cleaned):
         rec._fail(f"no-{key}", ValueError(f"a row without {key!r}"), count="bad_rows", rows=len(cleaned) - len(keyed))
     try:
@@ -488,7 +491,7 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
         elif isinstance(rows, dict):
             table = pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names})
         else:
-            table = _rows_table(rec, [{**row, "step": step} for row in rows], TRAJECTORIES)
+            table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
         table = conform(table, TRAJECTORIES)
         table = table.set_column(0, "step", pa.array([int(step)] * table.num_rows, pa.int64()))
         parts.append(table)
