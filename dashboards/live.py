@@ -203,7 +203,8 @@ class LiveRun:
 
         Calls within ``_MIN_REFRESH_S`` of the previous one return at once, so the callbacks
         of one tick share a read. A failing read leaves the cached view as it was and is
-        retried on the next refresh.
+        retried on the next refresh. New rows that fail to fold in are logged with their
+        traceback and skipped (a first load that fails starts again from nothing).
         """
         with self._lock:
             now = time.monotonic()
@@ -221,6 +222,8 @@ class LiveRun:
             except Exception as exc:  # rows rlscope did not expect: keep serving what was read
                 self.problem = f"could not fold in new rows of {self.label}: {type(exc).__name__}: {exc}"
                 log.error("dashboard: %s", self.problem, exc_info=True)
+                if not self._loaded:
+                    self._reset()  # half a first load: the retry starts clean, nothing counted twice
                 return False
 
     def _refresh(self) -> bool:

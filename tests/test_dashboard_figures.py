@@ -663,3 +663,24 @@ def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client
     assert cdf.layout.title.text == "Trajectory finish times"
     _, cdf, _, _, _ = rollout._render(runs, rollout._steps(3, runs))  # a step typed in: the same for both
     assert [t.name for t in cdf.data] == ["a", "b"] and cdf.layout.title.text.endswith("step 3")
+
+
+def test_a_first_load_that_fails_halfway_is_retried_from_nothing(tmp_path, monkeypatch):
+    path = _small_run(tmp_path / "run", 3)
+    live = LiveRun(0, str(path), "run")
+    fresh = LiveRun(1, str(path), "run")
+    fresh.refresh(force=True)
+    original = LiveRun._recompute
+    calls = []
+
+    def fail_once(self, steps):
+        calls.append(steps)
+        if len(calls) == 1:
+            raise RuntimeError("an unexpected row")
+        return original(self, steps)
+
+    monkeypatch.setattr(LiveRun, "_recompute", fail_once)
+    assert live.refresh(force=True) is False and "an unexpected row" in live.problem
+    assert live.refresh(force=True)
+    for name in AGGREGATES:  # nothing folded in twice
+        pd.testing.assert_frame_equal(getattr(live, name), getattr(fresh, name), check_dtype=False, obj=name)

@@ -359,6 +359,7 @@ def test_a_run_deleted_while_exported_goes_down(run):
     assert _value(registry, "rlscope_run_up") == 1.0
     shutil.rmtree(run)
     assert _value(registry, "rlscope_run_up") == 0.0
+    assert _value(registry, "rlscope_last_step") is None  # no old values: no stall alert for a deleted run
 
 
 @contextlib.contextmanager
@@ -382,7 +383,10 @@ def _exporting(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
 
 def test_cli_waits_for_a_run_the_job_has_not_written_yet(tmp_path):
     later = tmp_path / "later"
-    with _exporting(str(later), "--min-refresh", "0") as (url, proc):
+    starting = tmp_path / "starting"  # a writer mid-way: its status folder, meta.json not yet renamed
+    (starting / "_status").mkdir(parents=True)
+    (starting / ".meta.json.1a2b3c4d.tmp").write_text("{")
+    with _exporting(f"file://{later}", str(starting), "--min-refresh", "0") as (url, proc):
         assert 'rlscope_run_up{run="later"} 0.0' in urllib.request.urlopen(url, timeout=10).read().decode()
         with Recorder(later) as rec:
             rec.log_step(1, {"timing_s/step": 10.0})

@@ -190,11 +190,12 @@ def test_unwritable_run_directory_is_counted_not_raised(tmp_path, caplog):
     for step in range(3):
         rec.log_step(step, {"a": 1.0})
         rec.log_trajectories(step, [{"traj_id": "x"}])
-    assert rec.flush() is True
-    rec.close()
+    assert rec.flush() is False  # nothing written: the rows wait for the directory
+    assert rec.status()["queued_rows"] == 6
+    rec.close()  # the last flush gives up on them
     status = rec.status()
     assert status["write_errors"] >= 2 and status["rows_written"] == 0
-    assert status["dropped_rows"] == 6
+    assert status["dropped_rows"] == 6 and status["queued_rows"] == 0
     warnings = [r for r in caplog.records if r.name == "rlscope"]
     assert len({r.getMessage().split(":")[1] for r in warnings}) == len(warnings)  # once per kind
 
@@ -218,12 +219,13 @@ def test_a_run_directory_that_could_not_be_opened_is_tried_again(tmp_path):
     run.write_text("in the way")  # not a directory yet: meta.json cannot be written
     rec = Recorder(str(run))
     rec.log_step(0, {"a": 1.0})
-    assert rec.flush() and rec.status()["write_errors"] == 1
+    assert rec.flush() is False and rec.status()["write_errors"] == 1  # not written: still queued
+    assert rec.status()["queued_rows"] == 1 and rec.status()["dropped_rows"] == 0
     run.unlink()  # the blip is over
     rec.log_step(1, {"a": 2.0})
     rec.close()
-    assert rec.status()["rows_written"] == 1 and (run / "meta.json").is_file()
-    assert _values(str(run)) == {(1, "a"): (2.0, None)}
+    assert rec.status()["rows_written"] == 2 and (run / "meta.json").is_file()
+    assert _values(str(run)) == {(0, "a"): (1.0, None), (1, "a"): (2.0, None)}
 
 
 def test_bad_arguments_become_counters(tmp_path):
@@ -258,7 +260,10 @@ def test_one_bad_value_drops_its_row_not_the_flush(tmp_path):
         rec.log_step(10, {"x": Unreadable()})
     reader = RunReader(run)
     assert {t: reader.row_count(t) for t in reader.tables()} == {"steps": 11, "spans": 10, "trajectories": 11, "gpu": 1}
-    assert rec.status()["bad_rows"] == 4 and rec.status()["write_errors"] == 0
+    status = rec.status()
+    assert status["bad_rows"] == 4 and status["write_errors"] == 0
+    # every row queued is either written or counted as bad, once
+    assert status["rows_written"] + status["bad_rows"] == status["rows_queued"]
     assert reader.read("steps").to_pandas().set_index("key").loc["x", "text"].startswith("<")  # kept as text
 
 

@@ -9,6 +9,7 @@ import shutil
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -304,3 +305,25 @@ def test_two_compactions_of_the_same_segments_count_each_row_once(tmp_path):
     compact_run(run)  # deletes the copy and the dead temporary
     assert len(os.listdir(os.path.join(run, "steps"))) == 1
     assert RunReader(run).row_count("steps") == 3
+
+
+def test_an_error_that_is_not_the_data_s_is_raised_not_skipped(tmp_path):
+    run = _run(tmp_path, [[0, 1], [2, 3]])
+    with pytest.raises(pa.ArrowNotImplementedError):  # a filter of the wrong type: the caller's mistake
+        RunReader(run).read("steps", ["step"], filter=pc.field("key") == 3)
+
+
+def test_new_rows_after_a_segment_whose_data_is_corrupt_still_arrive(tmp_path):
+    from rlscope.trace.reader import Cursor
+
+    run = _run(tmp_path, [list(range(5000))])
+    path = os.path.join(run, "steps", os.listdir(os.path.join(run, "steps"))[0])
+    with open(path, "rb") as fh:
+        data = bytearray(fh.read())
+    data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    reader, cursor = RunReader(run), Cursor()
+    assert reader.read_new("steps", cursor).num_rows == 0  # skipped, and the cursor moves past it
+    write_segment(run, "steps", _steps([5000]), writer_id="w", seq=9)
+    assert reader.read_new("steps", cursor).column("step").to_pylist() == [5000]

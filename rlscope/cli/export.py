@@ -14,19 +14,34 @@ A RUN_DIR that does not exist yet (or is empty) is served as down until the job 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Sequence
+
+import pyarrow.fs as pafs
 
 from rlscope.cli._args import check_port, parser_for
 from rlscope.errors import RLScopeError, UsageError
 from rlscope.exporter import DEFAULT_HOST, DEFAULT_PORT, serve
 from rlscope.trace.reader import RunReader
+from rlscope.trace.store import locate
 
 __all__ = ["main"]
 
 log = logging.getLogger("rlscope")
+
+
+def _written(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds anything a run's writer did not just start (a temporary
+    meta.json, a status folder): if not, the job has not written it yet."""
+    loc = locate(run_dir)
+    info = loc.fs.get_file_info(loc.path)
+    if info.type == pafs.FileType.NotFound:
+        return False
+    if info.type != pafs.FileType.Directory:
+        return True
+    entries = loc.fs.get_file_info(pafs.FileSelector(loc.path))
+    return any(not e.base_name.startswith((".", "_")) for e in entries)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -45,8 +60,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             RunReader(run_dir)  # a foreign directory or a file is a one-line error now, not a silent 0 later
         except RLScopeError:
-            written = os.path.isfile(run_dir) or (os.path.isdir(run_dir) and bool(os.listdir(run_dir)))
-            if "://" in run_dir or written:
+            if _written(run_dir):
                 raise
             # the training job has not written it yet: served as down until it has
             log.warning("%s: no run here yet; rlscope_run_up is 0 until the training job writes it", run_dir)

@@ -178,8 +178,12 @@ class RunState:
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
-            else:  # deleted or replaced since: down, not its last values forever
-                require_directory(self.reader.location)
+            else:
+                try:
+                    require_directory(self.reader.location)
+                except RLScopeError:  # deleted since: down, and none of its old values served
+                    self.reader = None
+                    raise
             reader, cursor = self.reader, self.cursor
             self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
             self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))

@@ -258,22 +258,40 @@ class RunReader:
         segs = self.segments(table) if segments is None else segments
         if not segs:
             return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
+        data = self._scan(table, segs, cols, encoded, filter)
+        return data if data is not None else _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
+
+    def _scan(
+        self,
+        table: str,
+        segs: Sequence[SegmentInfo],
+        cols: list[str],
+        encoded: Iterable[str] = (),
+        filter: pc.Expression | None = None,
+    ) -> pa.Table | None:
+        """``segs`` read in one scan. If their data does not read (bytes overwritten behind a
+        footer that reads), each is read alone and the ones that fail are skipped with a
+        warning; if every one fails the error is not the data's, and is raised."""
+        encoded = list(encoded)
         try:
             return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
         except FileNotFoundError:  # a segment compacted away meanwhile: the caller says so
             raise
-        except (OSError, pa.ArrowException):  # a footer that reads but data that does not: find it
-            pass
+        except (OSError, pa.ArrowInvalid) as exc:
+            if len(segs) == 1:
+                self._warn(f"{segs[0].path}: unreadable data ({str(exc).splitlines()[0]}); skipped")
+                return None
+            first = exc
         parts = []
         for seg in segs:
             try:
                 parts.append(self.dataset(table, [seg], encoded).to_table(columns=cols, filter=filter))
             except FileNotFoundError:
                 raise
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, pa.ArrowInvalid) as exc:
                 self._warn(f"{seg.path}: unreadable data ({str(exc).splitlines()[0]}); skipped")
         if not parts:
-            return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
+            raise first
         return pa.concat_tables(parts, promote_options="permissive")
 
     def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
@@ -296,9 +314,13 @@ class RunReader:
                 whole.append(seg)
         parts: list[pa.Table] = []
         if whole:
-            parts.append(self.dataset(table, whole).to_table(columns=cols))
+            data = self._scan(table, whole, cols)
+            if data is not None:
+                parts.append(data)
         for seg in partial:
-            data = self.dataset(table, [seg]).to_table(columns=cols)
+            data = self._scan(table, [seg], cols)
+            if data is None:
+                continue
             offset = 0
             for origin, rows in seg.origins:
                 if origin not in seen:

@@ -176,10 +176,8 @@ class Recorder:
         self._warned: set[str] = set()
         self._loc: RunLocation | None = None
         self._meta = dict(meta or {})
-        # a local run directory is opened now (meta.json is there when this returns); a remote
-        # one by the writer thread, so that a slow object store never blocks the caller
-        if "://" not in self.run_dir or self.run_dir.startswith("file://"):
-            self._open()
+        self._unwritten = False  # the last flush kept its rows queued: the run directory would not open
+        self._open()  # meta.json is there when this returns (a failure is retried at each flush)
         self._thread = threading.Thread(target=self._run, name=f"rlscope-writer-{self.writer_id}", daemon=True)
         self._thread.start()
         _live_recorders.add(self)
@@ -265,7 +263,7 @@ class Recorder:
         if forked:  # once
             log.warning(
                 "rlscope recorder (%s): this process was forked from the one that opened it and records "
-                "nothing; open a Recorder in this process to record here",
+                "nothing; to record from other processes, start them with the spawn or forkserver method",
                 self.run_dir,
             )
         if wake:
@@ -282,9 +280,8 @@ class Recorder:
             target = self._flush_requests
         self._wake.set()
         with self._flushed:
-            return self._flushed.wait_for(
-                lambda: self._flush_done >= target or not self._thread.is_alive(), timeout
-            ) and (self._flush_done >= target)
+            done = self._flushed.wait_for(lambda: self._flush_done >= target or not self._thread.is_alive(), timeout)
+            return done and self._flush_done >= target and not self._unwritten
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Flush and stop the writer thread; later ``log_*`` calls are counted as dropped."""
@@ -316,7 +313,6 @@ class Recorder:
     # -- background writer ----------------------------------------------------------------
 
     def _run(self) -> None:
-        self._open()  # a remote run directory: opened here, off the caller's thread
         while True:
             self._wake.wait(self.flush_interval)
             self._wake.clear()
@@ -326,15 +322,33 @@ class Recorder:
                 self._queued_weight = 0
                 target = self._flush_requests
                 closed = self._closed
+            unwritten = False
             if batch:
-                self._write(batch)
+                unwritten = not self._write(batch, last=closed)
             with self._flushed:
+                self._unwritten = unwritten
                 self._flush_done = max(self._flush_done, target)
                 self._flushed.notify_all()
             if closed:
                 return
 
-    def _write(self, batch: list[tuple[str, Any, int, int]]) -> None:
+    def _write(self, batch: list[tuple[str, Any, int, int]], *, last: bool) -> bool:
+        """Write ``batch``; False if the run directory would not open (then the rows wait in the
+        queue for the next flush, or, on the ``last`` flush, are dropped and counted)."""
+        if not self._open():
+            rows = sum(item[2] for item in batch)
+            with self._lock:
+                self._counters["write_errors"] += 1
+                if last:
+                    self._counters["dropped_rows"] += rows
+                else:  # first in line again, under the same bound as any queued row
+                    self._queue.extendleft(reversed(batch))
+                    self._queued_weight += sum(item[3] for item in batch)
+                    while self._queued_weight > self.max_queue_rows and len(self._queue) > 1:
+                        _, _, dropped, dropped_weight = self._queue.popleft()
+                        self._queued_weight -= dropped_weight
+                        self._counters["dropped_rows"] += dropped
+            return False
         by_table: dict[str, list[tuple[Any, int]]] = {}
         for table, payload, rows, _ in batch:
             by_table.setdefault(table, []).append((payload, rows))
@@ -343,8 +357,6 @@ class Recorder:
             if data is None or data.num_rows == 0:
                 continue
             try:
-                if not self._open():  # tried again at every flush: a blip at start-up loses nothing later
-                    raise OSError(f"run directory {self.run_dir} could not be opened")
                 self._seq += 1
                 write_segment(self._loc, table, data, writer_id=self.writer_id, seq=self._seq)
             except Exception as exc:  # noqa: BLE001
@@ -356,6 +368,7 @@ class Recorder:
                 self._counters["rows_written"] += data.num_rows
                 self._counters["segments_written"] += 1
         self._write_status()
+        return True
 
     def _open(self) -> bool:
         """Locate the run directory and merge ``meta`` into its meta.json, once it works."""
@@ -374,10 +387,13 @@ class Recorder:
         """The queued calls of ``table`` as one Arrow table. If a value breaks the batch, each
         call is built alone, and only the calls that still fail are dropped (as bad rows)."""
         build = _BUILDERS[table]
+        with self._lock:
+            bad = self._counters["bad_rows"]
         try:
             return build(self, [p for p, _ in items])
         except Exception:  # noqa: BLE001 - find the bad call below
-            pass
+            with self._lock:  # the calls built one by one below count their own bad rows
+                self._counters["bad_rows"] = bad
         parts = []
         for payload, rows in items:
             try:
@@ -390,7 +406,7 @@ class Recorder:
     def _close_in_child(self) -> None:
         """After a fork, in the child: fresh locks, an empty queue (the parent writes its own
         rows) and closed. The parent's writer thread may have been inside Arrow at the fork,
-        whose locks the child inherits held, so the child must not write at all."""
+        whose locks the child inherits held, so the child must not write with it."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
@@ -523,14 +539,14 @@ _BUILDERS = {
 _live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
-def _close_after_fork() -> None:
+def _after_fork_in_child() -> None:
     for rec in list(_live_recorders):
         rec._close_in_child()
     _live_recorders.clear()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_after_fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
