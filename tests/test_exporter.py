@@ -436,8 +436,9 @@ def test_the_exposition_passes_promtool_and_quantiles_are_summaries(run):
     text = generate_latest(registry)
     done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-    # staleness over steps 7 and 8: each has lags 0..9 for both sources, so 40 lags summing to 4 x 45
-    assert _value(registry, "rlscope_staleness_count") == 40 and _value(registry, "rlscope_staleness_sum") == 180
+    # _sum and _count run over every trajectory read, as Prometheus counts them: 8 steps, each with
+    # lags 0..9 for both sources, so 160 lags summing to 16 x 45
+    assert _value(registry, "rlscope_staleness_count") == 160 and _value(registry, "rlscope_staleness_sum") == 720
     # 20,000 tokens of N(0, 1e-3): mean |delta| = 1e-3 sqrt(2 / pi)
     assert _value(registry, "rlscope_logprob_abs_delta_count") == 20_000
     assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(

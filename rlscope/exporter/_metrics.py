@@ -167,13 +167,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_staleness",
         "summary",
         "Policy versions between the weights that started a trajectory and the update that consumed it, "
-        "over the trajectories of the last 2 steps (quantile=1 is the maximum; _count trajectories).",
+        "over the trajectories of the last 2 steps (quantile=1 is the maximum); _sum and _count over every "
+        "trajectory read.",
         ("quantile",),
     ),
     MetricSpec(
         "rlscope_logprob_abs_delta",
         "summary",
-        "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step (_count tokens).",
+        "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step; _sum and _count over "
+        "every token read.",
         ("quantile",),
     ),
     MetricSpec(

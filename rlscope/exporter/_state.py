@@ -161,7 +161,10 @@ class RunState:
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
         self._logprob_step: int | None = None
         self._logprob_counts = np.zeros(_N_BINS)
-        self._logprob_abs_sum = 0.0
+        self._logprob_abs_sum = 0.0  # over every token read (the summary's _sum and _count)
+        self._logprob_tokens = 0
+        self._lag_sum = 0.0  # over every trajectory read with both versions
+        self._lag_count = 0
         # derived by the analyzers
         self._dirty = False
         self._tail_share = math.nan
@@ -290,6 +293,9 @@ class RunState:
         codes = _capped(failed["reward_error"], self._code_cap)
         for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
             self._errors[(source, code)] += int(n)
+        lags = pc.drop_null(pc.subtract(rows.column("trainer_version"), rows.column("policy_version_start")))
+        self._lag_sum += float(pc.sum(lags).as_py() or 0)
+        self._lag_count += len(lags)
 
         steps = np.unique(rows.column("step").to_numpy())
         keep = sorted(set(self._traj) | {int(s) for s in steps})[-WINDOW_STEPS:]
@@ -327,17 +333,18 @@ class RunState:
             log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", self.run_dir, broken)
         if rows.num_rows == 0:
             return
+        # the summary's _sum and _count run over every token read, as Prometheus counts them: each
+        # row's mean |delta| times its tokens (a row of no tokens has no mean)
+        for mean, n in zip(rows.column("abs_mean").to_pylist(), rows.column("n_tokens").to_pylist(), strict=True):
+            self._logprob_abs_sum += (mean or 0.0) * (n or 0)
+            self._logprob_tokens += n or 0
         step = int(pc.max(rows.column("step")).as_py())
         if self._logprob_step is not None and step < self._logprob_step:
             return
-        if step != self._logprob_step:
-            self._logprob_step, self._logprob_counts, self._logprob_abs_sum = step, np.zeros(_N_BINS), 0.0
-        latest = rows.filter(pc.equal(rows.column("step"), step))
-        for counts in latest.column("abs_counts").to_pylist():
+        if step != self._logprob_step:  # the quantiles are of the most recent step
+            self._logprob_step, self._logprob_counts = step, np.zeros(_N_BINS)
+        for counts in rows.filter(pc.equal(rows.column("step"), step)).column("abs_counts").to_pylist():
             self._logprob_counts += np.asarray(counts, dtype=float)
-        # the summary's _sum: each row's mean |delta| times its tokens (a row of no tokens has no mean)
-        for mean, n in zip(latest.column("abs_mean").to_pylist(), latest.column("n_tokens").to_pylist(), strict=True):
-            self._logprob_abs_sum += (mean or 0.0) * (n or 0)
 
     # -- analyzers on the window ---------------------------------------------------------
 
@@ -375,8 +382,7 @@ class RunState:
         if len(lags) == 0:
             return []
         values = lags.to_numpy().astype(float)
-        quantiles = [(label, float(np.quantile(values, q, method="inverted_cdf"))) for label, q in STALENESS_QUANTILES]
-        return [*quantiles, ("_sum", float(values.sum())), ("_count", float(values.size))]
+        return [(label, float(np.quantile(values, q, method="inverted_cdf"))) for label, q in STALENESS_QUANTILES]
 
     # -- exposition ------------------------------------------------------------------------
 
@@ -406,17 +412,17 @@ class RunState:
         for name, value in (("rlscope_tail_share", self._tail_share), ("rlscope_mfu_ratio", self._mfu)):
             if not math.isnan(value):
                 out.append((name, (), float(value)))
-        for label, v in self._staleness:  # quantiles, then _sum and _count
-            out.append(
-                ("rlscope_staleness" + label, (), v) if label.startswith("_") else ("rlscope_staleness", (label,), v)
-            )
+        out += [("rlscope_staleness", (label,), v) for label, v in self._staleness]
+        if self._staleness:
+            out.append(("rlscope_staleness_sum", (), self._lag_sum))
+            out.append(("rlscope_staleness_count", (), float(self._lag_count)))
         if self._logprob_counts.sum() > 0:
             out += [
                 ("rlscope_logprob_abs_delta", (label,), abs_quantile(self._logprob_counts, q))
                 for label, q in LOGPROB_ABS_QUANTILES
             ]
             out.append(("rlscope_logprob_abs_delta_sum", (), self._logprob_abs_sum))
-            out.append(("rlscope_logprob_abs_delta_count", (), float(self._logprob_counts.sum())))
+            out.append(("rlscope_logprob_abs_delta_count", (), float(self._logprob_tokens)))
             precision, model_type, limit = logprob_limit(self.meta)
             labels = (sanitize_label(precision), sanitize_label(model_type))
             out.append(("rlscope_logprob_abs_delta_threshold", labels, limit))
