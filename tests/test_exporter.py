@@ -360,6 +360,11 @@ def test_a_run_deleted_while_exported_goes_down(run):
     shutil.rmtree(run)
     assert _value(registry, "rlscope_run_up") == 0.0
     assert _value(registry, "rlscope_last_step") is None  # no old values: no stall alert for a deleted run
+    with Recorder(run) as rec:  # a new run in its place: only its own values
+        rec.log_step(1, {"timing_s/step": 5.0})
+    assert _value(registry, "rlscope_run_up") == 1.0 and _value(registry, "rlscope_last_step") == 1.0
+    assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") is None
+    assert _value(registry, "rlscope_exporter_refresh_errors_total") == 2.0  # the two scrapes while it was gone: kept
 
 
 @contextlib.contextmanager

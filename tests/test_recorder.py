@@ -7,6 +7,7 @@ import math
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ import pytest
 from rlscope import Recorder, RunReader
 from rlscope.trace.recorder import _close_all, logprob_histogram_row
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, LOGPROB_QUANTILES
+from rlscope.trace.store import read_meta
 
 
 def _values(run: str) -> dict[tuple[int, str], tuple[float | None, str | None]]:
@@ -210,8 +212,56 @@ def test_vanishing_run_directory_mid_run_is_counted(tmp_path):
     shutil.rmtree(run)
     run.write_text("now a file")
     rec.log_step(1, {"a": 1.0})
+    assert rec.flush() is False  # the row was dropped, not written
     rec.close()
     assert rec.status()["write_errors"] == 1 and rec.status()["rows_written"] == 1
+    assert rec.status()["dropped_rows"] == 1
+
+
+def _remote(monkeypatch, delay: float, target: Path | None) -> str:
+    """``s3://bucket/run`` answered after ``delay`` seconds by ``target`` (a local folder), or never."""
+    import rlscope.trace.recorder as recorder_module
+
+    local = recorder_module.locate
+
+    def slow_locate(run_dir):
+        time.sleep(delay)
+        if target is None:
+            raise OSError("no route to the object store")
+        return local(str(target))
+
+    monkeypatch.setattr(recorder_module, "locate", slow_locate)
+    return "s3://bucket/run"
+
+
+def test_a_remote_run_directory_never_blocks_the_caller(tmp_path, monkeypatch):
+    started = time.monotonic()
+    rec = Recorder(_remote(monkeypatch, 2.0, None), flush_interval=3600)
+    rec.update_meta({"gpu": {"count": 8}})
+    rec.log_step(0, {"a": 1.0})
+    assert time.monotonic() - started < 1.0
+    rec.close(timeout=0.1)
+
+
+def test_meta_given_to_a_remote_run_reaches_its_meta_json(tmp_path, monkeypatch):
+    from rlscope.collectors.verl._hook import Hook
+
+    hook = Hook(_remote(monkeypatch, 0.05, tmp_path / "run"))
+    hook.update_meta({"gpu": {"count": 64}, "batch_size": 256})
+    hook.recorder().close()
+    meta = read_meta(tmp_path / "run")
+    assert meta["gpu"] == {"count": 64} and meta["batch_size"] == 256 and meta["framework"] == "verl"
+
+
+def test_a_run_directory_that_will_not_open_is_not_retried_on_every_row(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("in the way")
+    rec = Recorder(str(blocker / "run"), flush_rows=10)  # a flush every 10 rows, were it not waiting
+    for step in range(20_000):
+        rec.log_step(step, {"a": 1.0})
+    time.sleep(0.3)
+    assert rec.status()["write_errors"] <= 2  # retried every flush_interval (5 s), not on every row
+    rec.close(timeout=1)
 
 
 def test_a_run_directory_that_could_not_be_opened_is_tried_again(tmp_path):

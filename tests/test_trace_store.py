@@ -307,10 +307,38 @@ def test_two_compactions_of_the_same_segments_count_each_row_once(tmp_path):
     assert RunReader(run).row_count("steps") == 3
 
 
-def test_an_error_that_is_not_the_data_s_is_raised_not_skipped(tmp_path):
-    run = _run(tmp_path, [[0, 1], [2, 3]])
+@pytest.mark.parametrize("segments", [[[0, 1]], [[0, 1], [2, 3]]])
+def test_an_error_that_is_not_the_data_s_is_raised_not_skipped(tmp_path, caplog, segments):
+    run = _run(tmp_path, segments)
     with pytest.raises(pa.ArrowNotImplementedError):  # a filter of the wrong type: the caller's mistake
         RunReader(run).read("steps", ["step"], filter=pc.field("key") == 3)
+    with pytest.raises(pa.ArrowInvalid), caplog.at_level(logging.WARNING, logger="rlscope"):
+        RunReader(run).read("steps", ["step"], filter=pc.field("nope") == 1)  # no such column
+    assert "unreadable" not in caplog.text  # no segment blamed for it
+
+
+def test_a_read_that_fails_once_is_read_again_not_skipped(tmp_path, monkeypatch):
+    from rlscope.trace.reader import Cursor
+
+    run = _run(tmp_path, [[0, 1]])
+    reader, cursor = RunReader(run), Cursor()
+    reader.read_new("steps", cursor)
+    write_segment(run, "steps", _steps([2]), writer_id="w", seq=5)
+    original, calls = RunReader.dataset, []
+
+    class Blip:  # the first read of the new segment meets a network blip
+        def __init__(self, dataset):
+            self.dataset = dataset
+
+        def to_table(self, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("Connection reset by peer")
+            return self.dataset.to_table(**kwargs)
+
+    monkeypatch.setattr(RunReader, "dataset", lambda self, *a, **k: Blip(original(self, *a, **k)))
+    assert reader.read_new("steps", cursor).column("step").to_pylist() == [2]
+    assert reader.warnings == []
 
 
 def test_new_rows_after_a_segment_whose_data_is_corrupt_still_arrive(tmp_path):

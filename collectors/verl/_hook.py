@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from rlscope.trace.recorder import Recorder
-from rlscope.trace.store import locate, merge_meta, read_meta, write_meta
 
 __all__ = [
     "CROSSCHECK_KEY",
@@ -179,10 +178,9 @@ class Hook:
             return self._recorder
 
     def update_meta(self, meta: Mapping[str, Any]) -> None:
-        """Merge what the trainer's config tells into meta.json (driver only, once per Tracking)."""
-        self.recorder()
-        loc = locate(self.run_dir)
-        write_meta(loc, merge_meta(read_meta(loc), meta))
+        """Merge what the trainer's config tells into meta.json (driver only, once per Tracking);
+        the Recorder writes it, off this thread for a remote run directory."""
+        self.recorder().update_meta(meta)
 
     def flush(self, timeout: float = 10.0) -> None:
         with self._lock:

@@ -184,8 +184,10 @@ class RunState:
             else:
                 try:
                     require_directory(self.reader.location)
-                except RLScopeError:  # deleted since: down, and none of its old values served
-                    self.reader = None
+                except RLScopeError:  # deleted since: down, and none of its old values served,
+                    errors = self.refresh_errors  # even once a new run takes its place
+                    self.__init__(self.run_dir, self.run)  # type: ignore[misc]
+                    self.refresh_errors = errors  # a counter: it never goes back
                     raise
             reader, cursor = self.reader, self.cursor
             self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))

@@ -258,7 +258,7 @@ class RunReader:
         segs = self.segments(table) if segments is None else segments
         if not segs:
             return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
-        data = self._scan(table, segs, cols, encoded, filter)
+        data, _ = self._scan(table, segs, cols, encoded, filter)
         return data if data is not None else _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
 
     def _scan(
@@ -268,31 +268,43 @@ class RunReader:
         cols: list[str],
         encoded: Iterable[str] = (),
         filter: pc.Expression | None = None,
-    ) -> pa.Table | None:
-        """``segs`` read in one scan. If their data does not read (bytes overwritten behind a
-        footer that reads), each is read alone and the ones that fail are skipped with a
-        warning; if every one fails the error is not the data's, and is raised."""
+    ) -> tuple[pa.Table | None, set[str]]:
+        """``segs`` read in one scan, and the paths of those skipped. If the scan fails, each
+        segment is read alone; one whose data does not read even whole and unfiltered (bytes
+        overwritten behind a footer that reads) is skipped with a warning. An error that is
+        not the data's (a filter of the caller's, every segment of several failing) is raised."""
         encoded = list(encoded)
+
+        def scan(some: Sequence[SegmentInfo]) -> pa.Table:
+            return self.dataset(table, some, encoded).to_table(columns=cols, filter=filter)
+
         try:
-            return self.dataset(table, segs, encoded).to_table(columns=cols, filter=filter)
+            return scan(segs), set()
         except FileNotFoundError:  # a segment compacted away meanwhile: the caller says so
             raise
         except (OSError, pa.ArrowInvalid) as exc:
-            if len(segs) == 1:
-                self._warn(f"{segs[0].path}: unreadable data ({str(exc).splitlines()[0]}); skipped")
-                return None
             first = exc
-        parts = []
+        parts, skipped = [], set()
         for seg in segs:
             try:
-                parts.append(self.dataset(table, [seg], encoded).to_table(columns=cols, filter=filter))
+                parts.append(scan([seg]))
+                continue
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowInvalid) as exc:
-                self._warn(f"{seg.path}: unreadable data ({str(exc).splitlines()[0]}); skipped")
-        if not parts:
-            raise first
-        return pa.concat_tables(parts, promote_options="permissive")
+                problem = exc
+            try:
+                self.dataset(table, [seg]).to_table()  # the whole segment reads: the error was not its data's
+            except FileNotFoundError:
+                raise
+            except (OSError, pa.ArrowInvalid):
+                self._warn(f"{seg.path}: unreadable data ({str(problem).splitlines()[0]}); skipped")
+                skipped.add(seg.path)
+                continue
+            parts.append(scan([seg]))  # a blip that passed reads now; the caller's own error raises
+        if len(segs) > 1 and len(skipped) == len(segs):
+            raise first  # every segment at once: the store, not the data
+        return (pa.concat_tables(parts, promote_options="permissive") if parts else None), skipped
 
     def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
         """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor.
@@ -313,12 +325,14 @@ class RunReader:
             else:
                 whole.append(seg)
         parts: list[pa.Table] = []
+        skipped: set[str] = set()  # not marked seen: read again next time (a blip may pass)
         if whole:
-            data = self._scan(table, whole, cols)
+            data, skipped = self._scan(table, whole, cols)
             if data is not None:
                 parts.append(data)
         for seg in partial:
-            data = self._scan(table, [seg], cols)
+            data, missed = self._scan(table, [seg], cols)
+            skipped |= missed
             if data is None:
                 continue
             offset = 0
@@ -327,8 +341,9 @@ class RunReader:
                     parts.append(data.slice(offset, rows))
                 offset += rows
         for seg in whole + partial:
-            seen.add(seg.name)
-            seen.update(o for o, _ in seg.origins)
+            if seg.path not in skipped:
+                seen.add(seg.name)
+                seen.update(o for o, _ in seg.origins)
         if not parts:
             return TABLES[table].empty_table().select(cols)
         return pa.concat_tables(parts)

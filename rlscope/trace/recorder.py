@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -175,9 +175,17 @@ class Recorder:
         self._last_error: str | None = None
         self._warned: set[str] = set()
         self._loc: RunLocation | None = None
-        self._meta = dict(meta or {})
-        self._unwritten = False  # the last flush kept its rows queued: the run directory would not open
-        self._open()  # meta.json is there when this returns (a failure is retried at each flush)
+        self._meta = dict(meta or {})  # merged into meta.json on open, and again after update_meta()
+        self._meta_lock = threading.Lock()
+        self._meta_pending = True
+        self._waiting = False  # the run directory would not open: the queued rows wait for it
+        self._lost = False  # the last flush dropped rows (a write failed)
+        self._tally: int | None = None  # bad rows of the build in progress (writer thread)
+        # a remote run directory (s3://...) is opened by the writer thread: a slow or unreachable
+        # object store must never block the caller; a local one now, so meta.json is there
+        self._remote = "://" in self.run_dir and not self.run_dir.startswith("file://")
+        if not self._remote:
+            self._open()
         self._thread = threading.Thread(target=self._run, name=f"rlscope-writer-{self.writer_id}", daemon=True)
         self._thread.start()
         _live_recorders.add(self)
@@ -259,7 +267,7 @@ class Recorder:
                     _, _, dropped, dropped_weight = self._queue.popleft()
                     self._queued_weight -= dropped_weight
                     self._counters["dropped_rows"] += dropped
-                wake = self._queued_weight >= self.flush_rows
+                wake = self._queued_weight >= self.flush_rows and not self._waiting  # no spinning on a dead disk
         if forked:  # once
             log.warning(
                 "rlscope recorder (%s): this process was forked from the one that opened it and records "
@@ -281,7 +289,7 @@ class Recorder:
         self._wake.set()
         with self._flushed:
             done = self._flushed.wait_for(lambda: self._flush_done >= target or not self._thread.is_alive(), timeout)
-            return done and self._flush_done >= target and not self._unwritten
+            return done and self._flush_done >= target and not (self._waiting or self._lost)
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Flush and stop the writer thread; later ``log_*`` calls are counted as dropped."""
@@ -322,19 +330,22 @@ class Recorder:
                 self._queued_weight = 0
                 target = self._flush_requests
                 closed = self._closed
-            unwritten = False
+            if self._meta_pending:  # a remote run's first open, or meta from update_meta()
+                self._open()
+            waiting = lost = False
             if batch:
-                unwritten = not self._write(batch, last=closed)
+                waiting, lost = self._write(batch, last=closed)
             with self._flushed:
-                self._unwritten = unwritten
+                self._waiting, self._lost = waiting, lost
                 self._flush_done = max(self._flush_done, target)
                 self._flushed.notify_all()
             if closed:
                 return
 
-    def _write(self, batch: list[tuple[str, Any, int, int]], *, last: bool) -> bool:
-        """Write ``batch``; False if the run directory would not open (then the rows wait in the
-        queue for the next flush, or, on the ``last`` flush, are dropped and counted)."""
+    def _write(self, batch: list[tuple[str, Any, int, int]], *, last: bool) -> tuple[bool, bool]:
+        """Write ``batch``; (waiting, lost): waiting if the run directory would not open (the
+        rows wait in the queue for the next flush, or, on the ``last`` flush, are dropped and
+        counted), lost if a write failed and its rows were dropped."""
         if not self._open():
             rows = sum(item[2] for item in batch)
             with self._lock:
@@ -348,7 +359,8 @@ class Recorder:
                         _, _, dropped, dropped_weight = self._queue.popleft()
                         self._queued_weight -= dropped_weight
                         self._counters["dropped_rows"] += dropped
-            return False
+            return not last, last
+        lost = False
         by_table: dict[str, list[tuple[Any, int]]] = {}
         for table, payload, rows, _ in batch:
             by_table.setdefault(table, []).append((payload, rows))
@@ -363,45 +375,70 @@ class Recorder:
                 self._fail(f"write-{table}", exc, count="write_errors")
                 with self._lock:
                     self._counters["dropped_rows"] += data.num_rows
+                lost = True
                 continue
             with self._lock:
                 self._counters["rows_written"] += data.num_rows
                 self._counters["segments_written"] += 1
         self._write_status()
-        return True
+        return False, lost
+
+    def update_meta(self, meta: Mapping[str, Any]) -> None:
+        """Merge ``meta`` into meta.json, nested objects key by key (a remote run's by the writer
+        thread, at its next flush; a local one's now)."""
+        with self._meta_lock:
+            self._meta = merge_meta(self._meta, meta)
+            self._meta_pending = True
+        if self._remote:
+            self._wake.set()
+        else:
+            self._open()
 
     def _open(self) -> bool:
-        """Locate the run directory and merge ``meta`` into its meta.json, once it works."""
-        if self._loc is not None:
+        """Whether the run directory is open, opening it (and merging pending meta into its
+        meta.json) if need be; a failure is counted, logged once and tried again later."""
+        with self._meta_lock:
+            if self._loc is not None and not self._meta_pending:
+                return True
+            try:
+                loc = self._loc or locate(self.run_dir)
+                write_meta(loc, merge_meta(_existing_meta(loc), self._meta))
+            except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
+                self._fail("meta", exc)
+                return self._loc is not None  # open, only meta.json behind: rows still go in
+            self._loc, self._meta_pending = loc, False
             return True
-        try:
-            loc = locate(self.run_dir)
-            write_meta(loc, merge_meta(_existing_meta(loc), self._meta))
-        except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
-            self._fail("meta", exc)
-            return False
-        self._loc = loc
-        return True
 
     def _build(self, table: str, items: list[tuple[Any, int]]) -> pa.Table | None:
         """The queued calls of ``table`` as one Arrow table. If a value breaks the batch, each
         call is built alone, and only the calls that still fail are dropped (as bad rows)."""
         build = _BUILDERS[table]
-        with self._lock:
-            bad = self._counters["bad_rows"]
         try:
-            return build(self, [p for p, _ in items])
+            return self._tallied(build, [p for p, _ in items])
         except Exception:  # noqa: BLE001 - find the bad call below
-            with self._lock:  # the calls built one by one below count their own bad rows
-                self._counters["bad_rows"] = bad
+            pass
         parts = []
         for payload, rows in items:
             try:
-                parts.append(build(self, [payload]))
+                parts.append(self._tallied(build, [payload]))
             except Exception as exc:  # noqa: BLE001
                 self._fail(f"build-{table}", exc, count="bad_rows", rows=rows)
         parts = [t for t in parts if t.num_rows]
         return pa.concat_tables(parts) if parts else None
+
+    def _tallied(self, build: Callable[[Recorder, list], pa.Table], payloads: list) -> pa.Table:
+        """``build(self, payloads)``, counting the bad rows it finds only if it succeeds (a failed
+        batch is built again call by call, which finds them again)."""
+        self._tally = 0
+        try:
+            table = build(self, payloads)
+            bad = self._tally
+        finally:
+            self._tally = None
+        if bad:
+            with self._lock:
+                self._counters["bad_rows"] += bad
+        return table
 
     def _close_in_child(self) -> None:
         """After a fork, in the child: fresh locks, an empty queue (the parent writes its own
@@ -431,8 +468,11 @@ class Recorder:
 
     def _fail(self, kind: str, exc: BaseException, *, count: str | None = None, rows: int = 1) -> None:
         message = f"{type(exc).__name__}: {exc}"
+        tally = count == "bad_rows" and self._tally is not None and threading.current_thread() is self._thread
         with self._lock:
-            if count:
+            if tally:  # found while building a batch: counted when the batch is kept (_tallied)
+                self._tally = (self._tally or 0) + rows
+            elif count:
                 self._counters[count] += rows if count == "bad_rows" else 1
             self._last_error = f"{kind}: {message}"
             first = kind not in self._warned
