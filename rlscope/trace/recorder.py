@@ -195,7 +195,8 @@ class Recorder:
     def log_step(self, step: int, metrics: Mapping[str, Any], *, attempt: int = 0) -> None:
         """Queue one step's metrics (any key; numbers, numpy scalars, NaN/inf, None or text)."""
         try:
-            self._enqueue("steps", (step, attempt, time.time(), dict(metrics)), len(metrics) or 1)
+            if len(metrics):  # an empty dict records nothing; None is a bad argument (TypeError)
+                self._enqueue("steps", (step, attempt, time.time(), dict(metrics)), len(metrics))
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
@@ -216,7 +217,8 @@ class Recorder:
             else:
                 payload = list(rows)
                 n = len(payload)
-            self._enqueue("trajectories", (step, payload), max(n, 1))
+            if n:
+                self._enqueue("trajectories", (step, payload), n)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
@@ -238,7 +240,8 @@ class Recorder:
         """Queue NVML samples: dicts with ``time``, ``gpu``, ``util_pct``, ... (see the ``gpu`` schema)."""
         try:
             rows = list(samples)
-            self._enqueue("gpu", rows, max(len(rows), 1))
+            if rows:
+                self._enqueue("gpu", rows, len(rows))
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
