@@ -449,3 +449,16 @@ def test_the_exposition_passes_promtool_and_quantiles_are_summaries(run):
     assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(
         20_000 * 1e-3 * math.sqrt(2 / math.pi), rel=0.02
     )
+
+
+def test_a_run_replaced_between_two_scrapes_starts_again(tmp_path):
+    first = tmp_path / "run"
+    with Recorder(first, {"precision": "bf16"}) as rec:
+        rec.log_logprob_delta(1, np.full(1000, 1e-3))
+    registry, _ = _registry(first)
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 1000
+    shutil.rmtree(first)
+    with Recorder(first, {"precision": "fp8"}) as rec:  # rm -rf and restart, before the next scrape
+        rec.log_logprob_delta(1, np.full(10, 1e-2))
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 10
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="fp8", model_type="dense") is not None

@@ -240,7 +240,24 @@ def test_a_remote_run_directory_never_blocks_the_caller(tmp_path, monkeypatch):
     rec.update_meta({"gpu": {"count": 8}})
     rec.log_step(0, {"a": 1.0})
     assert time.monotonic() - started < 1.0
+    assert rec.flush(timeout=5) is False  # neither the row nor meta.json could be written
     rec.close(timeout=0.1)
+
+
+def test_meta_after_close_is_refused_aloud(tmp_path, caplog):
+    rec = Recorder(str(tmp_path / "run"), {"a": 1})
+    rec.close()
+    with caplog.at_level("WARNING", logger="rlscope"):
+        rec.update_meta({"b": 2})
+    assert "the recorder is closed; meta not merged" in caplog.text
+    assert "b" not in read_meta(tmp_path / "run")
+
+
+def test_columns_outside_the_schema_do_not_count_as_rows(tmp_path):
+    with Recorder(str(tmp_path / "run")) as rec:
+        rec.log_trajectories(1, {"reward": [1.0, 2.0], "unknown_col": [1, 2, 3]})
+    status = rec.status()
+    assert status["rows_queued"] == status["rows_written"] == 2
 
 
 def test_meta_given_to_a_remote_run_reaches_its_meta_json(tmp_path, monkeypatch):
@@ -256,11 +273,15 @@ def test_meta_given_to_a_remote_run_reaches_its_meta_json(tmp_path, monkeypatch)
 def test_a_run_directory_that_will_not_open_is_not_retried_on_every_row(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("in the way")
-    rec = Recorder(str(blocker / "run"), flush_rows=10)  # a flush every 10 rows, were it not waiting
-    for step in range(20_000):
+    rec = Recorder(
+        str(blocker / "run"), flush_rows=10, flush_interval=3600
+    )  # a flush every 10 rows, were it not waiting
+    for step in range(200_000):
         rec.log_step(step, {"a": 1.0})
     time.sleep(0.3)
-    assert rec.status()["write_errors"] <= 2  # retried every flush_interval (5 s), not on every row
+    # the attempt the first rows woke, and at most two their wakes queued before it failed; a writer
+    # woken every 10 rows while the directory stays shut tried dozens of times here
+    assert rec.status()["write_errors"] <= 3
     rec.close(timeout=1)
 
 

@@ -355,3 +355,23 @@ def test_new_rows_after_a_segment_whose_data_is_corrupt_still_arrive(tmp_path):
     assert reader.read_new("steps", cursor).num_rows == 0  # skipped, and the cursor moves past it
     write_segment(run, "steps", _steps([5000]), writer_id="w", seq=9)
     assert reader.read_new("steps", cursor).column("step").to_pylist() == [5000]
+
+
+def test_segments_that_never_read_are_given_up_after_a_few_reads(tmp_path, monkeypatch):
+    import rlscope.trace.reader as reader_module
+    from rlscope.trace.reader import Cursor
+
+    monkeypatch.setattr(reader_module, "_GIVE_UP_S", 0.0)
+    run = _run(tmp_path, [list(range(5000)), list(range(5000, 10000)), [10000]])
+    for name in sorted(os.listdir(os.path.join(run, "steps")))[:2]:  # two of three damaged for good
+        path = os.path.join(run, "steps", name)
+        with open(path, "rb") as fh:
+            data = bytearray(fh.read())
+        data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)
+        with open(path, "wb") as fh:
+            fh.write(data)
+    reader, cursor = RunReader(run), Cursor()
+    assert reader.read_new("steps", cursor).column("step").to_pylist() == [10000]
+    for _ in range(2):  # read again, in case the store was at fault; never raised
+        assert reader.read_new("steps", cursor).num_rows == 0
+    assert len(cursor.seen_in("steps")) == 3  # the third failed read gave them up

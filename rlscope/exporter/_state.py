@@ -33,7 +33,7 @@ from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
-from rlscope.trace.store import require_directory
+from rlscope.trace.store import read_meta, require_directory
 
 __all__ = [
     "GPU_STALE_SECONDS",
@@ -178,17 +178,13 @@ class RunState:
         """Read the segments added since the last refresh and update the aggregates."""
         started = time.perf_counter()
         try:
+            if self.reader is not None and not self._same_run():
+                errors = self.refresh_errors  # deleted, or another run in its place: start again,
+                self.__init__(self.run_dir, self.run)  # type: ignore[misc]  # none of its values served
+                self.refresh_errors = errors  # a counter: it never goes back
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
-            else:
-                try:
-                    require_directory(self.reader.location)
-                except RLScopeError:  # deleted since: down, and none of its old values served,
-                    errors = self.refresh_errors  # even once a new run takes its place
-                    self.__init__(self.run_dir, self.run)  # type: ignore[misc]
-                    self.refresh_errors = errors  # a counter: it never goes back
-                    raise
             reader, cursor = self.reader, self.cursor
             self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
             self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
@@ -207,6 +203,16 @@ class RunState:
             except Exception as exc:  # noqa: BLE001 - an analyzer bug leaves the other metrics served
                 self._fail("analyze", exc)
         self.refresh_seconds = time.perf_counter() - started
+
+    def _same_run(self) -> bool:
+        """Whether the directory still holds the run first read: meta.json's ``created`` stays
+        through resumes, and a run created in its place has its own."""
+        assert self.reader is not None
+        try:
+            require_directory(self.reader.location)
+            return read_meta(self.reader.location).get("created") == self.meta.get("created")
+        except RLScopeError:
+            return False
 
     def _fail(self, kind: str, exc: BaseException) -> None:
         self.refresh_errors += 1

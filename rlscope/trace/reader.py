@@ -42,6 +42,10 @@ ORIGINS_KEY = b"rlscope.origins"
 # A listing is cached only once its folder's mtime is this old: a second rename within the
 # filesystem's timestamp granularity would otherwise leave the mtime unchanged.
 _MTIME_SETTLE_NS = 2_000_000_000
+# a segment whose data fails this many reads, over at least this long, is given up on (before:
+# read again each time, in case the failure was the store's and passes)
+_GIVE_UP_READS = 3
+_GIVE_UP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ class RunReader:
         self._segments: dict[str, SegmentInfo | None] = {}
         self._listings: dict[str, tuple[int, list[SegmentInfo]]] = {}  # table -> (folder mtime, segments)
         self.warnings: list[str] = []
+        self._failed_reads: dict[str, tuple[int, float]] = {}  # path -> (failed reads, first failure)
 
     # -- discovery ---------------------------------------------------------------------
 
@@ -258,7 +263,7 @@ class RunReader:
         segs = self.segments(table) if segments is None else segments
         if not segs:
             return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
-        data, _ = self._scan(table, segs, cols, encoded, filter)
+        data, _, _ = self._scan(table, segs, cols, encoded, filter)
         return data if data is not None else _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
 
     def _scan(
@@ -268,23 +273,25 @@ class RunReader:
         cols: list[str],
         encoded: Iterable[str] = (),
         filter: pc.Expression | None = None,
-    ) -> tuple[pa.Table | None, set[str]]:
-        """``segs`` read in one scan, and the paths of those skipped. If the scan fails, each
-        segment is read alone; one whose data does not read even whole and unfiltered (bytes
-        overwritten behind a footer that reads) is skipped with a warning. An error that is
-        not the data's (a filter of the caller's, every segment of several failing) is raised."""
+    ) -> tuple[pa.Table | None, set[str], set[str]]:
+        """``segs`` read in one scan, the paths left out of it, and those of them skipped for good. If the scan fails,
+        each segment is read alone; one whose data does not read even whole and unfiltered
+        (bytes overwritten behind a footer that reads, or a store that is down) is left out of
+        this read with a warning, and skipped for good once it has failed
+        ``_GIVE_UP_READS`` reads over ``_GIVE_UP_S`` seconds. An error that is not the data's
+        (a filter of the caller's) is raised."""
         encoded = list(encoded)
 
         def scan(some: Sequence[SegmentInfo]) -> pa.Table:
             return self.dataset(table, some, encoded).to_table(columns=cols, filter=filter)
 
         try:
-            return scan(segs), set()
+            return scan(segs), set(), set()
         except FileNotFoundError:  # a segment compacted away meanwhile: the caller says so
             raise
-        except (OSError, pa.ArrowInvalid) as exc:
-            first = exc
-        parts, skipped = [], set()
+        except (OSError, pa.ArrowInvalid):
+            pass
+        parts, left_out, given_up = [], set(), set()
         for seg in segs:
             try:
                 parts.append(scan([seg]))
@@ -299,12 +306,15 @@ class RunReader:
                 raise
             except (OSError, pa.ArrowInvalid):
                 self._warn(f"{seg.path}: unreadable data ({str(problem).splitlines()[0]}); skipped")
-                skipped.add(seg.path)
+                left_out.add(seg.path)
+                count, first = self._failed_reads.get(seg.path, (0, time.monotonic()))
+                self._failed_reads[seg.path] = (count + 1, first)
+                if count + 1 >= _GIVE_UP_READS and time.monotonic() - first >= _GIVE_UP_S:
+                    given_up.add(seg.path)
                 continue
             parts.append(scan([seg]))  # a blip that passed reads now; the caller's own error raises
-        if len(segs) > 1 and len(skipped) == len(segs):
-            raise first  # every segment at once: the store, not the data
-        return (pa.concat_tables(parts, promote_options="permissive") if parts else None), skipped
+        data = pa.concat_tables(parts, promote_options="permissive") if parts else None
+        return data, left_out, given_up
 
     def read_new(self, table: str, cursor: Cursor, columns: Iterable[str] | None = None) -> pa.Table:
         """Rows of ``table`` added since ``cursor`` last saw it; advances the cursor.
@@ -325,14 +335,16 @@ class RunReader:
             else:
                 whole.append(seg)
         parts: list[pa.Table] = []
-        skipped: set[str] = set()  # not marked seen: read again next time (a blip may pass)
+        left_out: set[str] = set()  # not marked seen, so read again next time, unless given up on
+        given_up: set[str] = set()
         if whole:
-            data, skipped = self._scan(table, whole, cols)
+            data, left_out, given_up = self._scan(table, whole, cols)
             if data is not None:
                 parts.append(data)
         for seg in partial:
-            data, missed = self._scan(table, [seg], cols)
-            skipped |= missed
+            data, missed, dropped = self._scan(table, [seg], cols)
+            left_out |= missed
+            given_up |= dropped
             if data is None:
                 continue
             offset = 0
@@ -341,7 +353,7 @@ class RunReader:
                     parts.append(data.slice(offset, rows))
                 offset += rows
         for seg in whole + partial:
-            if seg.path not in skipped:
+            if seg.path not in left_out or seg.path in given_up:
                 seen.add(seg.name)
                 seen.update(o for o, _ in seg.origins)
         if not parts:

@@ -176,7 +176,9 @@ class Recorder:
         self._warned: set[str] = set()
         self._loc: RunLocation | None = None
         self._meta = dict(meta or {})  # merged into meta.json on open, and again after update_meta()
-        self._meta_lock = threading.Lock()
+        self._meta_lock = threading.Lock()  # guards _meta, _meta_version, _meta_pending; never held for I/O
+        self._open_lock = threading.Lock()
+        self._meta_version = 0
         self._meta_pending = True
         self._waiting = False  # the run directory would not open: the queued rows wait for it
         self._lost = False  # the last flush dropped rows (a write failed)
@@ -213,7 +215,7 @@ class Recorder:
                 n = payload.num_rows
             elif isinstance(rows, Mapping):
                 payload = dict(rows)
-                n = max((len(v) for v in payload.values()), default=0)
+                n = max((len(v) for k, v in payload.items() if k in TRAJECTORIES.names), default=0)
             else:
                 payload = list(rows)
                 n = len(payload)
@@ -292,7 +294,7 @@ class Recorder:
         self._wake.set()
         with self._flushed:
             done = self._flushed.wait_for(lambda: self._flush_done >= target or not self._thread.is_alive(), timeout)
-            return done and self._flush_done >= target and not (self._waiting or self._lost)
+            return done and self._flush_done >= target and not (self._waiting or self._lost or self._meta_pending)
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Flush and stop the writer thread; later ``log_*`` calls are counted as dropped."""
@@ -324,6 +326,8 @@ class Recorder:
     # -- background writer ----------------------------------------------------------------
 
     def _run(self) -> None:
+        if self._meta_pending:  # a remote run: opened at once, on this thread
+            self._open()
         while True:
             self._wake.wait(self.flush_interval)
             self._wake.clear()
@@ -335,7 +339,7 @@ class Recorder:
                 closed = self._closed
             if self._meta_pending:  # a remote run's first open, or meta from update_meta()
                 self._open()
-            waiting = lost = False
+            waiting, lost = self._waiting, False  # waiting lasts until a write succeeds
             if batch:
                 waiting, lost = self._write(batch, last=closed)
             with self._flushed:
@@ -389,8 +393,12 @@ class Recorder:
     def update_meta(self, meta: Mapping[str, Any]) -> None:
         """Merge ``meta`` into meta.json, nested objects key by key (a remote run's by the writer
         thread, at its next flush; a local one's now)."""
+        if self._closed:
+            self._fail("update_meta", RuntimeError("the recorder is closed; meta not merged"))
+            return
         with self._meta_lock:
             self._meta = merge_meta(self._meta, meta)
+            self._meta_version += 1
             self._meta_pending = True
         if self._remote:
             self._wake.set()
@@ -400,16 +408,20 @@ class Recorder:
     def _open(self) -> bool:
         """Whether the run directory is open, opening it (and merging pending meta into its
         meta.json) if need be; a failure is counted, logged once and tried again later."""
-        with self._meta_lock:
-            if self._loc is not None and not self._meta_pending:
-                return True
+        with self._open_lock:  # one opener at a time; update_meta() of a remote run never waits for it
+            with self._meta_lock:
+                if self._loc is not None and not self._meta_pending:
+                    return True
+                meta, version = dict(self._meta), self._meta_version
             try:
                 loc = self._loc or locate(self.run_dir)
-                write_meta(loc, merge_meta(_existing_meta(loc), self._meta))
+                write_meta(loc, merge_meta(_existing_meta(loc), meta))
             except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
                 self._fail("meta", exc)
                 return self._loc is not None  # open, only meta.json behind: rows still go in
-            self._loc, self._meta_pending = loc, False
+            with self._meta_lock:
+                self._loc = loc
+                self._meta_pending = self._meta_version != version  # more came meanwhile
             return True
 
     def _build(self, table: str, items: list[tuple[Any, int]]) -> pa.Table | None:
@@ -448,6 +460,8 @@ class Recorder:
         rows) and closed. The parent's writer thread may have been inside Arrow at the fork,
         whose locks the child inherits held, so the child must not write with it."""
         self._lock = threading.Lock()
+        self._meta_lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
         self._queue.clear()
