@@ -218,6 +218,23 @@ def test_vanishing_run_directory_mid_run_is_counted(tmp_path):
     assert rec.status()["dropped_rows"] == 1
 
 
+def test_a_run_directory_deleted_mid_run_gets_its_meta_json_back(tmp_path, caplog):
+    import shutil
+
+    run = tmp_path / "run"
+    rec = Recorder(str(run), {"gpu": {"count": 8}}, flush_interval=3600)
+    rec.log_step(0, {"a": 1.0})
+    assert rec.flush()
+    shutil.rmtree(run)
+    rec.log_step(1, {"a": 2.0})
+    with caplog.at_level("WARNING", logger="rlscope"):
+        assert rec.flush()
+    rec.close()
+    assert "meta.json went away; written again" in caplog.text
+    assert read_meta(run)["gpu"] == {"count": 8}  # still a run directory, with what it was told
+    assert _values(str(run)) == {(1, "a"): (2.0, None)}
+
+
 def _remote(monkeypatch, delay: float, target: Path | None) -> str:
     """``s3://bucket/run`` answered after ``delay`` seconds by ``target`` (a local folder), or never."""
     import rlscope.trace.recorder as recorder_module

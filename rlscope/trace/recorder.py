@@ -38,6 +38,7 @@ from rlscope.trace.schema import (
     TRAJECTORIES,
 )
 from rlscope.trace.store import (
+    META_FILE,
     RunLocation,
     conform,
     locate,
@@ -353,6 +354,7 @@ class Recorder:
         """Write ``batch``; (waiting, lost): waiting if the run directory would not open (the
         rows wait in the queue for the next flush, or, on the ``last`` flush, are dropped and
         counted), lost if a write failed and its rows were dropped."""
+        self._check_meta()
         if not self._open():
             rows = sum(item[2] for item in batch)
             with self._lock:
@@ -389,6 +391,16 @@ class Recorder:
                 self._counters["segments_written"] += 1
         self._write_status()
         return False, lost
+
+    def _check_meta(self) -> None:
+        """A local run directory deleted since it was opened would be re-created by the next
+        segment without meta.json (and be no run directory): write meta.json again first."""
+        loc = self._loc
+        if loc is None or not loc.is_local or os.path.exists(os.path.join(loc.path, META_FILE)):
+            return
+        self._fail("meta-gone", FileNotFoundError(f"{loc.path}/{META_FILE} went away; written again"))
+        with self._meta_lock:
+            self._meta_pending = True
 
     def update_meta(self, meta: Mapping[str, Any]) -> None:
         """Merge ``meta`` into meta.json, nested objects key by key (a remote run's by the writer
