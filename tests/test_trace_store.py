@@ -269,15 +269,23 @@ def test_listing_is_reused_until_the_folder_changes(tmp_path):
     assert len(reader.segments("steps")) == 1
 
 
+def _damage_data(run: str, n: int) -> list[str]:
+    """Overwrite the data of the first ``n`` steps segments (5,000 rows or more: the data lies
+    well before the footer, which still reads); their names."""
+    names = sorted(p for p in os.listdir(os.path.join(run, "steps")) if p.endswith(".parquet"))[:n]
+    for name in names:
+        path = os.path.join(run, "steps", name)
+        with open(path, "rb") as fh:
+            data = bytearray(fh.read())
+        data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)
+        with open(path, "wb") as fh:
+            fh.write(data)
+    return names
+
+
 def test_a_segment_whose_data_is_corrupt_is_skipped_with_one_warning(tmp_path, caplog):
-    run = _run(tmp_path, [list(range(5000)), [5000, 5001]])  # data well beyond the footer
-    first = sorted(p for p in os.listdir(os.path.join(run, "steps")) if p.endswith(".parquet"))[0]
-    path = os.path.join(run, "steps", first)
-    with open(path, "rb") as fh:
-        data = bytearray(fh.read())
-    data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)  # the footer still reads; the data does not
-    with open(path, "wb") as fh:
-        fh.write(data)
+    run = _run(tmp_path, [list(range(5000)), [5000, 5001]])
+    (first,) = _damage_data(run, 1)
     reader = RunReader(run)
     assert reader.row_count("steps") == 5002  # the footer says so
     with caplog.at_level(logging.WARNING, logger="rlscope"):
@@ -345,14 +353,9 @@ def test_new_rows_after_a_segment_whose_data_is_corrupt_still_arrive(tmp_path):
     from rlscope.trace.reader import Cursor
 
     run = _run(tmp_path, [list(range(5000))])
-    path = os.path.join(run, "steps", os.listdir(os.path.join(run, "steps"))[0])
-    with open(path, "rb") as fh:
-        data = bytearray(fh.read())
-    data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)
-    with open(path, "wb") as fh:
-        fh.write(data)
+    _damage_data(run, 1)
     reader, cursor = RunReader(run), Cursor()
-    assert reader.read_new("steps", cursor).num_rows == 0  # skipped, and the cursor moves past it
+    assert reader.read_new("steps", cursor).num_rows == 0  # skipped (and read again next time)
     write_segment(run, "steps", _steps([5000]), writer_id="w", seq=9)
     assert reader.read_new("steps", cursor).column("step").to_pylist() == [5000]
 
@@ -363,13 +366,7 @@ def test_segments_that_never_read_are_given_up_after_a_few_reads(tmp_path, monke
 
     monkeypatch.setattr(reader_module, "_GIVE_UP_S", 0.0)
     run = _run(tmp_path, [list(range(5000)), list(range(5000, 10000)), [10000]])
-    for name in sorted(os.listdir(os.path.join(run, "steps")))[:2]:  # two of three damaged for good
-        path = os.path.join(run, "steps", name)
-        with open(path, "rb") as fh:
-            data = bytearray(fh.read())
-        data[4 : len(data) // 3] = b"A" * (len(data) // 3 - 4)
-        with open(path, "wb") as fh:
-            fh.write(data)
+    _damage_data(run, 2)  # two of three damaged for good
     reader, cursor = RunReader(run), Cursor()
     assert reader.read_new("steps", cursor).column("step").to_pylist() == [10000]
     for _ in range(2):  # read again, in case the store was at fault; never raised
