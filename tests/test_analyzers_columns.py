@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from damage import damage_column
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import _data, analyze_run, rewards, staleness, sync_balance
@@ -105,6 +106,37 @@ def test_a_segment_vanishing_mid_read_is_a_clear_error(run):
         segment.unlink()
     with pytest.raises(RunDirError, match="went away while it was being read"):
         traj.numbers("finish_time")
+
+
+def _damage_first_segment(run, column: str) -> str:
+    path = sorted((run / "trajectories").glob("*.parquet"))[0]
+    damage_column(path, column)
+    return str(path)
+
+
+def test_a_segment_whose_steps_do_not_read_is_left_out_of_every_column(run, caplog):
+    damaged = _damage_first_segment(run, "step")
+    reader = RunReader(run)
+    traj = Trajectories(reader)
+    traj.prefetch(["finish_time", "engine"])
+    assert len(traj) == 3  # the second segment's rows alone, in every column
+    assert traj.numbers("step").tolist() == [2, 2, 2]
+    assert traj.numbers("finish_time").tolist() == [1.0, 2.0, 3.0]
+    codes, names = traj.labels("engine")
+    assert [names[c] for c in codes] == ["e-a", "e-c", "e-a"]
+    assert any(damaged in w and "unreadable" in w for w in reader.warnings)
+    diagnosis = analyze_run(RunReader(run))  # the rest of the run is analysed
+    assert diagnosis.staleness.per_step.index.tolist() == [2]
+
+
+def test_a_column_that_does_not_read_is_missing_for_its_segment_s_rows_alone(run):
+    _damage_first_segment(run, "reward")
+    traj = Trajectories(RunReader(run))
+    assert traj.numbers("step").tolist() == [1, 1, 1, 2, 2, 2]
+    reward = traj.numbers("reward")
+    assert np.isnan(reward[:3]).all() and reward[3:].tolist() == [1.0, 0.0, 0.0]
+    assert traj.numbers("finish_time").tolist() == [1.0, 2.0, 3.0] * 2  # the segment's other columns count
+    assert traj.labels("engine", ordered=False)[0].size == 6
 
 
 def test_nan_is_as_missing_as_null_in_every_source():
@@ -209,13 +241,13 @@ def test_analyzers_agree_on_frames_from_pandas_and_from_the_run(run):
 
 def test_each_column_is_read_from_the_run_once(run, monkeypatch):
     reads: list[tuple[str, ...]] = []
-    original = RunReader.read
+    original = RunReader.read_available
 
     def counting(self, table, columns=None, *args, **kwargs):
         reads.append(tuple(columns or ()))
         return original(self, table, columns, *args, **kwargs)
 
-    monkeypatch.setattr(RunReader, "read", counting)
+    monkeypatch.setattr(RunReader, "read_available", counting)
     traj = Trajectories(RunReader(run))
     traj.prefetch(["engine"])
     assert traj.has("engine")

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damage import damage_column
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import analyze_run
@@ -120,6 +121,36 @@ def test_data_strings_are_escaped_in_html_and_markdown(tmp_path, capsys):
     assert main(["diagnose", run]) == 0  # text: shown literally, markup not interpreted
     text = capsys.readouterr().out
     assert "<script>alert('x')</script>**bold**[link](http://e)|cell" in text
+
+
+def test_a_segment_that_does_not_read_is_named_in_every_report(tmp_path, capsys):
+    run = tmp_path / "<b>run</b>*x*"
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}, "batch_size": "many"}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 12.0})
+            rec.log_trajectories(
+                step, [{"finish_time": float(i), "reward": 1.0, "data_source": "m"} for i in range(20)]
+            )
+            rec.flush()  # a segment per step
+    first = sorted((run / "trajectories").glob("*.parquet"))[0]
+    damage_column(first, "reward")
+    code, doc = _run_json(capsys, str(run))
+    assert code == 0
+    assert doc["long_tail"]["estimated"] is False  # the damaged segment's finish times still count
+    by_step = [(r["step"], r["n"], r["scored"]) for r in doc["rewards"]["by_step"]]
+    assert by_step == [(1, 20, 0), (2, 20, 20)]  # its rewards do not: its rows are there, unscored
+    ignored, unread = doc["run"]["warnings"]
+    assert ignored == "meta.json: batch_size is 'many', not a positive whole number; ignored"
+    assert str(first) in unread and "unreadable data in reward" in unread
+    assert unread.isprintable()  # the decoder's message quotes raw bytes: not sent to a terminal
+    assert main(["diagnose", str(run), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out.split("## Read with warnings")[1]
+    assert r"&lt;b&gt;run&lt;/b&gt;\*x\*" in md and "<b>" not in md
+    assert main(["diagnose", str(run), "--format", "html", "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text().split("Read with warnings")[1]
+    assert "&lt;b&gt;run&lt;/b&gt;*x*" in page and "<b>run" not in page
+    assert main(["diagnose", str(run)]) == 0
+    assert str(first) in capsys.readouterr().out.split("Read with warnings")[1]  # not wrapped: copyable
 
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import peak_flops
 from rlscope.collectors.verl_metrics import canonical_metric
 from rlscope.errors import RunDirError
-from rlscope.trace.reader import RunReader
+from rlscope.trace.reader import RunReader, SegmentInfo
 from rlscope.trace.schema import TABLES
 
 # group_counts() loops over groups averaging at least this many rows (a Python step per group)
@@ -331,6 +332,10 @@ class Trajectories:
     pandas. Built from a reader (over the segments listed when built, so a segment landing
     meanwhile cannot misalign the columns), an Arrow table or a pandas frame. A column the
     source lacks reads as all missing, as a column of a run that never logged it does.
+
+    A segment whose data does not read (the reader warns) loses only what it must: if its
+    ``step`` column is unreadable its rows are left out of every column, else only the
+    columns that do not read are missing for its rows.
     """
 
     def __init__(self, source: RunReader | pa.Table | pd.DataFrame | None = None):
@@ -338,10 +343,13 @@ class Trajectories:
         self._frame: pa.Table | None = None
         self._cache: dict[tuple[str, Any], Any] = {}
         self._pending: dict[str, Future[pa.ChunkedArray]] = {}
+        self._settle_lock = threading.Lock()
+        self._settled = False  # the step column, read first, settles which segments count
+        self._step: pa.ChunkedArray | None = None  # until read() takes it
         if isinstance(source, RunReader):
             self._reader = source
             self._segments = source.segments("trajectories")
-            self._rows = sum(s.rows for s in self._segments)
+            self._rows = -1  # until the step column is read
             self._names = frozenset(TABLES["trajectories"].names)
         else:
             if isinstance(source, pd.DataFrame):  # converted once, a column at a time (mixed types become text)
@@ -351,11 +359,12 @@ class Trajectories:
             self._names = frozenset(self._frame.column_names) if self._rows else frozenset()
 
     def __len__(self) -> int:
+        self._settle()
         return self._rows
 
     @property
     def empty(self) -> bool:
-        return self._rows == 0
+        return len(self) == 0
 
     @property
     def columns(self) -> frozenset[str]:
@@ -374,16 +383,40 @@ class Trajectories:
                 self._pending[name] = pool.submit(self._read, name, text=_is_text(name))
         pool.shutdown(wait=False)
 
-    def _read(self, name: str, *, text: bool) -> pa.ChunkedArray:
+    def _settle(self) -> None:
+        """Read the step column, leaving out the segments whose steps do not read."""
+        if self._reader is None or self._settled:
+            return
+        with self._settle_lock:
+            if not self._settled:
+                self._step, left_out = self._read_segments("step", text=False)
+                if left_out:
+                    self._segments = [s for s in self._segments if s.path not in left_out]
+                self._rows = sum(s.rows for s in self._segments)
+                self._settled = True
+
+    def _read_segments(self, name: str, *, text: bool) -> tuple[pa.ChunkedArray, set[str]]:
         assert self._reader is not None
-        dictionary = [name] if text else []
         try:
-            table = self._reader.read("trajectories", [name], dictionary=dictionary, segments=self._segments)
+            table, left_out = self._reader.read_available(
+                "trajectories", [name], dictionary=[name] if text else [], segments=self._segments
+            )
         except FileNotFoundError as exc:
             raise RunDirError(
                 f"a trajectories segment went away while it was being read (compacted meanwhile?): {exc}; run again"
             ) from None
-        column = table.column(0)
+        return table.column(0), left_out
+
+    def _read(self, name: str, *, text: bool) -> pa.ChunkedArray:
+        self._settle()
+        if name == "step":
+            column, self._step = self._step, None
+            if column is None:  # read before, and let go: read again
+                column, _ = self._read_segments(name, text=text)
+        else:
+            column, left_out = self._read_segments(name, text=text)
+            if left_out:  # the segment's steps read, this column's data did not: missing for its rows
+                column = _with_gaps(column, self._segments, left_out)
         # numbers become one buffer that numpy views; dictionary chunks are unified by labels()
         return column if text or column.num_chunks == 1 else pa.chunked_array([column.combine_chunks()])
 
@@ -397,13 +430,8 @@ class Trajectories:
         else:
             assert self._frame is not None
             column = self._frame.column(name)
-        if len(column) != self._rows:
-            why = (
-                " (a segment's data is unreadable: see the warning above; move it out of the run)"
-                if (self._reader is not None and self._reader.warnings)
-                else ""
-            )
-            raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {self._rows}{why}")
+        if len(column) != len(self):
+            raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {len(self)}")
         return column
 
     def _cached(self, kind: str, name: str, arg: Any, make: Callable[[], Any]) -> Any:
@@ -414,7 +442,7 @@ class Trajectories:
 
     def numbers(self, name: str) -> np.ndarray:
         """A numeric column: ints (and bools) stay as they are when none is missing, else float with NaN."""
-        return self._cached("numbers", name, None, lambda: numbers(self._arrow(name), self._rows))
+        return self._cached("numbers", name, None, lambda: numbers(self._arrow(name), len(self)))
 
     def flags(self, name: str) -> np.ndarray:
         """A boolean column; a missing value is False."""
@@ -422,7 +450,7 @@ class Trajectories:
         def make() -> np.ndarray:
             column = self._arrow(name)
             if column is None or pa.types.is_null(column.type):
-                return np.zeros(self._rows, dtype=bool)
+                return np.zeros(len(self), dtype=bool)
             return pc.fill_null(column.cast(pa.bool_()), False).to_numpy()
 
         return self._cached("flags", name, None, make)
@@ -455,7 +483,7 @@ class Trajectories:
 
     def labels(self, name: str, missing: str | None = None, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, names)`` of a text column, as :func:`labels` gives them."""
-        codes = self._cached("labels", name, None, lambda: _codes(self._arrow(name, text=True), self._rows))
+        codes = self._cached("labels", name, None, lambda: _codes(self._arrow(name, text=True), len(self)))
         if missing is None and not ordered:
             return codes
         return self._cached("labels", name, (missing, ordered), lambda: _recode(*codes, missing, ordered))
@@ -466,6 +494,19 @@ class Trajectories:
         column = self._arrow(name, text=True)
         taken = None if column is None else column.take(pa.array(rows, type=pa.int64()))
         return _recode(*_codes(taken, len(rows)), missing, False)
+
+
+def _with_gaps(column: pa.ChunkedArray, segments: list[SegmentInfo], left_out: set[str]) -> pa.ChunkedArray:
+    """``column``, read from the ``segments`` not ``left_out`` in order, with nulls for the rows
+    of those left out, so that it lines up with the other columns."""
+    parts, offset = [], 0
+    for seg in segments:
+        if seg.path in left_out:
+            parts.append(pa.nulls(seg.rows, column.type))
+        else:
+            parts.extend(column.slice(offset, seg.rows).chunks)
+            offset += seg.rows
+    return pa.chunked_array(parts, type=column.type)
 
 
 def _from_pandas(values: pd.Series) -> pa.ChunkedArray:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from rlscope import __version__
 from rlscope.analyzers import Diagnosis, RunFacts
-from rlscope.analyzers._data import recent
+from rlscope.analyzers._data import meta_problems, recent
 from rlscope.analyzers.gpu_idle import learner_role
 from rlscope.trace.reader import RunReader
 
@@ -96,6 +96,8 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "steps": len(steps),
         "first_step": int(steps.min()) if len(steps) else None,
         "last_step": int(steps.max()) if len(steps) else None,
+        # what was read in part or not at all: a report saved to a file says so as the terminal did
+        "warnings": [f"meta.json: {p}; ignored" for p in meta_problems(meta)] + list(reader.warnings),
     }
 
 

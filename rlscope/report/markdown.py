@@ -75,4 +75,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out.append(f"- **{f['severity'].upper()}** {escape_md(f['title'])} ({escape_md(f['id'])})")
         if f["recommendation"]:
             out.append(f"  - {escape_md(f['recommendation'])}")
+    if run.get("warnings"):
+        out += ["", "## Read with warnings", "", "Left out of the numbers above.", ""]
+        out += [f"- {escape_md(line)}" for line in run["warnings"]]
     return "\n".join(out) + "\n"

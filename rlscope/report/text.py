@@ -92,3 +92,8 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
             body.append("\n-> " + f["recommendation"])
         grid.add_row(_plain("  ", (sev.upper(), _STYLE.get(sev, ""))), body)
     console.print(grid)
+    if run.get("warnings"):
+        console.print()
+        console.print(_plain(("Read with warnings", "bold underline"), " (left out of the numbers above)"))
+        for line in run["warnings"]:
+            console.print(_plain("  ", ("!", "yellow"), " " + line), soft_wrap=True)  # paths stay whole

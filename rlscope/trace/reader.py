@@ -114,6 +114,13 @@ def _dictionary_schema(schema: pa.Schema, encoded: set[str]) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
+def _reason(exc: BaseException) -> str:
+    """The first line of an error, printable (a decoder's message may quote the bytes it met)."""
+    lines = str(exc).splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 class RunReader:
     """Read the tables of one run directory (a local path or a pyarrow filesystem URI).
 
@@ -192,8 +199,7 @@ class RunReader:
                 rows = pf.metadata.num_rows
                 kv = pf.metadata.metadata or {}
         except (OSError, pa.ArrowException) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self._warn(f"{path}: unreadable segment skipped ({reason})")
+            self._warn(f"{path}: unreadable segment skipped ({_reason(exc)})")
         else:
             problem = self._schema_problem(table, schema)
             if problem:
@@ -258,13 +264,27 @@ class RunReader:
         ``segments`` (from :meth:`segments`) pins what is read, so that columns read one at a
         time line up even while a live run adds segments.
         """
+        return self.read_available(table, columns, filter, dictionary, segments)[0]
+
+    def read_available(
+        self,
+        table: str,
+        columns: Iterable[str] | None = None,
+        filter: pc.Expression | None = None,
+        dictionary: Iterable[str] = (),
+        segments: Sequence[SegmentInfo] | None = None,
+    ) -> tuple[pa.Table, set[str]]:
+        """:meth:`read`, and the paths of the segments left out of it because their data did
+        not read (each warned about once): a caller that lines up columns read one at a time
+        needs to know whose rows are missing."""
         cols = self._columns(table, columns)
         encoded = [c for c in self._columns(table, dictionary) if c in cols]
         segs = self.segments(table) if segments is None else segments
+        empty = _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
         if not segs:
-            return _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
-        data, _, _ = self._scan(table, segs, cols, encoded, filter)
-        return data if data is not None else _dictionary_schema(TABLES[table], set(encoded)).empty_table().select(cols)
+            return empty, set()
+        data, left_out, _ = self._scan(table, segs, cols, encoded, filter)
+        return (data if data is not None else empty), left_out
 
     def _scan(
         self,
@@ -305,7 +325,8 @@ class RunReader:
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowInvalid):
-                self._warn(f"{seg.path}: unreadable data ({str(problem).splitlines()[0]}); skipped")
+                what = "" if set(cols) >= set(TABLES[table].names) else f" in {', '.join(cols)}"
+                self._warn(f"{seg.path}: unreadable data{what} ({_reason(problem)}); skipped")
                 left_out.add(seg.path)
                 count, first = self._failed_reads.get(seg.path, (0, time.monotonic()))
                 self._failed_reads[seg.path] = (count + 1, first)
