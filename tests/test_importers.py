@@ -209,6 +209,63 @@ def test_a_wrap_anywhere_in_a_metric_line_is_undone(tmp_path):
         assert _wrapped_values(tmp_path, f"{WRAP_LINE[:cut]}\n{WRAP_LINE[cut:]}") == expected, cut
 
 
+@pytest.mark.parametrize(
+    "between",
+    ["", "0.5\n", "--------------------------------\nTarget: 5 | Numbers: [1, 2]\n"],
+    ids=["elided-value", "a-number-that-does-not-continue-it", "a-rule-and-free-text"],
+)
+def test_a_step_line_is_never_swallowed_by_the_one_before(tmp_path, between):
+    # without Ray prefixes nothing marks a process's lines: an odd end of one step line (an
+    # elided value, a stray number, a rule of dashes) must not join the next step's line to it
+    last = {"": "b:2 ...", "0.5\n": "b:8.991"}.get(between, "b:2")  # 8.991 and 0.5 make no number
+    log = tmp_path / "x.log"
+    log.write_text(f"step:1 - a:1 - {last}\n{between}step:2 - a:3 - b:4\nstep:3 - a:5 - b:6\n")
+    summary = import_verl_log([log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert [value(df, s, "a") for s in (1, 2, 3)] == [1.0, 3.0, 5.0]
+    assert [value(df, s, "b") for s in (2, 3)] == [4.0, 6.0]
+    assert set(df[df.step == 1].key) == ({"a"} if not between else {"a", "b"})
+    if between:
+        assert value(df, 1, "b") == float(last[2:])
+    assert summary.skipped == ({"bad_value": 1} if not between else {})  # "b:2 ..."
+
+
+def test_a_dict_of_plain_keys_is_someone_s_print_not_verl_metrics(tmp_path):
+    lines = []
+    for s in (1, 2, 3):
+        lines += [
+            f"(TaskRunner pid=1) sample {i} reward metrics: {{'acc': {i % 2}.0, 'format_ok': 1.0}}" for i in range(3)
+        ]
+        lines.append(f"(TaskRunner pid=1) step:{s} - critic/score/mean:0.5 - timing_s/step:10.0")
+    lines.append("(TaskRunner pid=1) Final validation metrics: {'val-core/gsm8k/acc': 0.25, 'note': 2.0}")
+    log = tmp_path / "x.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary = import_verl_log([log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 0 and sorted(set(df.step)) == [1, 2, 3]
+    assert set(df.key) == {"critic/score/mean", "timing_s/step", "val-core/gsm8k/acc", "note"}
+
+
+@pytest.mark.parametrize(
+    ("importer", "text"),
+    [
+        ("verl-log", "step:1 - a:1\nstep:12345678901234567890 - a:3\nstep:2 - a:2\n"),
+        (
+            "verl-jsonl",
+            '{"step": 1, "data": {"a": 1}}\n{"step": 1e30, "data": {"a": 3}}\n{"step": 2, "data": {"a": 2}}\n',
+        ),
+        ("wandb-csv", "_step,a\n1,1\n1e30,3\n2,2\n"),
+    ],
+)
+def test_a_step_number_past_int64_is_skipped_not_a_crash(tmp_path, importer, text):
+    from rlscope.collectors.importers import IMPORTERS
+
+    source = tmp_path / "in.txt"
+    source.write_text(text)
+    summary = IMPORTERS[importer]([source], tmp_path / "run")
+    assert sorted(set(steps(tmp_path / "run").step)) == [1, 2] and sum(summary.skipped.values()) == 1
+
+
 def test_odd_values_free_text_and_repeated_keys(tmp_path):
     summary = import_verl_log([DATA / "values.log"], tmp_path / "run")
     df = steps(tmp_path / "run")

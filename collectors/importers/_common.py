@@ -11,7 +11,7 @@ from typing import Any
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail, check_text_file, read_lines
 
-__all__ = ["each_source", "open_text_import", "parse_number", "run_import", "source_lines"]
+__all__ = ["each_source", "open_text_import", "parse_number", "run_import", "source_lines", "whole_step"]
 
 _WRAPPED = re.compile(r"^(?:np|numpy)\.\w+\((.*)\)$")  # numpy 2 reprs: np.float64(0.5), np.int64(3)
 _BOOLS = {"True": 1.0, "true": 1.0, "False": 0.0, "false": 0.0}
@@ -29,6 +29,14 @@ def parse_number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def whole_step(value: float) -> int | None:
+    """``value`` as a step number if it is a whole number the tables' int64 column holds, else None."""
+    if isinstance(value, float) and not value.is_integer():  # also NaN and inf
+        return None
+    step = int(value)
+    return step if -(1 << 63) <= step < 1 << 63 else None
 
 
 def open_text_import(

@@ -17,7 +17,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
+from rlscope.collectors.importers._common import (
+    each_source,
+    open_text_import,
+    parse_number,
+    run_import,
+    source_lines,
+    whole_step,
+)
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail
 
@@ -35,13 +42,7 @@ def _number(value: Any) -> float | None:
 
 
 def _step(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+    return whole_step(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _read_line(sink: StepSink, where: str, line: str, when: float | None) -> None:

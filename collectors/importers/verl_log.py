@@ -22,7 +22,9 @@ parser reads what it can of every line and never stops on one it cannot:
   verl logs the same dict as a step line too); the rest is imported at the step the text
   names, at the last step (final validation), or, for a dict printed before a step line
   (initial validation), at that step, less one when it is a training step (when no step line
-  follows: at the last step, or 0). Other nested dicts are ignored.
+  follows: at the last step, or 0). Other nested dicts, and dicts none of whose keys is a
+  path like verl's (``sample 3 reward metrics: {'acc': 1.0}``, a reward function's own
+  print), are ignored.
 
 What the log says about the run goes to meta.json (``rlscope.collectors.verl_config``): the
 config dump verl pprints at start, else the Hydra overrides of a launch command echoed into
@@ -43,7 +45,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
+from rlscope.collectors.importers._common import (
+    each_source,
+    open_text_import,
+    parse_number,
+    run_import,
+    source_lines,
+    whole_step,
+)
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail
 from rlscope.collectors.verl_config import MAX_LAUNCH_CHARS, LogFacts
@@ -285,15 +294,18 @@ class _Parser:
             return False
         head = _TRAILING_JUNK.sub("", self.step_text or "")
         _, colon, value = _SEP.split(head)[-1].rpartition(":")
+        step = _STEP.search(text)
+        if step:  # a step line of its own, unless this one stopped inside a key ("training/global_" + "step:7 - ")
+            return step.start() == 0 and not colon and bool(head) and not head.endswith("-")
         if head.endswith("-") or not colon or parse_number(value) is None:
-            return True  # the line cannot end there, even if the rest looks like "step:1 - ..."
-        if _STEP.search(text):
-            return False
-        if text.startswith((":", "-")) or _SEP.match(text):
+            return True  # the line cannot end there
+        if text.startswith(":") or _SEP.match(" " + text):  # ": 1.5 - ...", "- key:1", not "-----"
             return True
         if " -" in text and _TAIL_FIELDS.match(text):
             return True
-        return bool(_TAIL_NUMBER.match(text)) and not (self.step_text or " ")[-1].isspace()  # inside a number
+        # the rest of a number wrapped inside it, if the two make one ("31.2" + "5", not "8.991" + "0.5")
+        inside = _TAIL_NUMBER.match(text) and not (self.step_text or " ")[-1].isspace()
+        return bool(inside) and parse_number(value + text.strip()) is not None
 
     # -- step lines ----------------------------------------------------------------------
 
@@ -305,7 +317,10 @@ class _Parser:
         if match is None:  # only possible if joining broke the line: treat as unreadable
             self.sink.skip("bad_step", where, text)
             return
-        step = int(match.group(1))
+        step = whole_step(int(match.group(1)))
+        if step is None:
+            self.sink.skip("bad_step", where, match.group(0))
+            return
         metrics: dict[str, float] = {}
         for field in _SEP.split(text[match.end() :]):
             field = field.strip()
@@ -373,11 +388,11 @@ class _Parser:
                 self.sink.skip("bad_value", block.where, f"{key}: {raw}")
             else:
                 metrics.setdefault(key, value)
-        if not metrics or (block.kind == "dict" and not any("/" in k for k in metrics)):
+        if not any("/" in k for k in metrics):  # verl's metric keys are paths; {'acc': 1.0} is someone's print
             return
         named = _LABEL_STEP.search(label)
         if named or "final" in label.lower():  # the step it names, or the last one (final validation)
-            step = int(named.group(1)) if named else self.last_step
+            step = whole_step(int(named.group(1))) if named else self.last_step
             if step is None:
                 self.sink.skip("dict_without_step", block.where, bad=False)
                 return

@@ -15,7 +15,14 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from rlscope.collectors.importers._common import each_source, open_text_import, parse_number, run_import, source_lines
+from rlscope.collectors.importers._common import (
+    each_source,
+    open_text_import,
+    parse_number,
+    run_import,
+    source_lines,
+    whole_step,
+)
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, ImportInputError, Tail
 
@@ -64,8 +71,9 @@ def _import_file(sink: StepSink, rows: _Rows) -> None:
         if len(row) != len(header):
             sink.skip("bad_row", where, f"{len(row)} cells, header has {len(header)}")
             continue
-        step = parse_number(row[step_col])
-        if step is None or not step.is_integer():
+        number = parse_number(row[step_col])
+        step = None if number is None else whole_step(number)
+        if step is None:
             sink.skip("bad_row", where, f"step {row[step_col]!r}")
             continue
         when = parse_number(row[time_col]) if time_col is not None else None
@@ -79,7 +87,7 @@ def _import_file(sink: StepSink, rows: _Rows) -> None:
                 sink.skip("non_numeric_value", where, name, bad=False)
             else:
                 metrics[name] = value
-        sink.add(int(step), metrics, when=when)
+        sink.add(step, metrics, when=when)
 
 
 def import_wandb_csv(
