@@ -438,9 +438,33 @@ def test_a_run_with_no_rows_is_an_error_not_a_clean_report(tmp_path, capsys):
         )
 
 
+@pytest.mark.parametrize(
+    ("name", "head", "encoding"),
+    [
+        ("bom.jsonl", "", "utf-8-sig"),  # a Windows tool's byte-order mark
+        ("junk-first.txt", "garbage line\n", "utf-8"),  # JSONL whose first line is not JSON
+        ("json-first.log", '{"level": "info", "msg": "job submitted"}\n', "utf-8"),  # a console log
+    ],
+)
+def test_a_file_is_read_as_whichever_format_finds_its_steps(tmp_path, capsys, name, head, encoding):
+    if name.endswith(".log"):
+        body = "".join(f"step:{s} - timing_s/gen:10.0 - timing_s/step:15.0\n" for s in (1, 2, 3))
+    else:
+        body = "".join(
+            json.dumps({"step": s, "data": {"timing_s/gen": 10.0, "timing_s/step": 15.0}}) + "\n" for s in (1, 2, 3)
+        )
+    path = tmp_path / name
+    path.write_text(head + body, encoding=encoding)
+    code, doc = _run_json(capsys, str(path))
+    assert code == 0 and (doc["run"]["first_step"], doc["run"]["last_step"]) == (1, 3)
+    assert doc["headline"]["generation_share"] == pytest.approx(10.0 / 15.0)
+    skipped = ["the import (verl-jsonl) left out 1 bad_json"] if name.startswith("junk") else []
+    assert doc["run"]["warnings"] == skipped  # what the import dropped is in the report, not only on stderr
+
+
 def test_errors_are_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing")]) == 1
-    assert capsys.readouterr().err.strip().endswith("no such run directory")
+    assert capsys.readouterr().err.strip().endswith("no such run directory or log file")
     empty = tmp_path / "empty.log"
     empty.write_text("no metrics here\n")
     assert main(["diagnose", str(empty)]) == 1

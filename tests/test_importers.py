@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import gzip
 import io
 import json
 import logging
@@ -228,6 +229,21 @@ def test_a_step_line_is_never_swallowed_by_the_one_before(tmp_path, between):
     if between:
         assert value(df, 1, "b") == float(last[2:])
     assert summary.skipped == ({"bad_value": 1} if not between else {})  # "b:2 ..."
+
+
+def test_a_last_line_without_its_line_end_is_read_and_told(tmp_path, capsys):
+    log = tmp_path / "copied.log"
+    log.write_bytes(b"step:1 - a:1.5\nstep:2 - a:2.5 - timing_s/step:13")  # copied mid-write: 131.608?
+    code, out, _ = run_cli(capsys, "verl-log", log, "--out", tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert code == 0 and value(df, 2, "timing_s/step") == 13.0
+    assert f"note: {log}:2: the last line has no line end" in out
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["importer"]["notes"] == [
+        f"{log}:2: the last line has no line end (copied while being written?); read as it is"
+    ]
+    log.write_bytes(b"step:1 - a:1.5\n")
+    assert import_verl_log([log], tmp_path / "whole").notes == []
 
 
 def test_a_dict_of_plain_keys_is_someone_s_print_not_verl_metrics(tmp_path):
@@ -647,6 +663,8 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     a_file = tmp / "a-file"
     a_file.write_text("x")
     log = str(DATA / "ansi_ray.log")
+    gzipped = tmp / "x.log.gz"
+    gzipped.write_bytes(gzip.compress(b"step:1 - a:1\n"))
     return {
         "missing": (["verl-log", str(tmp / "nope.log")], "no such file"),
         "directory": (["verl-log", str(tmp)], "is a directory, expected a file"),
@@ -654,6 +672,7 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "binary-jsonl": (["verl-jsonl", str(garbage)], "binary data"),
         "binary-csv": (["wandb-csv", str(garbage)], "binary data"),
         "no-metrics": (["verl-log", str(text)], "no metrics found"),
+        "gzip": (["verl-log", str(gzipped)], "gzip-compressed; decompress it first"),
         "tb-missing": (["tensorboard", str(tmp / "nope")], "no such file or directory"),
         "tb-empty": (["tensorboard", str(tmp / "empty")], "no TensorBoard event files"),
         "tb-garbage": (["tensorboard", str(events)], "no metrics found"),
@@ -670,6 +689,7 @@ BAD_CASES = [
     "binary-jsonl",
     "binary-csv",
     "no-metrics",
+    "gzip",
     "tb-missing",
     "tb-empty",
     "tb-garbage",
@@ -686,8 +706,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, case):
     args, message = bad_inputs(tmp_path)[case]
     if "--out" not in args:
         args += ["--out", str(tmp_path / "run")]
-    code, _, err = run_cli(capsys, *args)
-    assert code == 1 and message in err
+    code, out, err = run_cli(capsys, *args)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1
+    assert out == ""  # no summary of a run directory that was not written
     assert err.startswith("rlscope: ") and err.count("\n") == 1 and "Traceback" not in err
 
 

@@ -86,7 +86,10 @@ def source_lines(sink: StepSink, path: str, name: str, tail: Tail, *, follow: bo
     def overlong(lineno: int) -> None:
         sink.skip("overlong_line", f"{name}:{lineno}", bad=False)
 
-    for item in read_lines(path, tail, follow=follow, on_overlong=overlong):
+    def unterminated(lineno: int) -> None:
+        sink.note(f"{name}:{lineno}: the last line has no line end (copied while being written?); read as it is")
+
+    for item in read_lines(path, tail, follow=follow, on_overlong=overlong, on_unterminated=unterminated):
         if item is IDLE:
             sink.maybe_flush()
         else:

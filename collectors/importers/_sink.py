@@ -59,6 +59,7 @@ class ImportSummary:
     skipped: dict[str, int] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
     found_meta: dict[str, Any] = field(default_factory=dict)  # run facts the input stated (config, model size)
+    notes: list[str] = field(default_factory=list)  # what was read but may not be whole
     interrupted: bool = False
 
     def __str__(self) -> str:
@@ -82,6 +83,7 @@ class ImportSummary:
                 for key, value in _flat(self.found_meta)
             )
             lines.append(f"  meta.json from the log: {facts}")
+        lines += [f"  note: {note}" for note in self.notes]
         if self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
@@ -232,6 +234,10 @@ class StepSink:
         if len(cols["step"]) >= self._flush_rows:
             self.flush()
 
+    def note(self, text: str) -> None:
+        """Tell something read that may not be whole (the summary and meta.json keep it)."""
+        self.summary.notes.append(text)
+
     def skip(self, reason: str, where: str, detail: str = "", *, bad: bool = True) -> None:
         """Count something not imported; with ``strict``, a ``bad`` one stops the import."""
         self._skipped[reason] += 1
@@ -304,6 +310,7 @@ class StepSink:
             "values": s.values,
             "restarts": s.restarts,
             "skipped": dict(self._skipped),
+            "notes": list(s.notes),
             "renamed_keys": dict(s.renamed),
         }
         meta = {**merge_meta(self._meta_before, merge_meta(s.found_meta, self._meta)), "importer": record}

@@ -64,6 +64,8 @@ def check_text_file(path: str) -> None:
             head = fh.read(_SNIFF_BYTES)
     except OSError as exc:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if head.startswith(b"\x1f\x8b"):
+        raise ImportInputError(f"{path}: gzip-compressed; decompress it first (gunzip -k {path}) and import that")
     if b"\0" in head:
         raise ImportInputError(f"{path}: binary data (NUL bytes), not a text file")
     if head and head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10:
@@ -71,22 +73,31 @@ def check_text_file(path: str) -> None:
 
 
 def read_lines(
-    path: str, tail: Tail, *, follow: bool, on_overlong: Callable[[int], None]
+    path: str,
+    tail: Tail,
+    *,
+    follow: bool,
+    on_overlong: Callable[[int], None],
+    on_unterminated: Callable[[int], None],
 ) -> Iterator[tuple[int, str] | None]:
     """Yield ``(line number, text without its line ending)``; while following, yield ``IDLE``
     whenever the file has no new data, and keep going until ``tail`` says stop.
 
-    A line longer than ``MAX_LINE_BYTES`` is passed to ``on_overlong`` and skipped. A file that
+    A line longer than ``MAX_LINE_BYTES`` is passed to ``on_overlong`` and skipped; a last line
+    without its line end (a file copied while being written) is read and passed to
+    ``on_unterminated``. A file that
     shrinks while followed (truncated by a log rotator) is read again from its start.
     """
     if path == "-":
-        yield from _numbered(_stdin_lines(), on_overlong)
+        yield from _numbered(_stdin_lines(), on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
-        yield from _numbered(_file_lines(fh, tail, follow), on_overlong)
+        yield from _numbered(_file_lines(fh, tail, follow), on_overlong, on_unterminated)
 
 
-def _numbered(chunks: Iterator[bytes | None], on_overlong: Callable[[int], None]) -> Iterator[tuple[int, str] | None]:
+def _numbered(
+    chunks: Iterator[bytes | None], on_overlong: Callable[[int], None], on_unterminated: Callable[[int], None]
+) -> Iterator[tuple[int, str] | None]:
     """Number the lines of ``chunks`` (pieces of at most MAX_LINE_BYTES) and drop overlong ones."""
     lineno, dropping = 0, False
     for chunk in chunks:
@@ -102,6 +113,8 @@ def _numbered(chunks: Iterator[bytes | None], on_overlong: Callable[[int], None]
             on_overlong(lineno)
             dropping = True
             continue
+        if not complete:  # only the end of the input stops short of a line end
+            on_unterminated(lineno)
         text = chunk.rstrip(b"\r\n").decode("utf-8", "replace")
         yield lineno, text.lstrip("\ufeff") if lineno == 1 else text  # a byte-order mark (Windows tools)
 

@@ -51,9 +51,11 @@ _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
 def _looks_like_jsonl(path: str) -> bool:
+    if path.lower().endswith((".jsonl", ".ndjson")):
+        return True
     with open(path, "rb") as fh:
         for raw in fh:
-            line = raw.strip()
+            line = raw.strip().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows tools)
             if line:  # JSON quotes keys with ", a pprint-ed dict (verl's config dump) with '
                 return re.match(rb'\{\s*["}]', line) is not None
     return False
@@ -62,22 +64,27 @@ def _looks_like_jsonl(path: str) -> bool:
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
+    if "://" not in path and not os.path.exists(path):
+        raise RunDirError(f"{path}: no such run directory or log file")
     if not os.path.isfile(path):
         yield path
         return
     from rlscope.collectors.importers import IMPORTERS
 
-    kind = "verl-jsonl" if _looks_like_jsonl(path) else "verl-log"
+    # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
+    kinds = ("verl-jsonl", "verl-log") if _looks_like_jsonl(path) else ("verl-log", "verl-jsonl")
     with tempfile.TemporaryDirectory(prefix="rlscope-import-") as tmp:
-        run_dir = os.path.join(tmp, "run")
-        summary = IMPORTERS[kind]([path], run_dir)
-        if not summary.steps:
+        for kind in kinds:
+            run_dir = os.path.join(tmp, kind)
+            if IMPORTERS[kind]([path], run_dir).steps:
+                break
+        else:
             hint = ""
             if path.lower().endswith(".csv"):
                 hint = "; a W&B CSV export: rlscope import wandb-csv FILE --out RUN_DIR, then diagnose RUN_DIR"
             elif "tfevents" in os.path.basename(path):
                 hint = "; TensorBoard events: rlscope import tensorboard FILE --out RUN_DIR, then diagnose RUN_DIR"
-            raise RunDirError(f"{path}: no verl metric lines found (read it as {kind}){hint}")
+            raise RunDirError(f"{path}: no verl metric lines found (read as {kinds[0]} and as {kinds[1]}){hint}")
         yield run_dir
 
 

@@ -74,7 +74,12 @@ def main(argv: Sequence[str]) -> int:
     tail = Tail(follow=args.follow, poll_interval=args.poll, max_seconds=args.max_seconds)
     with _sigterm_interrupts(args.follow):
         summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)
+    if summary.values == 0 and not args.follow:  # nothing written: no summary that says "-> RUN_DIR"
+        skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(summary.skipped.items()))
+        raise ImportInputError(
+            f"no metrics found in {', '.join(args.sources)} (read as {args.format}"
+            + (f"; skipped {skipped}" if skipped else "")
+            + ")"
+        )
     print(summary)
-    if summary.values == 0 and not args.follow:
-        raise ImportInputError(f"no metrics found in {', '.join(args.sources)} (read as {args.format})")
     return 0

@@ -97,8 +97,23 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "first_step": int(steps.min()) if len(steps) else None,
         "last_step": int(steps.max()) if len(steps) else None,
         # what was read in part or not at all: a report saved to a file says so as the terminal did
-        "warnings": [f"meta.json: {p}; ignored" for p in meta_problems(meta)] + list(reader.warnings),
+        "warnings": [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
+        + _import_warnings(meta)
+        + reader.warnings,
     }
+
+
+def _import_warnings(meta: dict[str, Any]) -> list[str]:
+    """What the import that wrote the run (``meta.json["importer"]``) left out or read in part."""
+    record = meta.get("importer")
+    if not isinstance(record, dict):
+        return []
+    name = record.get("name", "?")
+    skipped = record.get("skipped") if isinstance(record.get("skipped"), dict) else {}
+    counts = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()) if isinstance(n, int) and n > 0)
+    out = [f"the import ({name}) left out {counts}"] if counts else []
+    notes = record.get("notes")
+    return out + [str(n) for n in notes] if isinstance(notes, list) else out
 
 
 def _headline(d: Diagnosis) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
             f"<span class='muted'>[{_e(f['id'])}]</span></div><div class='rec'>{_e(f['recommendation'])}</div>"
         )
     if run.get("warnings"):
-        parts.append("<h2>Read with warnings</h2><p class='muted'>Left out of the numbers above.</p><ul>")
+        parts.append("<h2>Read with warnings</h2><ul>")
         parts += [f"<li>{_e(line)}</li>" for line in run["warnings"]]
         parts.append("</ul>")
     for title, fig in all_figures(reader, d):

@@ -76,6 +76,6 @@ def render_markdown(doc: dict[str, Any]) -> str:
         if f["recommendation"]:
             out.append(f"  - {escape_md(f['recommendation'])}")
     if run.get("warnings"):
-        out += ["", "## Read with warnings", "", "Left out of the numbers above.", ""]
+        out += ["", "## Read with warnings", ""]
         out += [f"- {escape_md(line)}" for line in run["warnings"]]
     return "\n".join(out) + "\n"

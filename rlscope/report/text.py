@@ -94,6 +94,6 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     console.print(grid)
     if run.get("warnings"):
         console.print()
-        console.print(_plain(("Read with warnings", "bold underline"), " (left out of the numbers above)"))
+        console.print(_plain(("Read with warnings", "bold underline")))
         for line in run["warnings"]:
             console.print(_plain("  ", ("!", "yellow"), " " + line), soft_wrap=True)  # paths stay whole
