@@ -99,3 +99,23 @@ def test_short_steps_are_compared_by_their_ratio(tmp_path, capsys):
         logs.append(str(log))
     assert main(["compare", *logs, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["explanations"][0] == "B's steps are 0.5 s slower than A's (+100%)"
+
+
+def test_generation_beside_the_step_does_not_explain_its_time(tmp_path, capsys):
+    # one-step overlap: gen (200 s) runs beside the step, which is the update (30 s then 50 s)
+    runs = []
+    for name, update in (("a", 30.0), ("b", 50.0)):
+        run = str(tmp_path / name)
+        meta = {"gpu": {"type": "H100", "count": 8}, "topology": "one_step_overlap", "split": "6:2"}
+        with Recorder(run, meta=meta) as rec:
+            for step in range(4):
+                gen = 200.0 if name == "a" else 100.0
+                rec.log_step(step, {"timing_s/gen": gen, "timing_s/update_actor": update, "timing_s/step": update})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    first = out["explanations"][0]
+    assert first.startswith("B's steps are 20 s slower than A's (+67%): update_actor +20 s (")
+    assert "gen" not in first.split("(")[1] and "beside the step in A and B" in first
+    best = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}["best topology (what-if)"]
+    assert all(isinstance(x, str) and x.endswith("x)") for x in best)

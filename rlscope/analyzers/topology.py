@@ -289,12 +289,14 @@ def analyze(
         float(recent(anatomy.seconds["step"]).mean()),
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
-    result.findings.extend(_findings(result, tail_estimated=longtail.estimated))
+    result.findings.extend(_findings(result, longtail.tail_share, tail_estimated=longtail.estimated))
     result.findings.extend(_idle_findings(frames.steps))
     return result
 
 
-def _findings(r: TopologyResult, *, tail_estimated: bool = False) -> list[Finding]:
+def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = False) -> list[Finding]:
+    """``tail_share``: the measured share of rollout time the slowest 10% take (the model's own
+    f is of generation scaled to all GPUs, a different number for a pooled run)."""
     assert r.model is not None
     out: list[Finding] = []
     now = r.step_now_s
@@ -353,14 +355,16 @@ def _findings(r: TopologyResult, *, tail_estimated: bool = False) -> list[Findin
                         "step_measured_s": r.step_measured_s,
                         "step_async": best["step_s"],
                         "speedup": speedup,
-                        "tail_share": m.tail_share,
+                        "tail_share": tail_share,
+                        "model_tail_share": m.tail_share,
                         "t_tail_s": m.t_tail_s,
                         "overlap_bound": r.overlap_bound,
                     },
                     f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
                     f"{base:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x)"
                     + (f", beyond rebalancing the current split ({now:.0f} s now)" if base < now else "")
-                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail (f = {m.tail_share:.0%}"
+                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail ("
+                    + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
                     + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")
                     + "). "
                     "Samples become stale, a long answer by about (its generation + wait) / T_sync versions: "

@@ -42,8 +42,6 @@ def _cell(value: Any, unit: str) -> str:
         return f"{value:,.1f} s"
     if unit == "share":
         return f"{value:.1%}"
-    if unit == "x":
-        return f"{value:.2f}x"
     return str(value)
 
 

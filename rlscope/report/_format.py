@@ -20,10 +20,10 @@ def secs(x: float | None) -> str:
 def generation(head: dict[str, Any]) -> str:
     """Generation's part of the step; when it runs beside the step (one-step overlap, async), a
     share of the step would exceed 100%, so its seconds per batch are set against the step."""
-    share, step = head["generation_share"], head["step_s"]
-    if not head.get("generation_overlapped") or share is None or step is None:
+    share, step, seconds = head["generation_share"], head["step_s"], head.get("generation_s")
+    if not head.get("generation_overlapped") or seconds is None or not step:
         return f"{pct(share)} of each step"
-    return f"{secs(share * step)} per batch, beside the step ({share:.1f}x its length)"
+    return f"{secs(seconds)} per batch, beside the step ({seconds / step:.1f}x its length)"
 
 
 def gpus(run: dict[str, Any]) -> str | None:
@@ -47,11 +47,12 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc)),
     ]
     if head["trainer_gpu_idle_share"] is not None:
-        rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step (NVML)"))
+        rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step, whole run (NVML)"))
     best = head["best_topology"]
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
-        speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+        model = head.get("step_s_model")
+        speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
         rows.append(("best topology", f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"))
     return rows
 

@@ -49,7 +49,7 @@ def _tail_source(head: dict[str, Any]) -> str | None:
 def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Rows of (measure, unit, A, B) and sentences explaining how B differs from A.
 
-    ``unit`` is ``s`` (seconds), ``share`` (a fraction), ``x`` (a ratio) or ``""`` (text or a count).
+    ``unit`` is ``s`` (seconds), ``share`` (a fraction) or ``""`` (text or a count).
     """
     ha, hb = a["headline"], b["headline"]
     rows = [
@@ -63,7 +63,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
         ("GPUs", "", a["run"]["gpu_count"], b["run"]["gpu_count"]),
-        ("async speedup estimate", "x", ha["async_speedup"], hb["async_speedup"]),
+        ("best topology (what-if)", "", _best(ha), _best(hb)),
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
     pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
@@ -78,6 +78,16 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _best(head: dict[str, Any]) -> str | None:
+    """The what-if's best topology, its split and predicted step, against the run's own modelled step."""
+    best = head.get("best_topology")
+    if not best or best.get("step_s") is None:
+        return None
+    split = f" {best['n_rollout']}:{best['n_train']}" if best.get("n_rollout") else ""
+    speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+    return f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"
+
+
 def _counts(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     return f"{c['critical']}/{c['warn']}/{c['info']}"
@@ -90,12 +100,18 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     if sa and sb:
         delta = sb - sa
         word = "slower" if delta > 0 else "faster"
+        # generation beside the trainer's step (one-step overlap, async) is not part of it
+        beside = [name for name, head in (("A", ha), ("B", hb)) if head.get("generation_overlapped")]
+        inside_a = {k: v for k, v in pa_.items() if not (k == "gen" and ha.get("generation_overlapped"))}
+        inside_b = {k: v for k, v in pb.items() if not (k == "gen" and hb.get("generation_overlapped"))}
         parts = []
-        for phase in sorted(set(pa_) | set(pb), key=lambda p: -abs(pb.get(p, 0) - pa_.get(p, 0))):
-            d = pb.get(phase, 0.0) - pa_.get(phase, 0.0)
+        for phase in sorted(set(inside_a) | set(inside_b), key=lambda p: -abs(inside_b.get(p, 0) - inside_a.get(p, 0))):
+            d = inside_b.get(phase, 0.0) - inside_a.get(phase, 0.0)
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {d:+,.0f} s")
         detail = f": {', '.join(parts[:4])}" if parts else ""
+        if beside:
+            detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
         if abs(delta) < _SAME_STEP * sa and not parts:
             out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)})")
         else:

@@ -120,6 +120,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
     seconds = d.anatomy.seconds
     step_s = float(recent(seconds["step"]).mean()) if "step" in seconds else math.nan
     gen_share = float(recent(d.anatomy.shares["gen"]).mean()) if "gen" in d.anatomy.shares else math.nan
+    gen_s = float(recent(seconds["gen"]).mean()) if "gen" in seconds else math.nan
     best = None
     t = d.topology
     if not t.what_if.empty:
@@ -141,6 +142,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         "step_s": _num(step_s),
         "step_s_model": _num(t.step_now_s),
         "generation_share": _num(gen_share),
+        "generation_s": _num(gen_s),
         "generation_overlapped": bool(d.anatomy.overlapped),
         "tail_share": _num(d.longtail.tail_share),
         "tail_estimated": bool(d.longtail.estimated),
