@@ -111,6 +111,14 @@ def _hostile_run(tmp_path) -> str:
     return run
 
 
+def test_control_characters_are_shown_not_sent_in_markdown():
+    from rlscope.report.markdown import escape_md
+
+    # a source named with a colour code and a line break: a `cat report.md` must not recolour
+    # the terminal, and the table row must not end early
+    assert escape_md("evil\x1b[31mred\nnl") == r"evil\x1b\[31mred nl"
+
+
 def test_data_strings_are_escaped_in_html_and_markdown(tmp_path, capsys):
     run = _hostile_run(tmp_path)
     assert main(["diagnose", run, "--format", "html", "-o", str(tmp_path / "r.html")]) == 0

@@ -23,7 +23,8 @@ def escape_md(text: Any) -> str:
     """``text`` safe to embed in Markdown (also inside a table cell) as literal text."""
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
-    return s.replace("\r", " ").replace("\n", " ")
+    # a line break would end a list item or a table row; an escape byte would drive a terminal
+    return "".join(c if c.isprintable() else " " if c in "\r\n\t" else f"\\x{ord(c):02x}" for c in s)
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -58,13 +59,17 @@ def render_markdown(doc: dict[str, Any]) -> str:
 
     rewards = doc.get("rewards")
     if rewards:
-        out += ["", "## Reward by source", "", "| source | samples | error rate | zero share | mean reward |"]
-        out.append("|---|---:|---:|---:|---:|")
+        out += ["", "## Reward by source", "", "Whole run, then the last quarter of it.", ""]
+        out.append(
+            "| source | samples | error rate | zero share | error rate, recent | zero share, recent | mean reward, recent |"
+        )
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
         for row in rewards["by_source"]:
             mean = "n/a" if row["recent_mean_reward"] is None else f"{row['recent_mean_reward']:.3f}"
             out.append(
                 f"| {escape_md(row['source'])} | {row['samples']} | {pct(row['error_rate'], 1)} | "
-                f"{pct(row['zero_share'])} | {mean} |"
+                f"{pct(row['zero_share'])} | {pct(row['recent_error_rate'], 1)} | {pct(row['recent_zero_share'])} | "
+                f"{mean} |"
             )
 
     findings = doc["findings"]
