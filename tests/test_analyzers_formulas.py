@@ -353,6 +353,19 @@ def test_wide_steps_keeps_the_latest_attempt_whole():
     assert wide.loc[2, "actor/lr"] == pytest.approx(1e-5)
 
 
+def test_wide_steps_drops_stage_timers_no_clock_could_measure():
+    long = pd.DataFrame(
+        {
+            "step": [1, 1, 1, 1],
+            "key": ["timing_s/gen", "timing_s/update_actor", "timing_s/ref", "actor/pg_loss"],
+            "value": [20.0, -5.0, float("inf"), -0.3],
+        }
+    )
+    wide = wide_steps(long)
+    # negative and infinite seconds are unknown; a negative loss is a value like any other
+    assert wide.loc[1].to_dict() == {"timing_s/gen": 20.0, "actor/pg_loss": -0.3}
+
+
 def test_trend_first_last_quarter_and_slope():
     t = trend(pd.Series([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], index=range(8)))
     # quarters of 8 steps are 2 steps: mean(0.1, 0.2) = 0.15, mean(0.7, 0.8) = 0.75; slope 0.1 per step

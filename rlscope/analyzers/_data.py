@@ -97,7 +97,7 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
 
     A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
     as a whole, so timings of two attempts are never mixed; within an attempt the last value
-    logged for a key wins. Text values and non-finite numbers are dropped. Keys (and values whose unit changed with
+    logged for a key wins. Text values, non-finite numbers and negative stage timers are dropped. Keys (and values whose unit changed with
     the name) are canonicalised by ``rlscope.collectors.verl_metrics``.
     """
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
@@ -112,6 +112,8 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
         key=[k for k, _ in renamed],
         value=[v for _, v in renamed],
     )
+    # a stage that took negative seconds is a clock's fault: as unknown as a NaN one
+    df = df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
     latest = df.groupby("step")["attempt"].transform("max")
     df = df[df["attempt"] == latest].sort_values(["step", "time"], kind="stable")
     df = df.drop_duplicates(["step", "key"], keep="last")
