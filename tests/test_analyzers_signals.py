@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -151,6 +152,28 @@ def test_bf16_rollout_with_fp8_sized_mismatch_is_flagged(tmp_path):
     assert f.evidence["p50_abs_delta"] == pytest.approx(0.674 * 2e-2, rel=0.15)
     # the same numbers are normal for an fp8 rollout
     assert mismatch.analyze(_mismatch_run(tmp_path, "fp8", {"precision": "fp8"}, 2e-3)).findings == []
+
+
+@pytest.mark.parametrize(("scale", "fresh", "stale"), [(4e-3, "warn", "info"), (2e-2, "critical", "warn")])
+def test_a_gap_on_stale_samples_is_not_blamed_on_precision_alone(tmp_path, scale, fresh, stale):
+    run = _mismatch_run(tmp_path, "gap", {"precision": "bf16"}, scale)  # median 2.7e-3 (2.7x), 1.3e-2 (13x)
+    (now,) = mismatch.analyze(run).findings
+    (late,) = mismatch.analyze(run, stale_versions=2.0).findings
+    assert (now.severity.value, late.severity.value) == (fresh, stale)
+    assert "further off-policy than precision explains" in now.recommendation
+    assert "2.0 policy versions stale" in late.recommendation and late.evidence["mean_lag"] == 2.0
+    assert mismatch.analyze(run, stale_versions=0.4).findings[0].severity.value == fresh  # under half a version
+
+
+def test_the_async_sample_s_gap_is_told_against_its_staleness():
+    from rlscope.analyzers import analyze_run, staleness
+
+    d = analyze_run(str(Path(__file__).resolve().parents[1] / "sample_traces" / "async-drift"))
+    (f,) = [f for f in d.findings if f.id == "logprob-mismatch-high"]
+    per_step = staleness.recent_mean_lag(d.staleness)
+    last = d.staleness.per_step.iloc[-5:]  # the last quarter of 20 steps, weighted by samples
+    assert per_step == pytest.approx((last["mean"] * last["n"]).sum() / last["n"].sum())
+    assert f.severity.value == "info" and f.evidence["mean_lag"] == pytest.approx(per_step) and per_step >= 1
 
 
 def test_flips_and_is_clipping_are_counted(tmp_path):

@@ -40,6 +40,7 @@ __all__ = [
     "STALENESS_DROP_THRESHOLD",
     "STALENESS_P90_WARN",
     "STALENESS_UNEXPLAINED_VERSIONS",
+    "STALE_FOR_MISMATCH",
     "SWITCHING_WARN",
     "SYNC_BUBBLE_CRITICAL",
     "SYNC_BUBBLE_WARN",
@@ -118,6 +119,9 @@ MISMATCH_LEVEL_BF16 = 1e-3
 MISMATCH_LEVEL_FP8 = 1e-2
 # Ten times the normal level for the precision is no longer a precision effect.
 MISMATCH_CRITICAL_FACTOR = 10.0
+# Samples this many policy versions stale on average (recent mean lag) hold their policy's
+# drift in the trainer-rollout gap: the mismatch finding says so and drops a severity.
+STALE_FOR_MISMATCH = 0.5
 # |delta| above 1 for single tokens: MoE routing flips (normal for MoE, a bug for dense models).
 MOE_FLIP_DELTA = 1.0
 # Tokens whose truncated IS weight min(w, 2) clips: above 1% the correction discards signal.

@@ -24,7 +24,8 @@ functions in each module, so a dashboard or a what-if notebook can call them dir
 severe first (``gpu_idle``, ``mismatch`` and ``rewards`` read their own tables, so they run
 only when the frames came from a reader or a path; ``rewards`` then reuses the trajectory
 columns read for the frames, which are decoded in the background while the analyzers that
-need none of them run). Analyzers that lack their evidence (no trajectories, no GPU count in
+need none of them run). ``mismatch`` runs after ``staleness``: a stale sample's log-prob gap
+holds its policy's drift too. Analyzers that lack their evidence (no trajectories, no GPU count in
 ``meta.json``) return empty frames and no findings rather than failing.
 """
 
@@ -107,7 +108,6 @@ class Diagnosis:
 STAGES = (
     "read",
     "gpu_idle",
-    "mismatch",
     "anatomy",
     "longtail",
     "mfu",
@@ -115,6 +115,7 @@ STAGES = (
     "drift",
     "sync_balance",
     "staleness",
+    "mismatch",
     "rewards",
 )
 
@@ -147,7 +148,7 @@ def analyze_run(
     tick("read")
     frames = load(run)
     # read from a run directory, the trajectories are decoded in the background while the
-    # analyzers that need none of them (GPU idle, mismatch, the step anatomy) run
+    # analyzers that need none of them (GPU idle, the step anatomy) run
     frames.trajectories.prefetch(_TRAJECTORY_READS)
     reader = frames.reader
     # trajectories read from the run hold the reward columns: the rewards analyzer reuses them
@@ -157,7 +158,6 @@ def analyze_run(
     # that read no trajectories first
     plan: list[tuple[str, Callable[[], Any]]] = [
         ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
-        ("mismatch", lambda: mismatch.analyze(reader) if reader else None),
         ("anatomy", lambda: anatomy.analyze(frames)),
         ("longtail", lambda: longtail.analyze(frames)),
         ("mfu", lambda: mfu.analyze(frames, r["anatomy"], r["longtail"])),
@@ -165,6 +165,7 @@ def analyze_run(
         ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"], r["topology"])),
         ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
         ("staleness", lambda: staleness.analyze(frames, anatomy=r["anatomy"])),
+        ("mismatch", lambda: mismatch.analyze(reader, staleness.recent_mean_lag(r["staleness"])) if reader else None),
         ("rewards", lambda: rewards.analyze(reward_input, frames.steps) if reader else None),
     ]
     for name, run_analyzer in plan:

@@ -54,6 +54,7 @@ __all__ = [
     "drop_length_bias",
     "expected_lag",
     "expected_staleness",
+    "recent_mean_lag",
     "sync_interval",
 ]
 
@@ -161,6 +162,18 @@ class StalenessResult:
     drop: DropBias | None
     findings: list[Finding] = field(default_factory=list)
     expected: ExpectedLag | None = None
+
+
+def recent_mean_lag(result: StalenessResult) -> float:
+    """The samples' mean policy lag over the last quarter of steps (0 when not measured)."""
+    per_step = result.per_step
+    if per_step.empty or "mean" not in per_step:
+        return 0.0
+    last = recent(per_step)
+    weights = last["n"].to_numpy(dtype=float)
+    means = last["mean"].to_numpy(dtype=float)
+    ok = np.isfinite(means) & (weights > 0)
+    return float(np.average(means[ok], weights=weights[ok])) if ok.any() else 0.0
 
 
 def _quantile(x: pd.Series | np.ndarray, q: float) -> float:
