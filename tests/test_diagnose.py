@@ -111,6 +111,22 @@ def _hostile_run(tmp_path) -> str:
     return run
 
 
+def test_every_format_has_the_what_if_and_reward_tables(tmp_path):
+    run = str(SAMPLES / "agentic-failing-reward")
+    doc = build_document(analyze_run(run), RunReader(run), run)
+    best = doc["headline"]["best_topology"]
+    split, speed = f"{best['n_rollout']}:{best['n_train']}", f"{best['speedup']:.2f}x"
+    (swe,) = [r for r in doc["rewards"]["by_source"] if r["source"] == "swe-sandbox"]
+    for fmt in ("text", "markdown", "html"):
+        out = tmp_path / fmt
+        assert main(["diagnose", run, "--format", fmt, "-o", str(out)]) == 0
+        text = out.read_text()
+        what_if = text.split("Topology what-if")[1].split("Reward by source")[0]
+        assert "async streaming" in what_if and split in what_if and speed in what_if, fmt
+        rewards = text.split("Reward by source")[1]
+        assert f"{swe['error_rate']:.1%}" in rewards and f"{swe['recent_mean_reward']:.3f}" in rewards, fmt
+
+
 def test_control_characters_are_shown_not_sent_in_markdown():
     from rlscope.report.markdown import escape_md
 

@@ -4,7 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["generation", "gpus", "headline_rows", "pct", "secs"]
+__all__ = [
+    "REWARD_COLUMNS",
+    "WHAT_IF_COLUMNS",
+    "generation",
+    "gpus",
+    "headline_rows",
+    "pct",
+    "reward_rows",
+    "secs",
+    "what_if_rows",
+]
+
+WHAT_IF_COLUMNS = ("topology", "split", "step", "speedup")
+REWARD_COLUMNS = (
+    "source",
+    "samples",
+    "error rate",
+    "zero share",
+    "error rate, recent",
+    "zero share, recent",
+    "mean reward, recent",
+)
 
 
 def pct(x: float | None, digits: int = 0) -> str:
@@ -54,6 +75,35 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         model = head.get("step_s_model")
         speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
         rows.append(("best topology", f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"))
+    return rows
+
+
+def what_if_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Each topology at its best split, its predicted step and speedup over the modelled current step."""
+    rows = []
+    for row in doc["topology"]["what_if"] or []:
+        split = f"{row['n_rollout']:.0f}:{row['n_train']:.0f}" if row.get("n_rollout") else "all GPUs"
+        speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "n/a"
+        rows.append((row["topology"].replace("_", " "), split, secs(row["step_s"]), speed))
+    return rows
+
+
+def reward_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Per data source: whole-run error rate and zero share, then the last quarter's (source names are data)."""
+    rows = []
+    for row in (doc.get("rewards") or {}).get("by_source") or []:
+        mean = "n/a" if row["recent_mean_reward"] is None else f"{row['recent_mean_reward']:.3f}"
+        rows.append(
+            (
+                str(row["source"]),
+                f"{row['samples']:,}",
+                pct(row["error_rate"], 1),
+                pct(row["zero_share"]),
+                pct(row["recent_error_rate"], 1),
+                pct(row["recent_zero_share"]),
+                mean,
+            )
+        )
     return rows
 
 

@@ -12,7 +12,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from rlscope.analyzers import Diagnosis
-from rlscope.report._format import gpus, headline_rows
+from rlscope.report._format import REWARD_COLUMNS, WHAT_IF_COLUMNS, gpus, headline_rows, reward_rows, what_if_rows
 from rlscope.report.figures import all_figures
 from rlscope.trace.reader import RunReader
 
@@ -29,6 +29,14 @@ table{border-collapse:collapse}td,th{padding:.25rem .75rem;border-bottom:1px sol
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
+
+
+def _table(title: str, note: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    if not rows:
+        return []
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return [f"<h2>{_e(title)}</h2><p class='muted'>{_e(note)}</p><table><tr>{head}</tr>{body}</table>"]
 
 
 def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
@@ -50,6 +58,13 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
         f"<h1>rlscope diagnose: {_e(run['source'])}</h1><table>",
         *(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows if v is not None),
         "</table>",
+        *_table(
+            "Topology what-if",
+            "Speedups are over the step the model gives the current topology.",
+            WHAT_IF_COLUMNS,
+            what_if_rows(doc),
+        ),
+        *_table("Reward by source", "Whole run, then its last quarter.", REWARD_COLUMNS, reward_rows(doc)),
         f"<h2>Findings ({sum(doc['counts'].values())})</h2>",
     ]
     if not doc["findings"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlscope.report._format import gpus, headline_rows, pct, secs
+from rlscope.report._format import REWARD_COLUMNS, WHAT_IF_COLUMNS, gpus, headline_rows, reward_rows, what_if_rows
 
 __all__ = ["escape_md", "render_markdown"]
 
@@ -25,6 +25,10 @@ def escape_md(text: Any) -> str:
     s = _MD_SPECIAL.sub(r"\\\1", s)
     # a line break would end a list item or a table row; an escape byte would drive a terminal
     return "".join(c if c.isprintable() else " " if c in "\r\n\t" else f"\\x{ord(c):02x}" for c in s)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], rule: str) -> list[str]:
+    return ["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(escape_md(c) for c in r) + " |" for r in rows]
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -49,28 +53,15 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += [f"| {escape_md(k)} | {v:.1f} |" for k, v in waterfall.items() if v is not None]
         out.append(f"| **MFU** | **{100 * doc['mfu']['mfu']:.1f}** |")
 
-    what_if = doc["topology"]["what_if"] or []
+    what_if = what_if_rows(doc)
     if what_if:
-        out += ["", "## Topology what-if", "", "| topology | split | step | speedup |", "|---|---|---:|---:|"]
-        for row in what_if:
-            split = f"{row['n_rollout']:.0f}:{row['n_train']:.0f}" if row.get("n_rollout") else "all GPUs"
-            speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "n/a"
-            out.append(f"| {escape_md(row['topology'])} | {split} | {secs(row['step_s'])} | {speed} |")
+        out += ["", "## Topology what-if", "", "Speedups are over the step the model gives the current topology.", ""]
+        out += _table(WHAT_IF_COLUMNS, what_if, "|---|---|---:|---:|")
 
-    rewards = doc.get("rewards")
+    rewards = reward_rows(doc)
     if rewards:
         out += ["", "## Reward by source", "", "Whole run, then the last quarter of it.", ""]
-        out.append(
-            "| source | samples | error rate | zero share | error rate, recent | zero share, recent | mean reward, recent |"
-        )
-        out.append("|---|---:|---:|---:|---:|---:|---:|")
-        for row in rewards["by_source"]:
-            mean = "n/a" if row["recent_mean_reward"] is None else f"{row['recent_mean_reward']:.3f}"
-            out.append(
-                f"| {escape_md(row['source'])} | {row['samples']} | {pct(row['error_rate'], 1)} | "
-                f"{pct(row['zero_share'])} | {pct(row['recent_error_rate'], 1)} | {pct(row['recent_zero_share'])} | "
-                f"{mean} |"
-            )
+        out += _table(REWARD_COLUMNS, rewards, "|---|---:|---:|---:|---:|---:|---:|")
 
     findings = doc["findings"]
     out += ["", f"## Findings ({sum(doc['counts'].values())})", ""]

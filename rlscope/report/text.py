@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlscope.report._format import gpus, headline_rows
+from rlscope.report._format import REWARD_COLUMNS, WHAT_IF_COLUMNS, gpus, headline_rows, reward_rows, what_if_rows
 
 __all__ = ["render_text"]
 
@@ -37,6 +37,19 @@ def _plain(*parts: tuple[str, str] | str) -> Text:
         else:
             text.append(part)
     return text
+
+
+def _table(console: Console, title: str, note: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    if not rows:
+        return
+    console.print()
+    console.print(_plain((title, "bold underline"), note))
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for i, name in enumerate(header):
+        table.add_column(Text(name), justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # Text: source names are data, not markup
+    console.print(table)
 
 
 def render_text(doc: dict[str, Any], console: Console) -> None:
@@ -74,6 +87,11 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
             bar = "█" * round(points / 2) if points >= 1 else ("▏" if points > 0 else "")
             style = "green" if label == "= MFU" else "magenta"
             console.print(_plain(f"  {label:<{width}}  ", (bar, style), f" {points:.1f}"))
+
+    _table(
+        console, "Topology what-if", " (speedups over the step modelled for now)", WHAT_IF_COLUMNS, what_if_rows(doc)
+    )
+    _table(console, "Reward by source", " (whole run, then its last quarter)", REWARD_COLUMNS, reward_rows(doc))
 
     findings = doc["findings"]
     counts = doc["counts"]
