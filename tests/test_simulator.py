@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -240,6 +241,23 @@ def test_precision_and_moe_set_the_logprob_mismatch(run):
 
 
 # -- rewards --------------------------------------------------------------------------------
+
+
+def test_one_step_overlap_steps_follow_each_other_and_wait_for_their_batch(run):
+    reader = RunReader(run("moe-mismatch", 6))
+    spans = reader.read("spans").to_pandas()
+    step = spans[spans.phase == "step"].set_index("step").sort_index()
+    gen = spans[spans.phase == "gen"].set_index("step").sort_index()
+    keys = {k: pd.Series(v).sort_index() for k, v in pivot_steps(reader).items()}
+    # each step opens when the previous one ends (verl's step timer runs from one to the next)
+    assert (step["start"].iloc[1:].to_numpy() == step["end"].iloc[:-1].to_numpy()).all()
+    # and first waits for its batch, generated beside the step before
+    waited = (gen["end"] - step["start"]).clip(lower=0)
+    np.testing.assert_allclose(keys["timing_s/wait_prev_gen"].to_numpy(), waited.to_numpy(), atol=2e-3)
+    # every stage of the step is inside it: the timers add up to the step, none runs past it
+    inside = ["wait_prev_gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights"]
+    total = sum(keys[f"timing_s/{k}"] for k in inside)
+    np.testing.assert_allclose(total.to_numpy(), keys["timing_s/step"].to_numpy(), rtol=0.02)
 
 
 def test_failing_reward_source_has_errors_and_zero_source_has_legit_zeros(run):

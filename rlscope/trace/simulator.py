@@ -804,10 +804,11 @@ def _trainer_phases(
 def _sync_steps(sc: Scenario, steps: int, seed: int, watch: list[int]) -> Iterator[_StepRecord]:
     """Colocated, separated and one-step-overlap runs: each batch is generated whole.
 
-    One-step overlap generates batch k+1 while batch k trains, so a step lasts as long as
-    the slower side; colocated and separated runs do one side after the other. Steps are
-    yielded one at a time (with the next batch already generated, which an overlapped step
-    waits for), so a long run never holds more than two batches in flight.
+    One-step overlap generates batch k+1 while batch k trains; step k+1 opens when step k
+    ends and first waits for that batch (verl's ``wait_prev_gen``), so a step lasts as long as
+    the slower side. Colocated and separated runs do one side after the other. Steps are
+    yielded one at a time (the next batch simulated one step ahead), so a long run never holds
+    more than two batches in flight.
     """
     overlap = sc.topology == "one_step_overlap"
 
@@ -815,7 +816,7 @@ def _sync_steps(sc: Scenario, steps: int, seed: int, watch: list[int]) -> Iterat
         batch = _draw_groups(sc, _rng(seed, _DRAW, k), (k - 1) * sc.batch_size, sc.batch_size, _gen_version(sc, k))
         return batch, _run_batch(sc, batch, sc.n_engines, _gen_version(sc, k), watch)
 
-    window = origin = EPOCH  # one-step overlap: batch 1 is generated before step 1 opens
+    window = origin = EPOCH  # one-step overlap: batch 1 is generated as the loop starts; step 1 waits for it
     upcoming = generate(1)
     for k in range(1, steps + 1):
         batch, flight = upcoming
@@ -829,23 +830,23 @@ def _sync_steps(sc: Scenario, steps: int, seed: int, watch: list[int]) -> Iterat
                 "gen": (origin, origin + gen_s),
                 **_trainer_phases(sc, start, rewards, forward, adv, train),
             }
-            next_gen = start + float(np.max(upcoming[1].finish)) if upcoming is not None else start
-            busy_until = max(phases["update_actor"][1], next_gen)
         else:
             start = origin = window
             phases = {
                 "gen": (origin, origin + gen_s),
                 **_trainer_phases(sc, origin + gen_s, rewards, forward, adv, train),
             }
-            busy_until = phases["update_actor"][1]
+        busy_until = phases["update_actor"][1]
         phases["update_weights"] = (busy_until, busy_until + sc.weight_sync_s)
         end = busy_until + sc.weight_sync_s
         finish = np.round(np.asarray(flight.finish), 3)
         counterfactual = (
             _thr_tail(finish) if sc.rollout_gpus == sc.n_gpus else _counterfactual(sc, batch, _gen_version(sc, k))
         )
+        # the step opens when the previous one ended: an overlapped step first waits for its batch
+        opened = window if overlap else start
         rec = _StepRecord(
-            k, start, end, batch, rewards, flight, np.arange(len(batch)), origin, 0.0, phases, mfu, counterfactual
+            k, opened, end, batch, rewards, flight, np.arange(len(batch)), origin, 0.0, phases, mfu, counterfactual
         )
         if overlap:
             rec.extra["timing_s/wait_prev_gen"] = max(0.0, origin + gen_s - window)
