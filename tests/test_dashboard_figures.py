@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -624,6 +625,11 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
     assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--port", "70000"]) == 2
     assert "--port must be 0-65535" in capsys.readouterr().err
     assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--refresh", "-1"]) == 2
+    capsys.readouterr()
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # werkzeug would print two lines and exit
+        port = taken.getsockname()[1]
+        assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--port", str(port)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
     with pytest.raises(SystemExit) as done:
         main(["dashboard", "--help"])
     assert done.value.code == 0 and "rlscope dashboard RUN_DIR" in capsys.readouterr().out

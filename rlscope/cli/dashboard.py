@@ -16,7 +16,9 @@ Needs the dashboard extra: pip install 'rlscope[dashboard]'.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 
@@ -29,6 +31,10 @@ __all__ = ["main"]
 log = logging.getLogger("rlscope")
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def main(argv: Sequence[str]) -> int:
@@ -52,14 +58,19 @@ def main(argv: Sequence[str]) -> int:
 
     app = create_app(args.run_dirs, refresh_s=args.refresh)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    # bound here: werkzeug prints its own lines and exits when the port is taken
     try:
-        server = make_server(args.host, args.port, app.server, threaded=True)
+        listener = socket.create_server((args.host, args.port), family=_family(args.host))
     except OSError as exc:
-        raise RLScopeError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise RLScopeError(f"cannot listen on {args.host}:{args.port} ({reason})") from None
+    port = listener.getsockname()[1]
+    with listener:  # the server serves a duplicate of it
+        server = make_server(args.host, port, app.server, threaded=True, fd=listener.fileno())
     host = f"[{args.host}]" if ":" in args.host else args.host
     if args.host not in _LOOPBACK:
         log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", args.host)
-    print(f"serving http://{host}:{server.server_port}/ for {len(args.run_dirs)} run(s); Ctrl-C stops", flush=True)
+    print(f"serving http://{host}:{port}/ for {len(args.run_dirs)} run(s); Ctrl-C stops", flush=True)
 
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -61,10 +61,12 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     tail = f"{pct(head['tail_share'])} of rollout"
     if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
         tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
+    if head["tail_share"] is None:
+        tail = "n/a (no trajectory finish times, nor response lengths to estimate from)"
     rows = [
         ("step time", f"{secs(head['step_s'])} (recent mean)"),
         ("generation", generation(head)),
-        ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] else "")),
+        ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] and head["tail_share"] is not None else "")),
         ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc)),
     ]
     if head["trainer_gpu_idle_share"] is not None:
