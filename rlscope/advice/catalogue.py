@@ -82,9 +82,9 @@ _ENTRIES = (
         "stage-timers-overlap",
         "stage timers add up to more than the step in {steps} of {of_steps} steps",
         "verl times each stage on its own; when one timer is nested in another, or two stages run at the same "
-        "time, their sum exceeds timing_s/step (the log cannot tell which). rlscope then takes the step as the "
-        "sum, so step time and shares describe the stages rather than the wall clock, and the what-if treats "
-        "the stages as sequential.",
+        "time, their sum exceeds timing_s/step (the log cannot tell which). The step time stays the wall "
+        "clock's, so the phases' shares of it add up to more than 100%; the MFU waterfall charges the stages' "
+        "sum, and the what-if treats the stages as sequential.",
     ),
     Entry(
         "mfu-impossible",

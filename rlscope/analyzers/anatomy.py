@@ -72,9 +72,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
 def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFrame:
     """Seconds per phase, ``other`` and ``step`` for every step that has a stage timer.
 
-    ``other`` is clipped at zero and ``step`` raised to the phase sum when timers overlap
-    or were taken outside the step timer. With ``overlapped``, ``gen`` runs beside the step
-    and is left out of the sum.
+    ``step`` is the step timer (the wall clock), else the phases' sum. ``other`` is what the
+    timer holds beyond the phases, clipped at zero: when timers nest or overlap, the phases add
+    up to more than the step and their shares to more than 1. With ``overlapped``, ``gen`` runs
+    beside the step and is left out of the sum.
     """
     cols = {c[len(_PREFIX) :]: c for c in steps.columns if c.startswith(_PREFIX)}
     out = pd.DataFrame(index=steps.index)
@@ -89,8 +90,8 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     out = out[timed].fillna(0.0)
     named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
     step = steps.loc[out.index, cols["step"]] if "step" in cols else named
-    step = step.fillna(named).clip(lower=named)
-    rest = step - named
+    step = step.fillna(named)
+    rest = (step - named).clip(lower=0.0)
     if overlapped:  # untimed trainer time up to the rollout's length is waiting for samples
         waited = rest.clip(upper=out["gen"])
         out["waiting"] += waited
@@ -153,8 +154,8 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
 
 def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: bool) -> list[Finding]:
     """Steps whose stage timers add up to more than their step timer: nested or overlapping
-    timers. :func:`phase_seconds` takes such a step as the timers' sum, which the report should
-    say. Waits are left out: a wait timed before the step opens (the first batch) lies outside it."""
+    timers, whose shares of the (wall-clock) step then add up to more than 1, which the report
+    should say. Waits are left out: a wait timed before the step opens (the first batch) lies outside it."""
     logged = timer.reindex(seconds.index)
     stages = seconds.drop(columns=["other", "step", "waiting"] + (["gen"] if overlapped else []))
     excess = (stages.sum(axis=1) - logged)[logged > 0]
@@ -167,9 +168,8 @@ def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: boo
             Severity.INFO,
             {"steps": len(over), "of_steps": len(excess), "mean_excess_s": float(over.mean())},
             f"in {len(over)} of {len(excess)} steps the stage timers add up to more than timing_s/step "
-            f"(by {over.mean():.1f} s on average): some are nested in others or ran at the same time. rlscope "
-            "takes such a step as the sum of its timers, so its step time and phase shares are the timers', "
-            "not the wall clock's",
+            f"(by {over.mean():.1f} s on average): some are nested in others or ran at the same time. The step "
+            "time is the wall clock's (timing_s/step), so those steps' phase shares add up to more than 100%",
         )
     ]
 

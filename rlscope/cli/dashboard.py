@@ -56,15 +56,15 @@ def main(argv: Sequence[str]) -> int:
     except ImportError as exc:
         raise RLScopeError(f"the dashboard needs dash and plotly ({exc}): pip install 'rlscope[dashboard]'") from None
 
-    app = create_app(args.run_dirs, refresh_s=args.refresh)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-    # bound here: werkzeug prints its own lines and exits when the port is taken
+    # bound here, before the app is built: werkzeug prints its own lines and exits when the port is taken
     try:
         listener = socket.create_server((args.host, args.port), family=_family(args.host))
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise RLScopeError(f"cannot listen on {args.host}:{args.port} ({reason})") from None
     port = listener.getsockname()[1]
+    app = create_app(args.run_dirs, refresh_s=args.refresh)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     with listener:  # the server serves a duplicate of it
         server = make_server(args.host, port, app.server, threaded=True, fd=listener.fileno())
     host = f"[{args.host}]" if ":" in args.host else args.host
