@@ -198,20 +198,20 @@ def _mismatch_finding(
     severity = Severity.CRITICAL if factor >= MISMATCH_CRITICAL_FACTOR else Severity.WARN
     measure = "median |delta log p|" if source == "histogram" else "mean |delta p| (verl scalars, a lower bound)"
     said = f"{measure} is {typical:.2g}, {factor:.1f}x what {precision} {model_type} rollouts normally show ({level:g})"
-    if stale_versions >= STALE_FOR_MISMATCH:
+    evidence = {
+        "p50_abs_delta": typical,
+        "level": level,
+        "factor": factor,
+        "precision": precision,
+        "model_type": model_type,
+        "flip_share": flips,
+        "measure": measure,
+    }
+    if stale_versions >= STALE_FOR_MISMATCH:  # part of the gap is the older policy's: one severity lower
         return finding(
             "logprob-mismatch-high",
             Severity.WARN if severity is Severity.CRITICAL else Severity.INFO,
-            {
-                "p50_abs_delta": typical,
-                "level": level,
-                "factor": factor,
-                "precision": precision,
-                "model_type": model_type,
-                "flip_share": flips,
-                "measure": measure,
-                "mean_lag": stale_versions,
-            },
+            {**evidence, "mean_lag": stale_versions},
             f"{said}, but the samples are {stale_versions:.1f} policy versions stale on average, and a stale "
             "sample's gap holds its policy's drift too. Judge the gap on fresh samples (lag 0) before suspecting "
             "weight sync or kernels; keep truncated importance sampling on.",
@@ -219,15 +219,7 @@ def _mismatch_finding(
     return finding(
         "logprob-mismatch-high",
         severity,
-        {
-            "p50_abs_delta": typical,
-            "level": level,
-            "factor": factor,
-            "precision": precision,
-            "model_type": model_type,
-            "flip_share": flips,
-            "measure": measure,
-        },
+        evidence,
         f"{said}: the samples are further off-policy than precision explains. Check that weight sync "
         "completed before generation, that rollout and trainer use the same dtype and kernels, and keep "
         "truncated importance sampling on.",
