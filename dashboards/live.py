@@ -94,7 +94,7 @@ class _Watch:
 
 
 class _WindowReader(RunReader):
-    """The live window's tables behind ``RunReader.read``, for analyzers that read tables themselves.
+    """The live window's tables behind ``RunReader.read`` (and ``read_available``), for analyzers that read tables themselves.
 
     ``gpu_idle``, ``mismatch`` and ``rewards`` take a ``RunReader``; this one serves the cached
     window from memory, so analysing it never touches the disk. ``RunReader.__init__`` is
@@ -111,14 +111,14 @@ class _WindowReader(RunReader):
         data = self._tables.get(table)
         return [SegmentInfo(table, "", data.num_rows, ())] if data is not None and data.num_rows else []
 
-    def read(
+    def read_available(
         self,
         table: str,
         columns: Iterable[str] | None = None,
         filter: pc.Expression | None = None,
         dictionary: Iterable[str] = (),
         segments: Sequence[SegmentInfo] | None = None,
-    ) -> pa.Table:
+    ) -> tuple[pa.Table, set[str]]:
         cols = self._columns(table, columns)
         data = self._tables.get(table)
         data = TABLES[table].empty_table() if data is None else data
@@ -129,7 +129,7 @@ class _WindowReader(RunReader):
             column = data.column(name)
             if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
                 data = data.set_column(cols.index(name), name, pc.dictionary_encode(column))
-        return data
+        return data, set()  # in memory: nothing left out
 
 
 class LiveRun:
@@ -297,27 +297,31 @@ class LiveRun:
             for seg in segs:
                 seen.add(seg.name)
                 seen.update(origin for origin, _ in seg.origins)
-        datasets = {t: reader.dataset(t, segs) for t, segs in segments.items() if segs}
-        step_tables = [t for t in _STEP_TABLES if t in datasets]
+        present = {t: segs for t, segs in segments.items() if segs}
+
+        def read(table: str, columns: list[str], where: pc.Expression | None = None) -> pa.Table:
+            # through the reader: a segment whose data does not read is left out with a warning
+            return reader.read(table, columns, filter=where, segments=present[table])
+
+        step_tables = [t for t in _STEP_TABLES if t in present]
         rows = sum(seg.rows for t in step_tables for seg in segments[t])
         ranges: list[tuple[int, int] | None] = [None]  # a run that fits in one chunk is read in one pass
         if rows > _BULK_ROWS:
             counts = pd.Series(dtype="int64")
             for table in step_tables:
-                col = datasets[table].to_table(columns=["step"]).column("step").to_numpy()
+                col = read(table, ["step"]).column("step").to_numpy()
                 counts = counts.add(pd.Series(col).value_counts(), fill_value=0)
             ranges = list(_chunks(counts.sort_index()))
         for bounds in ranges if step_tables else []:
             where = None if bounds is None else (pc.field("step") >= bounds[0]) & (pc.field("step") <= bounds[1])
-            self._absorb({t: datasets[t].to_table(columns=_COLUMNS[t], filter=where) for t in step_tables})
+            self._absorb({t: read(t, _COLUMNS[t], where) for t in step_tables})
         changed = bool(step_tables)
-        if "gpu" in datasets:
-            gpu = datasets["gpu"]
+        if "gpu" in present:
             cutoff = self._gpu_cutoff()
             if cutoff is None:
-                latest = pc.max(gpu.to_table(columns=["time"]).column("time")).as_py()
+                latest = pc.max(read("gpu", ["time"]).column("time")).as_py()
                 cutoff = -math.inf if latest is None else latest - _GPU_KEEP_S
-            samples = gpu.to_table(columns=_COLUMNS["gpu"], filter=pc.field("time") >= cutoff)
+            samples = read("gpu", _COLUMNS["gpu"], pc.field("time") >= cutoff)
             self._absorb({"gpu": samples})
             changed = changed or samples.num_rows > 0
         return changed

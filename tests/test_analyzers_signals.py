@@ -154,14 +154,17 @@ def test_bf16_rollout_with_fp8_sized_mismatch_is_flagged(tmp_path):
     assert mismatch.analyze(_mismatch_run(tmp_path, "fp8", {"precision": "fp8"}, 2e-3)).findings == []
 
 
-@pytest.mark.parametrize(("scale", "fresh", "stale"), [(4e-3, "warn", "info"), (2e-2, "critical", "warn")])
+@pytest.mark.parametrize(("scale", "fresh", "stale"), [(4e-3, "warn", "info"), (2e-2, "critical", "critical")])
 def test_a_gap_on_stale_samples_is_not_blamed_on_precision_alone(tmp_path, scale, fresh, stale):
     run = _mismatch_run(tmp_path, "gap", {"precision": "bf16"}, scale)  # median 2.7e-3 (2.7x), 1.3e-2 (13x)
     (now,) = mismatch.analyze(run).findings
     (late,) = mismatch.analyze(run, stale_versions=2.0).findings
     assert (now.severity.value, late.severity.value) == (fresh, stale)
     assert "further off-policy than precision explains" in now.recommendation
-    assert "2.0 policy versions stale" in late.recommendation and late.evidence["mean_lag"] == 2.0
+    if stale == "info":  # a critical gap is more than a version or two of drift explains
+        assert "2.0 policy versions stale" in late.recommendation and late.evidence["mean_lag"] == 2.0
+    else:
+        assert late == now
     assert mismatch.analyze(run, stale_versions=0.4).findings[0].severity.value == fresh  # under half a version
 
 

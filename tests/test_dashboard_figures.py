@@ -461,6 +461,21 @@ def test_incremental_refreshes_match_one_full_load(tmp_path):
     pd.testing.assert_frame_equal(live.splits(), fresh.splits(), check_dtype=False)
 
 
+def test_a_segment_whose_data_does_not_read_leaves_the_rest_of_the_run_shown(tmp_path):
+    from damage import damage_column
+
+    path = tmp_path / "run"
+    with Recorder(path, meta=META) as rec:
+        for step in (1, 2, 3):
+            _log_step(rec, step)
+            rec.flush()  # a segment per step
+    damage_column(sorted((path / "trajectories").glob("*.parquet"))[0], "engine")
+    live = LiveRun(0, str(path), "run", window=3)
+    assert live.refresh(force=True) and live.problem is None
+    assert live.last_step == 3 and sorted(live._traj.index.unique()) == [2, 3]  # step 1's rows left out
+    assert len(live.phases) == 3  # its step metrics still count
+
+
 def test_a_first_load_in_chunks_of_steps_equals_one_pass(tmp_path, monkeypatch):
     from rlscope.dashboards import live as live_module
 

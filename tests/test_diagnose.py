@@ -127,12 +127,26 @@ def test_every_format_has_the_what_if_and_reward_tables(tmp_path):
         assert f"{swe['error_rate']:.1%}" in rewards and f"{swe['recent_mean_reward']:.3f}" in rewards, fmt
 
 
-def test_control_characters_are_shown_not_sent_in_markdown():
+def test_control_characters_are_shown_not_sent_to_a_terminal(tmp_path, capsys):
     from rlscope.report.markdown import escape_md
 
-    # a source named with a colour code and a line break: a `cat report.md` must not recolour
-    # the terminal, and the table row must not end early
+    # a source named with a colour code and a line break: `cat report.md` or the text report
+    # must not recolour the terminal, and a table row must not end early; other characters
+    # (an ideographic space, a zero-width joiner in an emoji) are text and stay as they are
     assert escape_md("evil\x1b[31mred\nnl") == r"evil\x1b\[31mred nl"
+    assert escape_md("gsm8k\u3000jp \U0001f469\u200d\U0001f4bb") == "gsm8k\u3000jp \U0001f469\u200d\U0001f4bb"
+    run = tmp_path / "run"
+    with Recorder(run, meta={"importer": {"name": "x\x1b[2Jy", "skipped": {"bad\x07": 2, "flag": True}}}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 12.0})
+            rows = [{"finish_time": float(i), "data_source": "evil\x1b[31mred", "reward": 1.0} for i in range(10)]
+            rec.log_trajectories(step, rows)
+    for fmt in ("text", "markdown"):
+        assert main(["diagnose", str(run), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out, fmt
+        assert "evil\\x1b" in out and "the import (x\\x1b" in out and "2 bad\\x07" in out, fmt
+        assert "flag" not in out, fmt  # True is not a count
 
 
 def test_data_strings_are_escaped_in_html_and_markdown(tmp_path, capsys):

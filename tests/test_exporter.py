@@ -128,6 +128,21 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
 
 
+def test_a_negative_stage_timer_is_not_served(tmp_path):
+    # as in diagnose: a stage that took negative seconds is a clock's fault, not a duration
+    path = tmp_path / "run"
+    with Recorder(path, {"gpu": {"count": 8}}) as rec:
+        for step in (1, 2, 3):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 20.0})
+        rec.log_step(4, {"timing_s/gen": -3.0, "timing_s/update_actor": 5.0, "timing_s/step": -5.0})
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 4.0
+    assert _value(registry, "rlscope_step_seconds", phase="gen") is None
+    assert _value(registry, "rlscope_step_seconds", phase="step") is None
+    assert _value(registry, "rlscope_step_seconds", phase="update_actor") == 5.0
+    assert _value(registry, "rlscope_step_median_seconds") == 20.0  # over 20, 20, 20: not -5
+
+
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
     # math scores half zeros in steps 1-3, then only zeros in steps 4-20: the 12 collapsed steps
     # that left the 5-step window would make the baseline (15 + 120) / 150 = 0.9 and end the alert

@@ -91,6 +91,11 @@ _MAX_BLOCK_LINES = 5000
 _MAX_BLOCK_CHARS = 1 << 20
 
 
+def _step_number(digits: str) -> int | None:
+    """A logged step number if int64 holds it (checked before ``int()``, which refuses 4,300 digits)."""
+    return whole_step(int(digits)) if len(digits.lstrip("-")) <= 19 else None
+
+
 def _clean(piece: str) -> tuple[str, str]:
     """``(ray prefix, text)`` of one line piece, without colours, quote marks or Ray noise."""
     if "\x1b" in piece or "^[" in piece:
@@ -305,7 +310,7 @@ class _Parser:
             return True
         # the rest of a number wrapped inside it, if the two make one ("31.2" + "5", not "8.991" + "0.5")
         inside = _TAIL_NUMBER.match(text) and not (self.step_text or " ")[-1].isspace()
-        return bool(inside) and parse_number(value + text.strip()) is not None
+        return bool(inside) and parse_number(value + _TRAILING_JUNK.sub("", text.strip())) is not None
 
     # -- step lines ----------------------------------------------------------------------
 
@@ -317,7 +322,7 @@ class _Parser:
         if match is None:  # only possible if joining broke the line: treat as unreadable
             self.sink.skip("bad_step", where, text)
             return
-        step = whole_step(int(match.group(1)))
+        step = _step_number(match.group(1))
         if step is None:
             self.sink.skip("bad_step", where, match.group(0))
             return
@@ -392,7 +397,7 @@ class _Parser:
             return
         named = _LABEL_STEP.search(label)
         if named or "final" in label.lower():  # the step it names, or the last one (final validation)
-            step = whole_step(int(named.group(1))) if named else self.last_step
+            step = _step_number(named.group(1)) if named else self.last_step
             if step is None:
                 self.sink.skip("dict_without_step", block.where, bad=False)
                 return

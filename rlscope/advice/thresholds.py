@@ -120,7 +120,7 @@ MISMATCH_LEVEL_FP8 = 1e-2
 # Ten times the normal level for the precision is no longer a precision effect.
 MISMATCH_CRITICAL_FACTOR = 10.0
 # Samples this many policy versions stale on average (recent mean lag) hold their policy's
-# drift in the trainer-rollout gap: the mismatch finding says so and drops a severity.
+# drift in the trainer-rollout gap: a mismatch below the critical factor is then information.
 STALE_FOR_MISMATCH = 0.5
 # |delta| above 1 for single tokens: MoE routing flips (normal for MoE, a bug for dense models).
 MOE_FLIP_DELTA = 1.0

@@ -433,7 +433,10 @@ class Trajectories:
             assert self._frame is not None
             column = self._frame.column(name)
         if len(column) != len(self):
-            raise RunDirError(f"trajectories column {name!r} has {len(column)} rows, expected {len(self)}")
+            raise RunDirError(
+                f"trajectories column {name!r} has {len(column)} rows, expected {len(self)} (a segment read "
+                "differently from one column to the next: see the warnings above; run again, or move it out)"
+            )
         return column
 
     def _cached(self, kind: str, name: str, arg: Any, make: Callable[[], Any]) -> Any:

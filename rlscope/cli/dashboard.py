@@ -16,7 +16,6 @@ Needs the dashboard extra: pip install 'rlscope[dashboard]'.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import threading
@@ -60,7 +59,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         listener = socket.create_server((args.host, args.port), family=_family(args.host))
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        reason = (exc.strerror or str(exc)).split(" (while attempting")[0]  # create_server adds the address
         raise RLScopeError(f"cannot listen on {args.host}:{args.port} ({reason})") from None
     port = listener.getsockname()[1]
     app = create_app(args.run_dirs, refresh_s=args.refresh)

@@ -256,6 +256,8 @@ class RunState:
             if not math.isfinite(v):
                 continue
             if name.startswith(_TIMING):
+                if v < 0:  # a clock's fault, as in diagnose (analyzers._data.wide_steps)
+                    continue
                 stage = name[len(_TIMING) :].split("/", 1)[0]
                 if stage == "step":
                     self._durations[int(step[i])] = v

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "pct",
     "reward_rows",
     "secs",
+    "shown",
     "what_if_rows",
 ]
 
@@ -26,6 +28,16 @@ REWARD_COLUMNS = (
     "zero share, recent",
     "mean reward, recent",
 )
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's Cc: what drives a terminal, not text
+
+
+def shown(text: Any) -> str:
+    """``text`` with control characters written out (``\\x1b``) and line breaks as spaces, so a
+    string from the data cannot recolour a terminal or break a line of the report; other
+    characters (CJK spaces, joiners in emoji and Persian) are text and stay."""
+    return _CONTROL.sub(lambda m: " " if m.group() in "\r\n\t" else f"\\x{ord(m.group()):02x}", str(text))
 
 
 def pct(x: float | None, digits: int = 0) -> str:
@@ -62,7 +74,7 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
         tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
     if head["tail_share"] is None:
-        tail = "n/a (no trajectory finish times, nor response lengths to estimate from)"
+        tail = "n/a (no trajectory finish times, nor response lengths to estimate from, were read)"
     rows = [
         ("step time", f"{secs(head['step_s'])} (recent mean)"),
         ("generation", generation(head)),

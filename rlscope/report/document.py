@@ -110,7 +110,11 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
         return []
     name = record.get("name", "?")
     skipped = record.get("skipped") if isinstance(record.get("skipped"), dict) else {}
-    counts = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()) if isinstance(n, int) and n > 0)
+    counts = ", ".join(
+        f"{n} {reason}"
+        for reason, n in sorted(skipped.items())
+        if type(n) is int and n > 0  # not True
+    )
     out = [f"the import ({name}) left out {counts}"] if counts else []
     notes = record.get("notes")
     return out + [str(n) for n in notes] if isinstance(notes, list) else out

@@ -75,12 +75,15 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
             f"<div id='{_e(f['id'])}'><span class='{sev}'>{_e(sev.upper())}</span> {_e(f['title'])} "
             f"<span class='muted'>[{_e(f['id'])}]</span></div><div class='rec'>{_e(f['recommendation'])}</div>"
         )
-    if run.get("warnings"):
-        parts.append("<h2>Read with warnings</h2><ul>")
-        parts += [f"<li>{_e(line)}</li>" for line in run["warnings"]]
-        parts.append("</ul>")
     for title, fig in all_figures(reader, d):
         parts.append(f"<h2>{_e(title)}</h2>")
         parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"displaylogo": False}))
+    # last: the figures read tables again, and what did not read then is said too
+    warnings = list(run.get("warnings") or [])
+    warnings += [w for w in reader.warnings if w not in warnings]
+    if warnings:
+        parts.append("<h2>Read with warnings</h2><ul>")
+        parts += [f"<li>{_e(line)}</li>" for line in warnings]
+        parts.append("</ul>")
     parts.append(f"<p class='muted'>rlscope {_e(doc['rlscope_version'])}, schema {_e(doc['schema'])}</p></body></html>")
     return "\n".join(parts)

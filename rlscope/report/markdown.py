@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlscope.report._format import REWARD_COLUMNS, WHAT_IF_COLUMNS, gpus, headline_rows, reward_rows, what_if_rows
+from rlscope.report._format import (
+    REWARD_COLUMNS,
+    WHAT_IF_COLUMNS,
+    gpus,
+    headline_rows,
+    reward_rows,
+    shown,
+    what_if_rows,
+)
 
 __all__ = ["escape_md", "render_markdown"]
 
@@ -22,9 +30,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 def escape_md(text: Any) -> str:
     """``text`` safe to embed in Markdown (also inside a table cell) as literal text."""
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _MD_SPECIAL.sub(r"\\\1", s)
-    # a line break would end a list item or a table row; an escape byte would drive a terminal
-    return "".join(c if c.isprintable() else " " if c in "\r\n\t" else f"\\x{ord(c):02x}" for c in s)
+    return shown(_MD_SPECIAL.sub(r"\\\1", s))  # a line break would end a list item or a table row
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], rule: str) -> list[str]:

@@ -12,7 +12,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlscope.report._format import REWARD_COLUMNS, WHAT_IF_COLUMNS, gpus, headline_rows, reward_rows, what_if_rows
+from rlscope.report._format import (
+    REWARD_COLUMNS,
+    WHAT_IF_COLUMNS,
+    gpus,
+    headline_rows,
+    reward_rows,
+    shown,
+    what_if_rows,
+)
 
 __all__ = ["render_text"]
 
@@ -29,13 +37,14 @@ _CAUSES = {
 
 
 def _plain(*parts: tuple[str, str] | str) -> Text:
-    """Text from (string, style) pieces; strings are never parsed as markup."""
+    """Text from (string, style) pieces; strings are never parsed as markup, and their control
+    characters are written out (:func:`shown`)."""
     text = Text()
     for part in parts:
         if isinstance(part, tuple):
-            text.append(part[0], style=part[1])
+            text.append(shown(part[0]), style=part[1])
         else:
-            text.append(part)
+            text.append(shown(part))
     return text
 
 
@@ -48,7 +57,7 @@ def _table(console: Console, title: str, note: str, header: tuple[str, ...], row
     for i, name in enumerate(header):
         table.add_column(Text(name), justify="left" if i == 0 else "right")
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row))  # Text: source names are data, not markup
+        table.add_row(*(_plain(cell) for cell in row))  # source names are data, not markup
     console.print(table)
 
 
@@ -72,7 +81,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     table.add_column()
 
     for label, value in headline_rows(doc):
-        table.add_row(Text(label), Text(value))  # Text: "[estimated]" and data are not markup
+        table.add_row(_plain(label), _plain(value))  # "[estimated]" and data are not markup
     console.print(_plain(("Headline", "bold underline")))
     console.print(table)
 

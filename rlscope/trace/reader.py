@@ -325,7 +325,13 @@ class RunReader:
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowInvalid):
-                what = "" if set(cols) >= set(TABLES[table].names) else f" in {', '.join(cols)}"
+                what = (
+                    ""
+                    if set(cols) >= set(TABLES[table].names)
+                    else f" in {', '.join(cols)}"
+                    if len(cols) <= 3
+                    else f" in {len(cols)} of its columns"
+                )
                 self._warn(f"{seg.path}: unreadable data{what} ({_reason(problem)}); skipped")
                 left_out.add(seg.path)
                 count, first = self._failed_reads.get(seg.path, (0, time.monotonic()))
