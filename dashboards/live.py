@@ -218,6 +218,8 @@ class LiveRun:
                     f"could not read {self.label}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                 )
                 log.warning("dashboard: %s", self.problem)
+                if not self._loaded:
+                    self._reset()  # half a first load: the retry starts clean, nothing counted twice
                 return False
             except Exception as exc:  # rows rlscope did not expect: keep serving what was read
                 self.problem = f"could not fold in new rows of {self.label}: {type(exc).__name__}: {exc}"
@@ -298,10 +300,27 @@ class LiveRun:
                 seen.add(seg.name)
                 seen.update(origin for origin, _ in seg.origins)
         present = {t: segs for t, segs in segments.items() if segs}
+        datasets = {t: reader.dataset(t, segs) for t, segs in present.items()}
 
         def read(table: str, columns: list[str], where: pc.Expression | None = None) -> pa.Table:
-            # through the reader: a segment whose data does not read is left out with a warning
-            return reader.read(table, columns, filter=where, segments=present[table])
+            try:
+                return datasets[table].to_table(columns=columns, filter=where)
+            except FileNotFoundError:
+                raise
+            except (OSError, pa.ArrowInvalid):
+                pass
+            # a segment whose data does not read: the reader leaves it out with a warning; it is
+            # read no more in this load, and left unseen, so that a later refresh tries it again
+            data, left_out = reader.read_available(table, columns, filter=where, segments=present[table])
+            if left_out:
+                present[table] = [s for s in present[table] if s.path not in left_out]
+                datasets[table] = reader.dataset(table, present[table])
+                seen = self._cursor.seen_in(table)
+                for seg in segments[table]:
+                    if seg.path in left_out:
+                        seen.discard(seg.name)
+                        seen.difference_update(origin for origin, _ in seg.origins)
+            return data
 
         step_tables = [t for t in _STEP_TABLES if t in present]
         rows = sum(seg.rows for t in step_tables for seg in segments[t])

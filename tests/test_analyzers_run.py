@@ -105,6 +105,14 @@ def test_stage_timers_that_overlap_are_said_to(tmp_path):
     assert "stage-timers-overlap" not in ids(r)
 
 
+def test_a_zero_step_timer_is_as_if_absent(tmp_path):
+    timers = {"timing_s/gen": 10.0, "timing_s/update_actor": 5.0}
+    steps = {0: {**timers, "timing_s/step": 20.0}, 1: {**timers, "timing_s/step": 0.0}}
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.seconds["step"].tolist() == [20.0, 15.0]  # step 1: the stages' sum, not 0 s
+    assert r.shares.loc[1, "gen"] == pytest.approx(10.0 / 15.0)
+
+
 def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
     metrics = {"timing/gen": 21.47, "timing/ref": 4.36, "timing/values": 5.8, "timing/adv": 0.109}
     metrics |= {"timing/update_critic": 15.664, "timing/update_actor": 20.314}

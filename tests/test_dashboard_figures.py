@@ -461,8 +461,14 @@ def test_incremental_refreshes_match_one_full_load(tmp_path):
     pd.testing.assert_frame_equal(live.splits(), fresh.splits(), check_dtype=False)
 
 
-def test_a_segment_whose_data_does_not_read_leaves_the_rest_of_the_run_shown(tmp_path):
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_segment_whose_data_does_not_read_leaves_the_rest_of_the_run_shown(tmp_path, monkeypatch, chunked):
     from damage import damage_column
+
+    from rlscope.dashboards import live as live_module
+
+    if chunked:
+        monkeypatch.setattr(live_module, "_BULK_ROWS", 40)  # a chunk a step
 
     path = tmp_path / "run"
     with Recorder(path, meta=META) as rec:
@@ -474,6 +480,47 @@ def test_a_segment_whose_data_does_not_read_leaves_the_rest_of_the_run_shown(tmp
     assert live.refresh(force=True) and live.problem is None
     assert live.last_step == 3 and sorted(live._traj.index.unique()) == [2, 3]  # step 1's rows left out
     assert len(live.phases) == 3  # its step metrics still count
+
+
+def test_a_first_load_that_fails_halfway_starts_again_from_nothing(tmp_path, monkeypatch):
+    from rlscope.dashboards import live as live_module
+
+    path = _small_run(tmp_path / "run", steps=6)
+    whole = LiveRun(0, str(path), "run", window=3)
+    whole.refresh(force=True)
+    monkeypatch.setattr(live_module, "_BULK_ROWS", 40)  # chunks of one step
+    original, calls = LiveRun._absorb, []
+
+    def absorb(self, batch):
+        calls.append(1)
+        if len(calls) == 3:  # a segment compacted away between the listing and this chunk
+            raise FileNotFoundError("compacted meanwhile")
+        return original(self, batch)
+
+    monkeypatch.setattr(LiveRun, "_absorb", absorb)
+    live = LiveRun(0, str(path), "run", window=3)
+    assert not live.refresh(force=True) and "compacted meanwhile" in live.problem
+    assert live.refresh(force=True) and live.problem is None
+    for name in AGGREGATES:  # nothing of the failed load counted twice
+        pd.testing.assert_frame_equal(getattr(live, name), getattr(whole, name), check_dtype=False, obj=name)
+
+
+def test_a_segment_left_out_of_a_first_load_is_read_when_it_reads_again(tmp_path):
+    from damage import damage_column
+
+    path = tmp_path / "run"
+    with Recorder(path, meta=META) as rec:
+        for step in (1, 2, 3):
+            _log_step(rec, step)
+            rec.flush()
+    segment = sorted((path / "trajectories").glob("*.parquet"))[0]
+    good = segment.read_bytes()
+    damage_column(segment, "engine")  # a torn copy, restored later
+    live = LiveRun(0, str(path), "run", window=3)
+    assert live.refresh(force=True) and sorted(live._traj.index.unique()) == [2, 3]
+    segment.write_bytes(good)
+    live.refresh(force=True)
+    assert sorted(live._traj.index.unique()) == [1, 2, 3]
 
 
 def test_a_first_load_in_chunks_of_steps_equals_one_pass(tmp_path, monkeypatch):

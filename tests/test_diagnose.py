@@ -140,6 +140,8 @@ def test_control_characters_are_shown_not_sent_to_a_terminal(tmp_path, capsys):
         for step in (1, 2):
             rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 12.0})
             rows = [{"finish_time": float(i), "data_source": "evil\x1b[31mred", "reward": 1.0} for i in range(10)]
+            # a failing source: its error code reaches the finding's recommendation
+            rows += [{"data_source": "evil\x1b[31mred", "reward_status": "error", "reward_error": "E\x1b[0m"}] * 10
             rec.log_trajectories(step, rows)
     for fmt in ("text", "markdown"):
         assert main(["diagnose", str(run), "--format", fmt]) == 0
@@ -147,6 +149,7 @@ def test_control_characters_are_shown_not_sent_to_a_terminal(tmp_path, capsys):
         assert "\x1b" not in out and "\x07" not in out, fmt
         assert "evil\\x1b" in out and "the import (x\\x1b" in out and "2 bad\\x07" in out, fmt
         assert "flag" not in out, fmt  # True is not a count
+        assert "mostly E\\x1b[0m" in out.replace("\\[", "["), fmt
 
 
 def test_data_strings_are_escaped_in_html_and_markdown(tmp_path, capsys):

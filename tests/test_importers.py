@@ -246,6 +246,27 @@ def test_a_last_line_without_its_line_end_is_read_and_told(tmp_path, capsys):
     assert import_verl_log([log], tmp_path / "whole").notes == []
 
 
+@pytest.mark.parametrize("rest", ['5"', "5'", '5",', '5\\n"', "5 ,"])
+def test_a_number_wrapped_before_a_closing_quote_is_joined_back(tmp_path, rest):
+    # a quoted log line ("... a/y:31.25") wrapped inside its last number, the quote and a
+    # comma or an escaped line end after it
+    log = tmp_path / "x.log"
+    log.write_text(f"step:1 - timing_s/gen:10.0 - a/y:31.2\n{rest}\nstep:2 - a/y:15.0\n")
+    summary = import_verl_log([log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 1, "a/y") == 31.25 and value(df, 2, "a/y") == 15.0 and summary.skipped == {}
+
+
+@pytest.mark.parametrize(("digits", "step"), [("0" * 22 + "5", 5), ("9" * 5000, None), ("9" * 19, None)])
+def test_a_step_number_of_many_digits_is_read_or_skipped_never_raised(tmp_path, digits, step):
+    log = tmp_path / "x.log"
+    log.write_text(f"step:{digits} - a/b:1.0\nstep:1 - a/b:2.0\n")
+    summary = import_verl_log([log], tmp_path / "run")
+    expected = sorted({1} | ({step} if step is not None else set()))
+    assert sorted(set(steps(tmp_path / "run").step)) == expected
+    assert summary.skipped == ({} if step is not None else {"bad_step": 1})
+
+
 def test_a_dict_of_plain_keys_is_someone_s_print_not_verl_metrics(tmp_path):
     lines = []
     for s in (1, 2, 3):

@@ -234,6 +234,18 @@ def test_info_shows_what_meta_json_says_and_what_it_lacks(tmp_path, capsys):
     assert "8 (type not stated: diagnose --gpu-type)" in out and "64 prompts x 4 samples a step" in out
 
 
+def test_info_shows_strings_from_meta_json_as_text(tmp_path, capsys):
+    run = _run(tmp_path / "[bold]x[/bold]", [[0, 1]])
+    meta = read_meta(run)
+    meta.update(framework="verl\x1b]0;pwned\x07", model={"name": "qwen\x1b[2J"}, scenario="[red]s[/red]")
+    write_meta(run, meta)
+    assert main(["info", run]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out  # a title escape and a screen clear, written out
+    assert r"verl\x1b]0;pwned\x07" in out and r"qwen\x1b[2J" in out and "[red]s[/red]" in out
+    assert "[bold]x[/bold]" in out  # a path is not markup
+
+
 def test_info_json_is_valid_json_and_lists_ignored_values(tmp_path, capsys):
     run = _run(tmp_path, [[0, 1]])
     with open(os.path.join(run, "meta.json")) as fh:
@@ -292,6 +304,23 @@ def test_a_segment_whose_data_is_corrupt_is_skipped_with_one_warning(tmp_path, c
         for _ in range(2):
             assert sorted(reader.read("steps").column("step").to_pylist()) == [5000, 5001]
     assert caplog.text.count("unreadable data") == 1 and first in caplog.text
+
+
+def test_compaction_leaves_a_segment_whose_data_does_not_read_in_place(tmp_path, caplog):
+    from damage import damage_column
+
+    run = _run(tmp_path, [[0], [1], [2], [3]])
+    folder = tmp_path / "run" / "steps"
+    damaged = sorted(folder.glob("*.parquet"))[1]
+    damage_column(damaged, "value")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        (steps, *_) = compact_run(run)
+    assert (steps.segments_before, steps.segments_after) == (4, 2)
+    assert f"{damaged}: unreadable data" in caplog.text and "left out of the merge, in place" in caplog.text
+    assert damaged.exists() and len(list(folder.glob("*.parquet"))) == 2
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 2, 3]  # its values do not read
+    compact_run(run)  # again: the merged segment and the damaged one stay, nothing is lost
+    assert damaged.exists() and sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 2, 3]
 
 
 def test_two_compactions_of_the_same_segments_count_each_row_once(tmp_path):

@@ -78,7 +78,7 @@ _SEP = re.compile(r"\s+-(?:\s+|(?=[A-Za-z_]))")
 _TRAILING_JUNK = re.compile(r"(?:\\[nr]|[\s\"'`,])+$")
 # the rest of a wrapped metric line: a fragment, " - key:value" fields, maybe the start of one more
 _TAIL_FIELDS = re.compile(r"^\S*(?:\s+-\s+[^\s:]+:\S*)*(?:\s+-\s*[^\s:]*)?\s*$")
-_TAIL_NUMBER = re.compile(r"^[\d.eE+-]+[\s\"'`]*$")
+_TAIL_NUMBER = re.compile(r"^[\d.eE+-]+(?:\\[nr]|[\s\"'`,])*$")  # what _TRAILING_JUNK strips may follow
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
 _LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
@@ -93,7 +93,7 @@ _MAX_BLOCK_CHARS = 1 << 20
 
 def _step_number(digits: str) -> int | None:
     """A logged step number if int64 holds it (checked before ``int()``, which refuses 4,300 digits)."""
-    return whole_step(int(digits)) if len(digits.lstrip("-")) <= 19 else None
+    return whole_step(int(digits)) if len(digits.lstrip("-").lstrip("0")) <= 19 else None
 
 
 def _clean(piece: str) -> tuple[str, str]:

@@ -72,7 +72,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFrame:
     """Seconds per phase, ``other`` and ``step`` for every step that has a stage timer.
 
-    ``step`` is the step timer (the wall clock), else the phases' sum. ``other`` is what the
+    ``step`` is the step timer (the wall clock), else (absent or zero) the phases' sum. ``other`` is what the
     timer holds beyond the phases, clipped at zero: when timers nest or overlap, the phases add
     up to more than the step and their shares to more than 1. With ``overlapped``, ``gen`` runs
     beside the step and is left out of the sum.
@@ -90,7 +90,7 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     out = out[timed].fillna(0.0)
     named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
     step = steps.loc[out.index, cols["step"]] if "step" in cols else named
-    step = step.fillna(named)
+    step = step.where(step > 0).fillna(named)  # a zero step timer timed nothing: as if absent
     rest = (step - named).clip(lower=0.0)
     if overlapped:  # untimed trainer time up to the rollout's length is waiting for samples
         waited = rest.clip(upper=out["gen"])

@@ -94,11 +94,14 @@ def main(argv: Sequence[str]) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = 120  # piped or captured: don't wrap at rich's default 80 columns
+    from rich.text import Text
+
     from rlscope.analyzers._data import RunFacts, meta_problems
+    from rlscope.report._format import shown  # strings from meta.json: no markup, no control characters
 
     stated = RunFacts.from_meta(meta)  # as diagnose reads it
     model = meta.get("model") if isinstance(meta.get("model"), dict) else {}
-    console.print(f"[bold]{summary['run_dir']}[/bold]")
+    console.print(Text(shown(summary["run_dir"]), style="bold"))
     facts = [
         ("framework", meta.get("framework")),
         ("model", _model(model.get("name"), stated.active_params)),
@@ -110,12 +113,12 @@ def main(argv: Sequence[str]) -> int:
     facts += [("ignored", problem) for problem in meta_problems(meta)]
     for key, value in facts:
         if value is not None:
-            console.print(f"  {key:<10} {value}", markup=False)
+            console.print(f"  {key:<10} {shown(value)}", markup=False)
     table = Table("table", "segments", "rows", "steps", "step range", "start (UTC) +duration")
     for name, e in summary["tables"].items():
         steps = f"{e['first_step']}..{e['last_step']}" if "first_step" in e else "-"
         span = _when(e["time_start"], e["time_end"]) if "time_start" in e else "-"
-        table.add_row(name, str(e["segments"]), f"{e['rows']:,}", str(e.get("steps", "-")), steps, span)
+        table.add_row(Text(name), str(e["segments"]), f"{e['rows']:,}", str(e.get("steps", "-")), steps, span)
     if summary["tables"]:
         console.print(table)
     else:
@@ -124,8 +127,13 @@ def main(argv: Sequence[str]) -> int:
         lost = status.get("dropped_rows", 0) + status.get("write_errors", 0) + status.get("bad_rows", 0)
         if lost:
             console.print(
-                f"  [yellow]recorder {status.get('writer')}: {status.get('dropped_rows', 0)} rows dropped, "
-                f"{status.get('write_errors', 0)} write errors, {status.get('bad_rows', 0)} bad rows[/yellow]"
+                Text(
+                    shown(
+                        f"  recorder {status.get('writer')}: {status.get('dropped_rows', 0)} rows dropped, "
+                        f"{status.get('write_errors', 0)} write errors, {status.get('bad_rows', 0)} bad rows"
+                    ),
+                    style="yellow",
+                )
             )
     return 0
 

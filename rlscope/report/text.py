@@ -116,7 +116,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
         sev = f["severity"]
         body = _plain((f["title"], "bold"), f"  [{f['id']}]")
         if f["recommendation"]:
-            body.append("\n-> " + f["recommendation"])
+            body.append("\n-> " + shown(f["recommendation"]))
         grid.add_row(_plain("  ", (sev.upper(), _STYLE.get(sev, ""))), body)
     console.print(grid)
     if run.get("warnings"):

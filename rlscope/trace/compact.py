@@ -13,19 +13,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rlscope.errors import RunDirError
-from rlscope.trace.reader import ORIGINS_KEY, RunReader
+from rlscope.trace.reader import ORIGINS_KEY, RunReader, SegmentInfo, error_line
 from rlscope.trace.schema import TABLES
 from rlscope.trace.store import RunLocation, new_writer_id, segment_name, tmp_path_for
 
 __all__ = ["CompactResult", "compact_run"]
+
+log = logging.getLogger("rlscope")
 
 _STALE_TMP_NS = 3600 * 10**9  # a temporary file older than this belongs to a write that died
 
@@ -53,15 +57,27 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
         if len(segments) <= 1:
             results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
             continue
-        origins = [list(o) for s in segments for o in s.origins]
-        schema = TABLES[table].with_metadata({ORIGINS_KEY: json.dumps(origins).encode()})
+        schema = TABLES[table]
         dest = f"{loc.join(table)}/{segment_name(writer_id, 0)}"
         tmp = tmp_path_for(dest)
+        merged: list[SegmentInfo] = []
         try:
             with loc.fs.open_output_stream(tmp) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as out:
                 for seg in segments:
                     # one input at a time: memory stays at one segment, row order follows the origins
-                    out.write_table(reader.dataset(table, [seg]).to_table().replace_schema_metadata(schema.metadata))
+                    try:
+                        data = reader.dataset(table, [seg]).to_table()
+                    except FileNotFoundError:
+                        raise
+                    except (OSError, pa.ArrowInvalid) as exc:  # its data does not read: left where it is
+                        log.warning(
+                            "%s: unreadable data (%s); left out of the merge, in place", seg.path, error_line(exc)
+                        )
+                        continue
+                    out.write_table(data.replace_schema_metadata(schema.metadata))
+                    merged.append(seg)
+                origins = [list(o) for s in merged for o in s.origins]
+                out.add_key_value_metadata({ORIGINS_KEY: json.dumps(origins)})
         except FileNotFoundError as exc:
             with contextlib.suppress(OSError):
                 loc.fs.delete_file(tmp)
@@ -69,11 +85,17 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
                 f"a {table} segment went away while compacting (another rlscope compact?): {exc}; "
                 "nothing was lost, run it again"
             ) from None
+        if len(merged) <= 1:  # nothing to merge once the unreadable ones are left out
+            with contextlib.suppress(OSError):
+                loc.fs.delete_file(tmp)
+            results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
+            continue
         loc.fs.move(tmp, dest)
-        for seg in segments:
+        for seg in merged:
             with contextlib.suppress(FileNotFoundError):  # another compaction deleted it first
                 loc.fs.delete_file(seg.path)
-        results.append(CompactResult(table, len(segments), 1, sum(s.rows for s in segments)))
+        kept = len(segments) - len(merged)
+        results.append(CompactResult(table, len(segments), 1 + kept, sum(s.rows for s in segments)))
     return results
 
 

@@ -34,7 +34,7 @@ from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta,
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-__all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo"]
+__all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo", "error_line"]
 
 log = logging.getLogger("rlscope")
 
@@ -114,7 +114,7 @@ def _dictionary_schema(schema: pa.Schema, encoded: set[str]) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
-def _reason(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
     """The first line of an error, printable (a decoder's message may quote the bytes it met)."""
     lines = str(exc).splitlines()
     text = lines[0] if lines else type(exc).__name__
@@ -199,7 +199,7 @@ class RunReader:
                 rows = pf.metadata.num_rows
                 kv = pf.metadata.metadata or {}
         except (OSError, pa.ArrowException) as exc:
-            self._warn(f"{path}: unreadable segment skipped ({_reason(exc)})")
+            self._warn(f"{path}: unreadable segment skipped ({error_line(exc)})")
         else:
             problem = self._schema_problem(table, schema)
             if problem:
@@ -332,7 +332,7 @@ class RunReader:
                     if len(cols) <= 3
                     else f" in {len(cols)} of its columns"
                 )
-                self._warn(f"{seg.path}: unreadable data{what} ({_reason(problem)}); skipped")
+                self._warn(f"{seg.path}: unreadable data{what} ({error_line(problem)}); skipped")
                 left_out.add(seg.path)
                 count, first = self._failed_reads.get(seg.path, (0, time.monotonic()))
                 self._failed_reads[seg.path] = (count + 1, first)
