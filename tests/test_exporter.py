@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -419,6 +420,16 @@ def test_cli_serves_until_terminated(run):
         text = urllib.request.urlopen(url, timeout=10).read().decode()
         assert 'rlscope_last_step{run="run"} 8.0' in text
     assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_cli_stops_on_two_sigterms_in_a_row(run):
+    # `timeout` signals the command and its process group: the second SIGTERM may land inside
+    # the handler of the first, which must not wait on a lock the first holds
+    with _exporting(str(run)) as (url, proc):
+        urllib.request.urlopen(url, timeout=10).read()
+        for _ in range(2):
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()
 
 
 def test_load_short(run):

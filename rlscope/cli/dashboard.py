@@ -19,6 +19,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Sequence
 
 from rlscope.cli._args import check_port, parser_for
@@ -66,18 +67,18 @@ def main(argv: Sequence[str]) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     with listener:  # the server serves a duplicate of it
         server = make_server(args.host, port, app.server, threaded=True, fd=listener.fileno())
-    host = f"[{args.host}]" if ":" in args.host else args.host
+    host = f"[{args.host}]" if ":" in args.host else args.host or "0.0.0.0"  # "": every interface
     if args.host not in _LOOPBACK:
         log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", args.host)
     print(f"serving http://{host}:{port}/ for {len(args.run_dirs)} run(s); Ctrl-C stops", flush=True)
 
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stopped: list[int] = []  # appended to by the handler: no lock a second SIGTERM could deadlock on
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
     thread = threading.Thread(target=server.serve_forever, name="rlscope-dashboard", daemon=True)
     thread.start()
     try:
-        while not stop.wait(0.5) and thread.is_alive():
-            pass
+        while not stopped and thread.is_alive():
+            time.sleep(0.2)
     except KeyboardInterrupt:
         pass
     finally:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
+import time
 from collections.abc import Sequence
 
 import pyarrow.fs as pafs
@@ -65,14 +65,16 @@ def main(argv: Sequence[str]) -> int:
             # the training job has not written it yet: served as down until it has
             log.warning("%s: no run here yet; rlscope_run_up is 0 until the training job writes it", run_dir)
 
-    stop = threading.Event()
+    # the handler only appends: an Event's lock, taken again by a second SIGTERM inside the
+    # first one's set(), would deadlock
+    stopped: list[int] = []
     server = serve(args.run_dirs, args.port, args.host, min_refresh_s=args.min_refresh)
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
     try:
         runs = ", ".join(state.run for state in server.collector.states)
         print(f"serving {server.url} for {runs}; Ctrl-C stops", flush=True)
-        while not stop.wait(0.5):
-            pass
+        while not stopped:
+            time.sleep(0.2)  # a signal ends the sleep at once
     except KeyboardInterrupt:
         pass
     finally:

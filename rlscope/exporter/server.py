@@ -56,7 +56,7 @@ class ExporterServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = f"[{self.host}]" if ":" in self.host else self.host or "0.0.0.0"  # "": every interface
         return f"http://{host}:{self.port}/metrics"
 
     def stop(self, timeout: float = 5.0) -> None:
