@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +23,10 @@ import pytest
 pytest.importorskip("dash")
 pytest.importorskip("plotly")
 
-from rlscope import Recorder, RunReader
+from rlscope import Recorder
 from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
+from rlscope.trace.compact import RunReader, compact_run
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -513,14 +516,37 @@ def test_a_segment_left_out_of_a_first_load_is_read_when_it_reads_again(tmp_path
         for step in (1, 2, 3):
             _log_step(rec, step)
             rec.flush()
-    segment = sorted((path / "trajectories").glob("*.parquet"))[0]
+    folder = path / "trajectories"
+    os.utime(folder, (time.time() - 3600, time.time() - 3600))  # a finished run: its folders settled
+    segment = sorted(folder.glob("*.parquet"))[0]
     good = segment.read_bytes()
-    damage_column(segment, "engine")  # a torn copy, restored later
+    damage_column(segment, "engine")  # a torn copy, restored in place (the folder does not change)
     live = LiveRun(0, str(path), "run", window=3)
     assert live.refresh(force=True) and sorted(live._traj.index.unique()) == [2, 3]
     segment.write_bytes(good)
     live.refresh(force=True)
     assert sorted(live._traj.index.unique()) == [1, 2, 3]
+
+
+def test_a_merged_segment_failing_halfway_through_a_first_load_counts_no_row_twice(tmp_path, monkeypatch):
+    from damage import damage_column
+
+    from rlscope.dashboards import live as live_module
+
+    path = _small_run(tmp_path / "run", steps=6)
+    compact_run(str(path))  # one segment of six row groups, one per step
+    whole = LiveRun(0, str(path), "run", window=10)
+    whole.refresh(force=True)
+    (merged,) = (path / "trajectories").glob("*.parquet")
+    good = merged.read_bytes()
+    damage_column(merged, "engine", row_group=3)  # step 4's rows: read after steps 1-3 were folded in
+    monkeypatch.setattr(live_module, "_BULK_ROWS", 40)  # a chunk a step
+    live = LiveRun(0, str(path), "run", window=10)
+    assert live.refresh(force=True) and live._traj.empty  # the load started again without the segment
+    merged.write_bytes(good)
+    live.refresh(force=True)
+    for name in AGGREGATES:  # read once, whole, by read_new: nothing counted twice
+        pd.testing.assert_frame_equal(getattr(live, name), getattr(whole, name), check_dtype=False, obj=name)
 
 
 def test_a_first_load_in_chunks_of_steps_equals_one_pass(tmp_path, monkeypatch):

@@ -422,9 +422,10 @@ def test_cli_serves_until_terminated(run):
     assert proc.returncode == 0, proc.stderr.read()
 
 
-def test_cli_stops_on_two_sigterms_in_a_row(run):
-    # `timeout` signals the command and its process group: the second SIGTERM may land inside
-    # the handler of the first, which must not wait on a lock the first holds
+def test_cli_stops_cleanly_on_repeated_sigterms(run):
+    # `timeout` signals the command and its process group: two SIGTERMs end it with status 0.
+    # (The race the handler is written against, a second signal inside the first's handler,
+    # cannot be forced from here: this checks the stop, not that race.)
     with _exporting(str(run)) as (url, proc):
         urllib.request.urlopen(url, timeout=10).read()
         for _ in range(2):

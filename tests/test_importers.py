@@ -257,7 +257,9 @@ def test_a_number_wrapped_before_a_closing_quote_is_joined_back(tmp_path, rest):
     assert value(df, 1, "a/y") == 31.25 and value(df, 2, "a/y") == 15.0 and summary.skipped == {}
 
 
-@pytest.mark.parametrize(("digits", "step"), [("0" * 22 + "5", 5), ("9" * 5000, None), ("9" * 19, None)])
+@pytest.mark.parametrize(
+    ("digits", "step"), [("0" * 22 + "5", 5), ("0" * 5000 + "5", 5), ("9" * 5000, None), ("9" * 19, None)]
+)
 def test_a_step_number_of_many_digits_is_read_or_skipped_never_raised(tmp_path, digits, step):
     log = tmp_path / "x.log"
     log.write_text(f"step:{digits} - a/b:1.0\nstep:1 - a/b:2.0\n")

@@ -306,21 +306,38 @@ def test_a_segment_whose_data_is_corrupt_is_skipped_with_one_warning(tmp_path, c
     assert caplog.text.count("unreadable data") == 1 and first in caplog.text
 
 
-def test_compaction_leaves_a_segment_whose_data_does_not_read_in_place(tmp_path, caplog):
+def test_compaction_leaves_a_table_with_a_segment_that_does_not_read_as_it_is(tmp_path, caplog):
     from damage import damage_column
 
     run = _run(tmp_path, [[0], [1], [2], [3]])
     folder = tmp_path / "run" / "steps"
-    damaged = sorted(folder.glob("*.parquet"))[1]
+    before = sorted(folder.glob("*.parquet"))
+    damaged = before[1]
     damage_column(damaged, "value")
     with caplog.at_level(logging.WARNING, logger="rlscope"):
         (steps, *_) = compact_run(run)
-    assert (steps.segments_before, steps.segments_after) == (4, 2)
-    assert f"{damaged}: unreadable data" in caplog.text and "left out of the merge, in place" in caplog.text
-    assert damaged.exists() and len(list(folder.glob("*.parquet"))) == 2
+    # all or nothing: a merge of some inputs could overlap a concurrent merge of others
+    assert (steps.segments_before, steps.segments_after) == (4, 4) and sorted(folder.glob("*.parquet")) == before
+    assert f"{damaged}: unreadable data" in caplog.text and "table steps left as it is" in caplog.text
+    assert not list(folder.glob(".*.tmp"))
     assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 2, 3]  # its values do not read
-    compact_run(run)  # again: the merged segment and the damaged one stay, nothing is lost
-    assert damaged.exists() and sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 2, 3]
+
+
+def test_a_copy_is_deleted_only_when_what_holds_its_rows_reads(tmp_path):
+    from damage import damage_column
+
+    run = _run(tmp_path, [[0], [1], [2]])
+    folder = tmp_path / "run" / "steps"
+    originals = {p.name: p.read_bytes() for p in folder.glob("*.parquet")}
+    compact_run(run)
+    (merged,) = folder.glob("*.parquet")
+    for name, data in originals.items():  # a crash between the rename and the deletes
+        (folder / name).write_bytes(data)
+    damage_column(merged, "value")  # and the merged copy does not read
+    compact_run(run)
+    assert {p.name for p in folder.glob("*.parquet")} == {merged.name, *originals}  # nothing deleted
+    merged.unlink()  # moved out: the originals are the run again
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2]
 
 
 def test_two_compactions_of_the_same_segments_count_each_row_once(tmp_path):

@@ -69,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
         server = make_server(args.host, port, app.server, threaded=True, fd=listener.fileno())
     host = f"[{args.host}]" if ":" in args.host else args.host or "0.0.0.0"  # "": every interface
     if args.host not in _LOOPBACK:
-        log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", args.host)
+        log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", host)
     print(f"serving http://{host}:{port}/ for {len(args.run_dirs)} run(s); Ctrl-C stops", flush=True)
 
     stopped: list[int] = []  # appended to by the handler: no lock a second SIGTERM could deadlock on
@@ -82,7 +82,7 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        server.shutdown()
+        server.shutdown()  # still under the handler: a SIGTERM while stopping does not kill it
         thread.join(5)
+        signal.signal(signal.SIGTERM, previous)
     return 0

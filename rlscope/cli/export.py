@@ -78,6 +78,6 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        server.stop()  # still under the handler: a SIGTERM while stopping does not kill it
         signal.signal(signal.SIGTERM, previous)
-        server.stop()
     return 0

@@ -6,7 +6,9 @@ so a crash between the rename and the deletes leaves duplicates on disk that eve
 ignores, and the next compaction deletes. Two compactions at once each write a merged
 segment of the same inputs; readers keep one of them, and the next compaction deletes the
 other, and temporary files of writes that died over an hour ago. Segments that appear while compacting
-(a live writer) are left alone.
+(a live writer) are left alone. A table one of whose segments does not read is left as it is,
+with a warning naming the file; a copy is deleted only when the segment that holds its rows
+reads whole.
 """
 
 from __future__ import annotations
@@ -57,27 +59,15 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
         if len(segments) <= 1:
             results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
             continue
-        schema = TABLES[table]
+        origins = [list(o) for s in segments for o in s.origins]
+        schema = TABLES[table].with_metadata({ORIGINS_KEY: json.dumps(origins).encode()})
         dest = f"{loc.join(table)}/{segment_name(writer_id, 0)}"
         tmp = tmp_path_for(dest)
-        merged: list[SegmentInfo] = []
         try:
             with loc.fs.open_output_stream(tmp) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as out:
                 for seg in segments:
                     # one input at a time: memory stays at one segment, row order follows the origins
-                    try:
-                        data = reader.dataset(table, [seg]).to_table()
-                    except FileNotFoundError:
-                        raise
-                    except (OSError, pa.ArrowInvalid) as exc:  # its data does not read: left where it is
-                        log.warning(
-                            "%s: unreadable data (%s); left out of the merge, in place", seg.path, error_line(exc)
-                        )
-                        continue
-                    out.write_table(data.replace_schema_metadata(schema.metadata))
-                    merged.append(seg)
-                origins = [list(o) for s in merged for o in s.origins]
-                out.add_key_value_metadata({ORIGINS_KEY: json.dumps(origins)})
+                    out.write_table(_read_whole(reader, table, seg).replace_schema_metadata(schema.metadata))
         except FileNotFoundError as exc:
             with contextlib.suppress(OSError):
                 loc.fs.delete_file(tmp)
@@ -85,18 +75,33 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
                 f"a {table} segment went away while compacting (another rlscope compact?): {exc}; "
                 "nothing was lost, run it again"
             ) from None
-        if len(merged) <= 1:  # nothing to merge once the unreadable ones are left out
+        except _Unreadable as exc:
+            # all or nothing: a merge of some inputs could overlap another compaction's merge of
+            # others without either holding the other, which readers cannot settle
             with contextlib.suppress(OSError):
                 loc.fs.delete_file(tmp)
+            log.warning("%s: unreadable data (%s); table %s left as it is: move the file out, then compact", *exc.args)
             results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
             continue
         loc.fs.move(tmp, dest)
-        for seg in merged:
+        for seg in segments:
             with contextlib.suppress(FileNotFoundError):  # another compaction deleted it first
                 loc.fs.delete_file(seg.path)
-        kept = len(segments) - len(merged)
-        results.append(CompactResult(table, len(segments), 1 + kept, sum(s.rows for s in segments)))
+        results.append(CompactResult(table, len(segments), 1, sum(s.rows for s in segments)))
     return results
+
+
+class _Unreadable(Exception):
+    """A segment whose data does not read: (path, reason, table)."""
+
+
+def _read_whole(reader: RunReader, table: str, seg: SegmentInfo) -> pa.Table:
+    try:
+        return reader.dataset(table, [seg]).to_table()
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        raise _Unreadable(seg.path, error_line(exc), table) from None
 
 
 def _stale_temporaries(loc: RunLocation, table: str) -> list[str]:
@@ -119,12 +124,24 @@ def _leftover_originals(reader: RunReader, table: str, live: list) -> list[str]:
     behind, or the merged copy of a compaction that ran beside another."""
     folder = reader.location.join(table)
     live_names = {s.name for s in live}
-    held = {o for s in live for o, _ in s.origins}
+    holder = {o: s for s in live for o, _ in s.origins}
+    reads: dict[str, bool] = {}
+
+    def whole(seg: SegmentInfo) -> bool:  # a copy that does not read is no copy: keep the other
+        if seg.name not in reads:
+            try:
+                _read_whole(reader, table, seg)
+                reads[seg.name] = True
+            except _Unreadable:
+                reads[seg.name] = False
+        return reads[seg.name]
+
     return [
         path
         for path, info in reader._segments.items()
         if info is not None
         and path.startswith(folder + "/")
         and info.name not in live_names
-        and all(o in held for o, _ in info.origins)
+        and all(o in holder for o, _ in info.origins)
+        and all(whole(holder[o]) for o, _ in info.origins)
     ]
