@@ -97,8 +97,9 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
 
     A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
     as a whole, so timings of two attempts are never mixed; within an attempt the last value
-    logged for a key wins. Text values, non-finite numbers and negative stage timers are dropped. Keys (and values whose unit changed with
-    the name) are canonicalised by ``rlscope.collectors.verl_metrics``.
+    logged for a key wins. Text values, non-finite numbers and negative stage timers are
+    dropped. Keys (and values whose unit changed with the name) are canonicalised by
+    ``rlscope.collectors.verl_metrics``.
     """
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
     df = df[np.isfinite(df["value"].astype(float))]  # NaN or inf (a timer verl logged as inf) says nothing
