@@ -132,10 +132,6 @@ class _WindowReader(RunReader):
         return data, set()  # in memory: nothing left out
 
 
-class _LeftOut(Exception):
-    """A first load met segments whose data does not read."""
-
-
 class LiveRun:
     """One run directory as the dashboard sees it: per-step aggregates plus a recent window.
 
@@ -152,9 +148,6 @@ class LiveRun:
         self.problem: str | None = "no data read yet"
         self._refreshed = -math.inf
         self._lock = threading.RLock()
-        # segments whose data did not read in a first load: (table, name) by path. Kept across
-        # resets, left out of the next first load and tried by read_new until read or given up
-        self._unreadable: dict[str, tuple[str, str]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -243,22 +236,13 @@ class LiveRun:
         reader = self._reader
         assert reader is not None
         if not self._loaded:
-            try:
-                changed = self._first_load(reader)
-            except _LeftOut:
-                # half a load read some of a segment that then failed: start again without it
-                self._reset()
-                return self._refresh()
+            changed = self._first_load(reader)
             self._loaded = True
         else:
-            retry = {t for t, _ in self._unreadable.values()}
-            batch = {t: reader.read_new(t, self._cursor, _COLUMNS[t]) for t in TABLES if t in retry or self._changed(t)}
+            batch = {t: reader.read_new(t, self._cursor, _COLUMNS[t]) for t in TABLES if self._changed(t)}
             changed = any(t.num_rows for t in batch.values())
             if changed:
                 self._absorb(batch)
-            for path, (table, name) in list(self._unreadable.items()):
-                if name in self._cursor.seen_in(table):  # read at last, or given up on by the reader
-                    del self._unreadable[path]
         self.problem = None if self._steps or self._gpu_parts else "no steps recorded yet"
         if changed:
             self.version += 1
@@ -309,8 +293,7 @@ class LiveRun:
         """Read what the run holds in bounded chunks of steps, then only the recent NVML samples."""
         for table in TABLES:
             self._changed(table)  # note each folder's mtime before listing it
-        # what did not read in an earlier try is left to read_new
-        segments = {t: [s for s in reader.segments(t) if s.path not in self._unreadable] for t in TABLES}
+        segments = {t: reader.segments(t) for t in TABLES}
         for table, segs in segments.items():
             seen = self._cursor.seen_in(table)
             for seg in segs:
@@ -326,12 +309,14 @@ class LiveRun:
                 raise
             except (OSError, pa.ArrowInvalid):
                 pass
-            # a segment whose data does not read (the reader says which, with a warning): this
-            # load starts again without it, and a later refresh tries it again with read_new
+            # a segment whose data does not read: the reader leaves it out with a warning, and so
+            # does the rest of this load. It stays seen: rows of it that an earlier chunk read are
+            # not read twice, nor are rows of steps past the window folded in late; a dashboard
+            # started again reads it if it reads by then
             data, left_out = reader.read_available(table, columns, filter=where, segments=present[table])
             if left_out:
-                self._unreadable.update({p: (table, s.name) for s in present[table] if (p := s.path) in left_out})
-                raise _LeftOut(left_out)
+                present[table] = [s for s in present[table] if s.path not in left_out]
+                datasets[table] = reader.dataset(table, present[table])
             return data
 
         step_tables = [t for t in _STEP_TABLES if t in present]

@@ -132,7 +132,7 @@ def _leftover_originals(reader: RunReader, table: str, live: list) -> list[str]:
             try:
                 _read_whole(reader, table, seg)
                 reads[seg.name] = True
-            except _Unreadable:
+            except (_Unreadable, FileNotFoundError):  # or gone: another compaction's
                 reads[seg.name] = False
         return reads[seg.name]
 
