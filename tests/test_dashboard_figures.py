@@ -719,6 +719,9 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
         port = taken.getsockname()[1]
         assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--port", str(port)]) == 1
     assert capsys.readouterr().err == f"rlscope: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
+    assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--host", "192.0.2.1"]) == 1  # not this machine's
+    err = capsys.readouterr().err  # the system's words, once, without the address repeated
+    assert err == "rlscope: cannot listen on 192.0.2.1:8050 (Cannot assign requested address)\n"
     with pytest.raises(SystemExit) as done:
         main(["dashboard", "--help"])
     assert done.value.code == 0 and "rlscope dashboard RUN_DIR" in capsys.readouterr().out

@@ -486,6 +486,7 @@ def test_a_run_with_no_rows_is_an_error_not_a_clean_report(tmp_path, capsys):
     ("name", "head", "encoding"),
     [
         ("bom.jsonl", "", "utf-8-sig"),  # a Windows tool's byte-order mark
+        ("junk-first.ndjson", "garbage line\n", "utf-8"),  # read as JSONL by its name
         ("junk-first.txt", "garbage line\n", "utf-8"),  # JSONL whose first line is not JSON
         ("json-first.log", '{"level": "info", "msg": "job submitted"}\n', "utf-8"),  # a console log
     ],
