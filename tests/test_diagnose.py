@@ -143,12 +143,12 @@ def test_control_characters_are_shown_not_sent_to_a_terminal(tmp_path, capsys):
             # a failing source: its error code reaches the finding's recommendation
             rows += [{"data_source": "evil\x1b[31mred", "reward_status": "error", "reward_error": "E\x1b[0m"}] * 10
             rec.log_trajectories(step, rows)
-    for fmt in ("text", "markdown"):
-        assert main(["diagnose", str(run), "--format", fmt]) == 0
-        out = capsys.readouterr().out
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(run), "--format", fmt, "-o", str(tmp_path / fmt)]) == 0
+        out = (tmp_path / fmt).read_text()
         assert "\x1b" not in out and "\x07" not in out, fmt
         assert "evil\\x1b" in out and "the import (x\\x1b" in out and "2 bad\\x07" in out, fmt
-        assert "flag" not in out, fmt  # True is not a count
+        assert "True flag" not in out and "1 flag" not in out, fmt  # True is not a count
         assert "mostly E\\x1b[0m" in out.replace("\\[", "["), fmt
 
 

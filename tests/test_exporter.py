@@ -129,19 +129,23 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
 
 
-def test_a_negative_stage_timer_is_not_served(tmp_path):
-    # as in diagnose: a stage that took negative seconds is a clock's fault, not a duration
+@pytest.mark.parametrize("last", ["negative", "zero step"])
+def test_a_stage_timer_that_timed_nothing_is_not_served(tmp_path, last):
+    # as in diagnose: negative seconds are a clock's fault, a zero step timer timed nothing
     path = tmp_path / "run"
     with Recorder(path, {"gpu": {"count": 8}}) as rec:
         for step in (1, 2, 3):
             rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 20.0})
-        rec.log_step(4, {"timing_s/gen": -3.0, "timing_s/update_actor": 5.0, "timing_s/step": -5.0})
+        if last == "negative":
+            rec.log_step(4, {"timing_s/gen": -3.0, "timing_s/update_actor": 5.0, "timing_s/step": -5.0})
+        else:
+            rec.log_step(4, {"timing_s/gen": 12.0, "timing_s/update_actor": 5.0, "timing_s/step": 0.0})
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_last_step") == 4.0
-    assert _value(registry, "rlscope_step_seconds", phase="gen") is None
+    assert _value(registry, "rlscope_step_seconds", phase="gen") == (None if last == "negative" else 12.0)
     assert _value(registry, "rlscope_step_seconds", phase="step") is None
     assert _value(registry, "rlscope_step_seconds", phase="update_actor") == 5.0
-    assert _value(registry, "rlscope_step_median_seconds") == 20.0  # over 20, 20, 20: not -5
+    assert _value(registry, "rlscope_step_median_seconds") == 20.0  # over 20, 20, 20: not -5 or 0
 
 
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):

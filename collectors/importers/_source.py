@@ -65,7 +65,8 @@ def check_text_file(path: str) -> None:
     except OSError as exc:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if head.startswith(b"\x1f\x8b"):
-        raise ImportInputError(f"{path}: gzip-compressed; decompress it first (gunzip -k {path}) and import that")
+        how = f"gunzip -k {path}" if path.endswith(".gz") else f"zcat {path} > {path}.txt"
+        raise ImportInputError(f"{path}: gzip-compressed; decompress it first ({how}) and import that")
     if b"\0" in head:
         raise ImportInputError(f"{path}: binary data (NUL bytes), not a text file")
     if head and head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10:

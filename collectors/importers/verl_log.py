@@ -301,7 +301,7 @@ class _Parser:
             return False
         head = _TRAILING_JUNK.sub("", self.step_text or "")
         _, colon, value = _SEP.split(head)[-1].rpartition(":")
-        step = _STEP.search(text)
+        step = _STEP.search(text) or _BAD_STEP.match(text)  # "step:2.0 - a:1" starts a (bad) line too
         if step:  # a step line of its own, unless this one stopped inside a key ("training/global_" + "step:7 - ")
             return step.start() == 0 and not colon and bool(head) and not head.endswith("-")
         if head.endswith("-") or not colon or parse_number(value) is None:

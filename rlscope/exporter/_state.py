@@ -256,9 +256,9 @@ class RunState:
             if not math.isfinite(v):
                 continue
             if name.startswith(_TIMING):
-                if v < 0:  # a clock's fault, as in diagnose (analyzers._data.wide_steps)
-                    continue
                 stage = name[len(_TIMING) :].split("/", 1)[0]
+                if v < 0 or (stage == "step" and v == 0):  # timed nothing, as diagnose reads it
+                    continue
                 if stage == "step":
                     self._durations[int(step[i])] = v
                 if step[i] == cur_step and attempt[i] == cur_attempt and stage:

@@ -12,7 +12,15 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from rlscope.analyzers import Diagnosis
-from rlscope.report._format import REWARD_COLUMNS, WHAT_IF_COLUMNS, gpus, headline_rows, reward_rows, what_if_rows
+from rlscope.report._format import (
+    REWARD_COLUMNS,
+    WHAT_IF_COLUMNS,
+    gpus,
+    headline_rows,
+    reward_rows,
+    shown,
+    what_if_rows,
+)
 from rlscope.report.figures import all_figures
 from rlscope.trace.reader import RunReader
 
@@ -28,7 +36,7 @@ table{border-collapse:collapse}td,th{padding:.25rem .75rem;border-bottom:1px sol
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(shown(value), quote=True)  # no control characters: a NUL makes the page invalid
 
 
 def _table(title: str, note: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:

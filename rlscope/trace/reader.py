@@ -330,7 +330,7 @@ class RunReader:
                     if set(cols) >= set(TABLES[table].names)
                     else f" in {', '.join(cols)}"
                     if len(cols) <= 3
-                    else f" in {len(cols)} of its columns"
+                    else f" in one of the {len(cols)} columns read"
                 )
                 self._warn(f"{seg.path}: unreadable data{what} ({error_line(problem)}); skipped")
                 left_out.add(seg.path)
