@@ -31,6 +31,8 @@ def test_compare_explains_the_step_difference(tmp_path, capsys):
     assert out["schema"] == "rlscope.compare/1" and out["runs"] == [a, b]
     rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
     assert rows["step time"] == pytest.approx((130.0, 230.0))
+    assert rows["generation"] == pytest.approx((100.0, 200.0))
+    assert rows["generation / step"] == pytest.approx((100 / 130, 200 / 230))
     assert rows["T_tail"] == pytest.approx((20.0, 100.0))
     assert rows["slowest-10% share of rollout"] == pytest.approx((0.2, 0.5))
     assert rows["tail measured from"] == ("trajectories", "trajectories")

@@ -259,15 +259,16 @@ def test_a_number_wrapped_before_a_closing_quote_is_joined_back(tmp_path, rest):
 
 
 @pytest.mark.parametrize(
-    ("digits", "step"), [("0" * 22 + "5", 5), ("0" * 5000 + "5", 5), ("9" * 5000, None), ("9" * 19, None)]
+    ("digits", "step"),
+    [("0" * 22 + "5", 5), ("0" * 5000 + "5", 5), ("9" * 5000, None), ("9" * 19, None), ("-3", None)],
 )
 def test_a_step_number_of_many_digits_is_read_or_skipped_never_raised(tmp_path, digits, step):
     log = tmp_path / "x.log"
-    log.write_text(f"step:{digits} - a/b:1.0\nstep:1 - a/b:2.0\n")
+    log.write_text(f"step:1 - a/b:2.0\nstep:{digits} - a/b:1.0\n")  # a skipped step is no restart
     summary = import_verl_log([log], tmp_path / "run")
     expected = sorted({1} | ({step} if step is not None else set()))
     assert sorted(set(steps(tmp_path / "run").step)) == expected
-    assert summary.skipped == ({} if step is not None else {"bad_step": 1})
+    assert summary.skipped == ({} if step is not None else {"bad_step": 1}) and summary.restarts == 0
 
 
 def test_a_dict_of_plain_keys_is_someone_s_print_not_verl_metrics(tmp_path):

@@ -32,11 +32,12 @@ def parse_number(text: str) -> float | None:
 
 
 def whole_step(value: float) -> int | None:
-    """``value`` as a step number if it is a whole number the tables' int64 column holds, else None."""
+    """``value`` as a step number: a whole number from 0 (verl's validation before training) that
+    the tables' int64 column holds, else None."""
     if isinstance(value, float) and not value.is_integer():  # also NaN and inf
         return None
     step = int(value)
-    return step if -(1 << 63) <= step < 1 << 63 else None
+    return step if 0 <= step < 1 << 63 else None
 
 
 def open_text_import(

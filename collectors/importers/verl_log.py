@@ -93,9 +93,10 @@ _MAX_BLOCK_CHARS = 1 << 20
 
 def _step_number(digits: str) -> int | None:
     """A logged step number if int64 holds it (checked before ``int()``, which refuses 4,300 digits)."""
-    sign, magnitude = ("-", digits[1:]) if digits.startswith("-") else ("", digits)
-    magnitude = magnitude.lstrip("0") or "0"
-    return whole_step(int(sign + magnitude)) if len(magnitude) <= 19 else None
+    if digits.startswith("-"):
+        return None  # steps count from 0
+    magnitude = digits.lstrip("0") or "0"
+    return whole_step(int(magnitude)) if len(magnitude) <= 19 else None
 
 
 def _clean(piece: str) -> tuple[str, str]:
