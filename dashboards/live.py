@@ -94,7 +94,8 @@ class _Watch:
 
 
 class _WindowReader(RunReader):
-    """The live window's tables behind ``RunReader.read`` (and ``read_available``), for analyzers that read tables themselves.
+    """The live window's tables behind ``RunReader.read`` and ``read_available``, for analyzers
+    that read tables themselves.
 
     ``gpu_idle``, ``mismatch`` and ``rewards`` take a ``RunReader``; this one serves the cached
     window from memory, so analysing it never touches the disk. ``RunReader.__init__`` is
@@ -107,7 +108,7 @@ class _WindowReader(RunReader):
         self._tables = tables
 
     def segments(self, table: str) -> list[SegmentInfo]:
-        """The window's table as one segment in memory (``read`` ignores which segments it is given)."""
+        """The window's table as one segment in memory (reads ignore which segments they are given)."""
         data = self._tables.get(table)
         return [SegmentInfo(table, "", data.num_rows, ())] if data is not None and data.num_rows else []
 
