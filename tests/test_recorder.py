@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import math
 import os
@@ -165,6 +166,95 @@ def test_full_queue_drops_the_oldest_rows_and_counts_them(tmp_path):
     rec.close()
     steps = sorted(set(RunReader(run).read("steps", ["step"]).column("step").to_pylist()))
     assert steps == list(range(25, 50))  # the newest rows survive
+
+
+@dataclasses.dataclass
+class _StalledDisk:
+    writing: threading.Event  # the writer thread is inside a segment write
+    release: threading.Event  # set it and the writes go through
+
+
+@pytest.fixture
+def stalled_disk(monkeypatch):
+    """Every segment write hangs until the test releases it (a disk that stalls)."""
+    import rlscope.trace.recorder as recorder
+
+    disk = _StalledDisk(threading.Event(), threading.Event())
+    write = recorder.write_segment
+
+    def slow_write(*args, **kwargs):
+        disk.writing.set()
+        disk.release.wait(30)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "write_segment", slow_write)
+    yield disk
+    disk.release.set()
+
+
+def test_queue_is_bounded_by_the_bytes_that_rows_hold_while_the_disk_stalls(tmp_path, stalled_disk):
+    run = str(tmp_path / "run")
+    text = 100_000  # each row carries a response's text under a key the schema does not have
+    rec = Recorder(run, flush_interval=0.01, max_queue_bytes=5_000_000)
+    for step in range(20):
+        rec.log_trajectories(step, [{"traj_id": f"{step}-{i}", "response": "x" * text} for i in range(10)])
+        if step == 0:
+            assert stalled_disk.writing.wait(10)  # the writer took the first call and hangs writing it
+    status = rec.status()
+    # the queue holds at most 5 MB of those calls (1 MB of text each), the rest was dropped
+    assert 0 < status["queued_rows"] <= 50 and status["queued_bytes"] <= 5_000_000
+    assert status["queued_bytes"] >= status["queued_rows"] * text  # the estimate counts the text
+    in_flight = 200 - status["queued_rows"] - status["dropped_rows"]
+    assert status["dropped_rows"] > 0 and 0 < in_flight <= 50
+    stalled_disk.release.set()
+    rec.close()
+    steps = RunReader(run).read("trajectories", ["step"]).column("step").to_pylist()
+    assert len(steps) == 200 - status["dropped_rows"]
+    assert set(range(20 - status["queued_rows"] // 10, 20)) <= set(steps)  # the newest survive
+
+
+def test_an_array_metric_is_weighed_by_its_size(tmp_path, stalled_disk):
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=0.01, max_queue_bytes=20_000_000)
+    rec.log_step(0, {"a": 1.0})
+    assert stalled_disk.writing.wait(10)  # in the writer's hands, which hang
+    for step in range(1, 6):
+        rec.log_step(step, {"histogram": np.zeros(1_000_000), "b": 2.0})  # 8 MB each
+    status = rec.status()
+    assert status["queued_rows"] == 4 and status["dropped_rows"] == 6  # two calls fit in 20 MB
+    assert status["queued_bytes"] >= 16_000_000
+    stalled_disk.release.set()
+    rec.close()
+    assert sorted({s for s, _ in _values(run)}) == [0, 4, 5]
+
+
+def test_long_text_is_cut_as_it_is_queued(tmp_path):
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=3600, flush_rows=10**9)
+    rec.log_step(1, {"note": "y" * 1_000_000, "loss": 0.5})
+    assert rec.status()["queued_bytes"] < 10_000  # not the megabyte the caller passed
+    rec.close()
+    assert _values(run)[(1, "note")] == (None, "y" * 1024)
+
+
+def test_columns_the_schema_lacks_are_let_go_at_once(tmp_path):
+    import gc
+    import weakref
+
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=3600, flush_rows=10**9)
+    embeddings = np.zeros((4, 1_000_000))
+    held = weakref.ref(embeddings)
+    rec.log_trajectories(0, {"traj_id": ["a", "b", "c", "d"], "response_tokens": [1, 2, 3, 4], "emb": embeddings})
+    rec.log_trajectories(1, pa.table({"traj_id": ["e"], "extra": [np.zeros(1000)]}))
+    del embeddings
+    gc.collect()
+    assert held() is None  # the queue kept only the schema's columns
+    assert rec.status()["queued_rows"] == 5 and rec.status()["queued_bytes"] < 100_000
+    rec.close()
+    table = RunReader(run).read("trajectories", ["step", "traj_id", "response_tokens"])
+    assert table.column("traj_id").to_pylist() == ["a", "b", "c", "d", "e"]
+    assert table.column("response_tokens").to_pylist() == [1, 2, 3, 4, None]
 
 
 def test_many_threads_log_concurrently_without_losing_rows(tmp_path):

@@ -2,8 +2,9 @@
 
 The caller's thread only appends a reference to a bounded in-memory queue; a background
 thread turns queued rows into Arrow tables and writes one segment per table per flush.
-When the queue is full the oldest rows are dropped and counted, so memory is bounded and
-the caller never waits. Nothing raises into the caller: a failure becomes a counter in
+When the queue is full (in rows, or in the bytes its calls hold, estimated as they are
+queued) the oldest rows are dropped and counted, so memory is bounded and the caller
+never waits. Nothing raises into the caller: a failure becomes a counter in
 ``Recorder.status()`` (also written to ``_status/<writer>.json`` when possible) and one
 logged warning per kind of failure.
 """
@@ -17,11 +18,12 @@ import logging
 import math
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,59 @@ __all__ = ["Recorder", "logprob_histogram_row"]
 log = logging.getLogger("rlscope")
 
 _MAX_TEXT = 1024  # longest text value kept for a non-numeric metric
+# what a queued number holds (its slot in a dict or list and the object), towards max_queue_bytes
+_VALUE_BYTES = 64
+# metric value types that hold no more than that: a dict of only these is weighed by its length
+_SMALL_TYPES = frozenset(
+    {float, int, bool, type(None), np.float64, np.float32, np.float16, np.int64, np.int32, np.bool_}
+)
+
+
+def _value_bytes(value: Any) -> int:
+    """Estimated bytes a queued value holds: text and arrays (``nbytes``) by their size."""
+    if isinstance(value, (str, bytes)):
+        return _VALUE_BYTES + len(value)
+    try:
+        nbytes = getattr(value, "nbytes", None)  # numpy, torch (no device sync), Arrow
+    except Exception:  # noqa: BLE001 - an odd object's attribute lookup may raise anything
+        return _VALUE_BYTES
+    return _VALUE_BYTES + nbytes if isinstance(nbytes, int) else _VALUE_BYTES
+
+
+def _row_bytes(row: Any) -> int:
+    """Estimated bytes of one row dict (a bad row is counted at its build, weighed as a value)."""
+    try:
+        return sys.getsizeof(row) + sum(_value_bytes(v) for v in row.values())
+    except Exception:  # noqa: BLE001
+        return _VALUE_BYTES
+
+
+def _sampled_bytes(items: Sequence[Any], size: Callable[[Any], int]) -> int:
+    """``len(items)`` times the largest ``size`` of the first, middle and last item: an
+    estimate that costs three looks however many items there are."""
+    n = len(items)
+    return n * max(size(items[i]) for i in {0, n // 2, n - 1}) if n else 0
+
+
+def _column_bytes(column: Any) -> int:
+    """Estimated bytes of one column of a dict of columns (an array by ``nbytes``)."""
+    nbytes = getattr(column, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    return _sampled_bytes(column, _value_bytes) if isinstance(column, Sequence) else _value_bytes(column)
+
+
+def _queued_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """A copy of ``metrics`` to queue, and the bytes it holds. Text is cut to what is kept
+    now, so a long string is not held until the write; a dict of numbers costs one look at
+    the values' types."""
+    copy = dict(metrics)
+    if _SMALL_TYPES.issuperset(map(type, copy.values())):
+        return copy, _VALUE_BYTES * len(copy)
+    for key, value in copy.items():
+        if isinstance(value, str) and len(value) > _MAX_TEXT:
+            copy[key] = value[:_MAX_TEXT]
+    return copy, sum(_value_bytes(v) for v in copy.values())
 
 
 def _coerce(value: Any) -> tuple[float | None, str | None]:
@@ -121,7 +176,7 @@ class _Span:
 
     def __exit__(self, *exc: object) -> None:
         self._row["end"] = time.time()
-        self._rec._enqueue("spans", self._row, 1)
+        self._rec._enqueue("spans", self._row, 1, _row_bytes(self._row))
 
 
 class Recorder:
@@ -133,9 +188,11 @@ class Recorder:
     context manager, or call ``close()``; an unclosed Recorder is flushed at interpreter exit.
 
     Every ``log_*`` call returns at once: rows are queued and written by a background
-    thread every ``flush_interval`` seconds or when ``flush_rows`` rows are pending. At most
-    ``max_queue_rows`` rows wait in memory; beyond that the oldest are dropped and counted
-    in ``status()["dropped_rows"]``. No method raises because of the run directory, the
+    thread every ``flush_interval`` seconds, or when ``flush_rows`` rows or a quarter of
+    ``max_queue_bytes`` are pending. At most ``max_queue_rows`` rows, holding at most
+    ``max_queue_bytes`` (estimated as each call is queued: text and arrays by their size,
+    a number as 64 bytes), wait in memory; beyond either bound the oldest are dropped and
+    counted in ``status()["dropped_rows"]``. The batch being written is held beside them. No method raises because of the run directory, the
     disk or odd values; failures are counted in ``status()`` and logged once.
     """
 
@@ -147,6 +204,7 @@ class Recorder:
         flush_interval: float = 5.0,
         flush_rows: int = 100_000,
         max_queue_rows: int = 2_000_000,
+        max_queue_bytes: int = 1 << 30,
         host: str | None = None,
     ):
         self.run_dir = os.fspath(run_dir)
@@ -155,8 +213,10 @@ class Recorder:
         self.flush_interval = flush_interval
         self.flush_rows = flush_rows
         self.max_queue_rows = max_queue_rows
-        self._queue: deque[tuple[str, Any, int, int]] = deque()
-        self._queued_weight = 0
+        self.max_queue_bytes = max_queue_bytes
+        self._queue: deque[tuple[str, Any, int, int]] = deque()  # (table, payload, rows, bytes)
+        self._queued_rows = 0
+        self._queued_bytes = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
@@ -199,29 +259,33 @@ class Recorder:
         """Queue one step's metrics (any key; numbers, numpy scalars, NaN/inf, None or text)."""
         try:
             if len(metrics):  # an empty dict records nothing; None is a bad argument (TypeError)
-                self._enqueue("steps", (step, attempt, time.time(), dict(metrics)), len(metrics))
+                queued, nbytes = _queued_metrics(metrics)
+                self._enqueue("steps", (step, attempt, time.time(), queued), len(queued), nbytes)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
     def log_trajectories(self, step: int, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pa.Table) -> None:
         """Queue per-trajectory rows (dicts, a dict of columns, or a pyarrow/pandas table).
 
-        Keys follow the ``trajectories`` schema (``docs/run-directory.md``); unknown keys are ignored.
+        Keys follow the ``trajectories`` schema (``docs/run-directory.md``); unknown keys are
+        ignored (a dict of columns or a table lets go of them at once; row dicts are weighed
+        with them, from a few sampled rows).
         """
         try:
+            if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+                rows = pa.Table.from_pandas(rows, preserve_index=False)
             if isinstance(rows, pa.Table):
-                n, payload = rows.num_rows, rows
-            elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
-                payload = pa.Table.from_pandas(rows, preserve_index=False)
-                n = payload.num_rows
+                payload = rows.select([c for c in rows.column_names if c in TRAJECTORIES.names])
+                n, nbytes = payload.num_rows, payload.get_total_buffer_size()
             elif isinstance(rows, Mapping):
-                payload = dict(rows)
-                n = max((len(v) for k, v in payload.items() if k in TRAJECTORIES.names), default=0)
+                payload = {k: v for k, v in rows.items() if k in TRAJECTORIES.names}
+                n = max((len(v) for v in payload.values()), default=0)
+                nbytes = sum(_column_bytes(v) for v in payload.values())
             else:
                 payload = list(rows)
-                n = len(payload)
+                n, nbytes = len(payload), _sampled_bytes(payload, _row_bytes)
             if n:
-                self._enqueue("trajectories", (step, payload), n)
+                self._enqueue("trajectories", (step, payload), n, nbytes)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
@@ -233,18 +297,15 @@ class Recorder:
         self, step: int, phase: str, start: float, end: float, role: str = "trainer", host: str | None = None
     ) -> None:
         """Record a phase span whose start and end (unix seconds) were measured elsewhere."""
-        self._enqueue(
-            "spans",
-            {"step": step, "phase": phase, "role": role, "host": host or self.host, "start": start, "end": end},
-            1,
-        )
+        row = {"step": step, "phase": phase, "role": role, "host": host or self.host, "start": start, "end": end}
+        self._enqueue("spans", row, 1, _row_bytes(row))
 
     def log_gpu(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Queue NVML samples: dicts with ``time``, ``gpu``, ``util_pct``, ... (see the ``gpu`` schema)."""
         try:
             rows = list(samples)
             if rows:
-                self._enqueue("gpu", rows, len(rows))
+                self._enqueue("gpu", rows, len(rows), _sampled_bytes(rows, _row_bytes))
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
@@ -252,28 +313,25 @@ class Recorder:
         """Queue per-token ``log p_trainer - log p_rollout``; the writer builds the histogram."""
         try:
             arr = np.array(deltas, dtype=np.float32, copy=True).ravel()
-            # one output row, but weighed by its memory (a queued row ~ 64 bytes) for the bound
-            self._enqueue("logprob", (step, arr, source, time.time()), 1, weight=1 + arr.nbytes // 64)
+            self._enqueue("logprob", (step, arr, source, time.time()), 1, _VALUE_BYTES + arr.nbytes)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
-    def _enqueue(self, table: str, payload: Any, rows: int, weight: int | None = None) -> None:
-        """Queue ``rows`` rows; ``weight`` (default: rows) is what counts towards the bound."""
-        weight = rows if weight is None else weight
+    def _enqueue(self, table: str, payload: Any, rows: int, nbytes: int) -> None:
+        """Queue ``rows`` rows whose payload holds about ``nbytes``."""
         forked = wake = False
         with self._lock:
             if self._closed:
                 self._counters["dropped_rows"] += rows
                 forked, self._forked = self._forked, False
             else:
-                self._queue.append((table, payload, rows, weight))
-                self._queued_weight += weight
+                self._queue.append((table, payload, rows, nbytes))
+                self._queued_rows += rows
+                self._queued_bytes += nbytes
                 self._counters["rows_queued"] += rows
-                while self._queued_weight > self.max_queue_rows and len(self._queue) > 1:
-                    _, _, dropped, dropped_weight = self._queue.popleft()
-                    self._queued_weight -= dropped_weight
-                    self._counters["dropped_rows"] += dropped
-                wake = self._queued_weight >= self.flush_rows and not self._waiting  # no spinning on a dead disk
+                self._trim()
+                pending = self._queued_rows >= self.flush_rows or 4 * self._queued_bytes >= self.max_queue_bytes
+                wake = pending and not self._waiting  # no spinning on a dead disk
         if forked:  # once
             log.warning(
                 "rlscope recorder (%s): this process was forked from the one that opened it and records "
@@ -282,6 +340,17 @@ class Recorder:
             )
         if wake:
             self._wake.set()
+
+    def _trim(self) -> None:
+        """Drop the oldest queued calls, counted, while the queue is over either bound (the
+        newest call stays, however large). Called with the lock held."""
+        while (self._queued_rows > self.max_queue_rows or self._queued_bytes > self.max_queue_bytes) and len(
+            self._queue
+        ) > 1:
+            _, _, rows, nbytes = self._queue.popleft()
+            self._queued_rows -= rows
+            self._queued_bytes -= nbytes
+            self._counters["dropped_rows"] += rows
 
     # -- flushing ----------------------------------------------------------------------
 
@@ -319,7 +388,8 @@ class Recorder:
         with self._lock:
             return {
                 **self._counters,
-                "queued_rows": sum(item[2] for item in self._queue),
+                "queued_rows": self._queued_rows,
+                "queued_bytes": self._queued_bytes,  # estimated
                 "last_error": self._last_error,
                 "writer": self.writer_id,
             }
@@ -335,7 +405,7 @@ class Recorder:
             with self._lock:
                 batch = list(self._queue)
                 self._queue.clear()
-                self._queued_weight = 0
+                self._queued_rows = self._queued_bytes = 0
                 target = self._flush_requests
                 closed = self._closed
             if self._meta_pending:  # a remote run's first open, or meta from update_meta()
@@ -361,13 +431,11 @@ class Recorder:
                 self._counters["write_errors"] += 1
                 if last:
                     self._counters["dropped_rows"] += rows
-                else:  # first in line again, under the same bound as any queued row
+                else:  # first in line again, under the same bounds as any queued row
                     self._queue.extendleft(reversed(batch))
-                    self._queued_weight += sum(item[3] for item in batch)
-                    while self._queued_weight > self.max_queue_rows and len(self._queue) > 1:
-                        _, _, dropped, dropped_weight = self._queue.popleft()
-                        self._queued_weight -= dropped_weight
-                        self._counters["dropped_rows"] += dropped
+                    self._queued_rows += rows
+                    self._queued_bytes += sum(item[3] for item in batch)
+                    self._trim()
             return not last, last
         lost = False
         by_table: dict[str, list[tuple[Any, int]]] = {}
@@ -477,7 +545,7 @@ class Recorder:
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
         self._queue.clear()
-        self._queued_weight = 0
+        self._queued_rows = self._queued_bytes = 0
         self._thread = threading.Thread(target=lambda: None)  # never started: flush() returns False
         self._forked = self._closed = True
 
