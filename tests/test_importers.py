@@ -416,12 +416,31 @@ def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):
     assert sorted(set(df.step)) == [1, 2, 3] and summary.skipped == {"overlong_line": 1}
 
 
+def _stdin(data: bytes) -> io.TextIOWrapper:
+    """Standard input as a pipe gives it: text over a buffered reader, which can peek."""
+    return io.TextIOWrapper(io.BufferedReader(io.BytesIO(data)))
+
+
 def test_stdin(tmp_path, capsys, monkeypatch):
     data = (DATA / "ansi_ray.log").read_bytes()
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    monkeypatch.setattr(sys, "stdin", _stdin(data))  # its first bytes are looked at, then read
     code, out, _ = run_cli(capsys, "verl-log", "-", "--out", tmp_path / "run")
     assert code == 0 and "7 steps (1..6)" in out
     assert RunReader(tmp_path / "run").meta["importer"]["sources"] == ["<stdin>"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (gzip.compress(b"step:1 - a:1\n"), "standard input: gzip-compressed; decompress it in the pipe: zcat"),
+        (bytes(range(256)) * 4, "standard input: binary data"),
+    ],
+    ids=["gzip", "binary"],
+)
+def test_stdin_that_is_not_text_is_named(tmp_path, capsys, monkeypatch, data, message):
+    monkeypatch.setattr(sys, "stdin", _stdin(data))
+    code, out, err = run_cli(capsys, "verl-log", "-", "--out", tmp_path / "run")
+    assert code == 1 and out == "" and err.startswith("rlscope: ") and message in err and err.count("\n") == 1
 
 
 def test_cli_summary_and_meta(tmp_path, capsys):

@@ -52,8 +52,10 @@ class Tail:
 
 
 def check_text_file(path: str) -> None:
-    """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text."""
+    """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text
+    (``-``: unless what waits on standard input looks like text)."""
     if path == "-":
+        _check_head("standard input", _stdin_head(), "decompress it in the pipe: zcat FILE.gz | rlscope import ... -")
         return
     if not os.path.exists(path):
         raise ImportInputError(f"{path}: no such file")
@@ -64,13 +66,29 @@ def check_text_file(path: str) -> None:
             head = fh.read(_SNIFF_BYTES)
     except OSError as exc:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    how = f"gunzip -k {path}" if path.endswith(".gz") else f"zcat {path} > {path}.txt"
+    _check_head(path, head, f"decompress it first ({how}) and import that")
+
+
+def _stdin_head() -> bytes:
+    """The first bytes waiting on standard input, left there to be read (b"" if it cannot peek)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    peek = getattr(stream, "peek", None)
+    if peek is None:
+        return b""
+    try:
+        return peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
+    except (OSError, ValueError):  # closed, or not readable: reading it says so
+        return b""
+
+
+def _check_head(name: str, head: bytes, decompress: str) -> None:
     if head.startswith(b"\x1f\x8b"):
-        how = f"gunzip -k {path}" if path.endswith(".gz") else f"zcat {path} > {path}.txt"
-        raise ImportInputError(f"{path}: gzip-compressed; decompress it first ({how}) and import that")
+        raise ImportInputError(f"{name}: gzip-compressed; {decompress}")
     if b"\0" in head:
-        raise ImportInputError(f"{path}: binary data (NUL bytes), not a text file")
+        raise ImportInputError(f"{name}: binary data (NUL bytes), not a text file")
     if head and head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10:
-        raise ImportInputError(f"{path}: binary data (not UTF-8 text)")
+        raise ImportInputError(f"{name}: binary data (not UTF-8 text)")
 
 
 def read_lines(
