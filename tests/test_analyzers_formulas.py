@@ -191,6 +191,16 @@ def test_overlap_bound():
     assert topology.overlap_bound(1000, 100) == pytest.approx(1.1)
 
 
+def test_overlap_bound_of_a_pooled_run_takes_each_side_on_its_own_pool():
+    # 8B separated at 46:18: R = 406 * 64/46 + 196 = 760.9 s, L = 208 * 64/18 = 739.6 s (DOMAIN's
+    # 761 and 740); the bound (761 + 740) / 761 = 1.97x is what one-step overlap nearly reaches
+    rollout, learner = topology.sides_now(EIGHT_B, 46, 18)
+    assert (rollout, learner) == (pytest.approx(760.87, abs=0.01), pytest.approx(739.56, abs=0.01))
+    assert topology.overlap_bound(rollout, learner) == pytest.approx(1.972, abs=1e-3)
+    # colocated, both sides are on all 64 GPUs
+    assert topology.sides_now(EIGHT_B, None, None) == (602, 208)
+
+
 def test_split_table_and_bad_arguments():
     table = topology.split_table(EIGHT_B)
     assert list(table.index) == list(range(1, 64)) and (table["n_train"] == 64 - table.index).all()

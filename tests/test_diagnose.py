@@ -98,6 +98,18 @@ def test_generation_beside_the_step_is_not_a_share_of_it(tmp_path, fmt):
     assert re.search(r"generation\W+\d+% of each step", colocated_out.read_text())
 
 
+@pytest.mark.parametrize("trace", ["async-drift", "moe-mismatch", "longtail-8b"])
+def test_the_phase_stack_adds_up_to_the_step(trace):
+    # overlapped generation is not stacked on the wait that stands for it (2,559 s bars on a 795 s step)
+    import numpy as np
+
+    from rlscope.report.figures import phase_stack
+
+    d = analyze_run(str(SAMPLES / trace))
+    stacked = sum(np.asarray(bar.y, dtype=float) for bar in phase_stack(d).data)
+    assert stacked == pytest.approx(d.anatomy.seconds["step"].to_numpy(), rel=1e-6)
+
+
 def _hostile_run(tmp_path) -> str:
     """A failing reward source and a metric key whose names are markup."""
     run = str(tmp_path / "hostile")

@@ -104,7 +104,10 @@ _ENTRIES = (
     Entry(
         "split-imbalanced",
         "rollout:train split {n_rollout}:{n_train} is unbalanced; {best_rollout}:{best_train} predicts {speedup:.2f}x",
-        "The split must balance time, not FLOPs: n_r/n_t = T_gen/T_train measured on the same GPUs. "
+        "The split must balance time, not FLOPs. The recommended split is the one with the shortest "
+        "predicted step for the run's topology: overlapped (one-step, async), that is where both sides take "
+        "the same time, n_r/n_t = T_gen/T_train measured on the same GPUs; separated and run one after the "
+        "other, where their sum is least, n_r/n_t = sqrt(T_thr/T_train) (the tail does not shrink with GPUs). "
         "Move the GPUs the recommendation names and re-check after a few steps; the balance drifts as "
         "responses grow.",
     ),
@@ -131,7 +134,7 @@ _ENTRIES = (
     ),
     Entry(
         "async-recommended",
-        "async streaming at {best_rollout}:{best_train} predicts {step_from:.0f} s -> {step_async:.0f} s ({speedup:.2f}x)",
+        "async streaming at {best_rollout}:{best_train} predicts {step_async:.0f} s a step, {speedup:.2f}x {baseline}",
         "Async streaming is colocation minus the long tail: the trainer never waits for the last "
         "trajectories. The price is off-policy samples (staleness), which needs importance-sampling "
         "correction and a staleness bound (s <= 2-4 is reported lossless). Try verl's async trainer "
@@ -148,7 +151,8 @@ _ENTRIES = (
     ),
     Entry(
         "sync-bubble",
-        "weight sync takes {bubble:.0%} of trainer time ({t_sync_s:.1f} s per sync every {k:.0f} step(s))",
+        "weight sync stalls the trainer's updates {bubble:.0%} of their time ({t_sync_s:.1f} s per sync, "
+        "after {k:.0f} step(s) of {t_mb_s:.1f} s updates)",
         "The sync bubble is T_sync / (k T_mb + T_sync). Shrink T_sync (multi-source or delta sync, "
         "bucketed transfers) or sync less often (larger k), at the price of staler samples.",
     ),

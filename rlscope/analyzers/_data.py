@@ -45,6 +45,7 @@ __all__ = [
     "Trajectories",
     "Trend",
     "chunks",
+    "early",
     "group_counts",
     "group_rows",
     "kept",
@@ -728,10 +729,18 @@ def kept(mask: np.ndarray) -> np.ndarray | slice:
     return slice(None) if mask.all() else mask
 
 
+def _quarter(n: int) -> int:
+    return max(1, math.ceil(n * RECENT_FRACTION))
+
+
 def recent(frame: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
     """The last quarter of the rows (at least one): the run as it is now."""
-    n = len(frame)
-    return frame.iloc[n - max(1, math.ceil(n * RECENT_FRACTION)) :]
+    return frame.iloc[len(frame) - _quarter(len(frame)) :]
+
+
+def early(frame: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
+    """The first quarter of the rows (at least one, as many as :func:`recent`): the run as it started."""
+    return frame.iloc[: _quarter(len(frame))]
 
 
 @dataclass(frozen=True)
@@ -752,7 +761,6 @@ def trend(series: pd.Series) -> Trend:
     s = series.dropna()
     if s.empty:
         return Trend(math.nan, math.nan, math.nan)
-    q = max(1, math.ceil(len(s) * RECENT_FRACTION))
     x = s.index.to_numpy(dtype=float)
     slope = float(np.polyfit(x, s.to_numpy(dtype=float), 1)[0]) if len(s) >= 2 and np.ptp(x) > 0 else math.nan
-    return Trend(float(s.iloc[:q].mean()), float(s.iloc[-q:].mean()), slope)
+    return Trend(float(early(s).mean()), float(recent(s).mean()), slope)

@@ -24,7 +24,7 @@ from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
-from rlscope.analyzers._data import RunFrames, load, recent
+from rlscope.analyzers._data import RunFrames, early, load, recent
 from rlscope.analyzers.topology import (
     StepModel,
     TopologyResult,
@@ -108,7 +108,7 @@ def analyze(
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)
     per_step = models.join(_best(models, n, topology))
-    first = float(per_step["best_rollout"].iloc[: max(1, len(per_step) // 4)].mean())
+    first = float(early(per_step["best_rollout"]).mean())
     last = float(recent(per_step["best_rollout"]).mean())
     result = DriftResult(topology, per_step, first, last, n)
     moves = [f for f in (what_if.findings if what_if is not None else []) if f.id == "split-imbalanced"]
@@ -200,12 +200,17 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
         f"the balanced split drifted from {started} to {best.n_rollout}:{best.n_train} over {len(r.per_step)} steps"
     )
     if gain >= 0:
-        text = f"move {gpus}: predicted step {now_s:.0f} s -> {after_s:.0f} s; {drifted}{why}"
+        text = (
+            f"move {gpus}: the model predicts {after_s:.0f} s a step, against {now_s:.0f} s modelled for "
+            f"{current}:{r.n_gpus - current}; {drifted}{why}"
+        )
     else:  # only the idle ratios call for the move: the ledger sees the split as balanced
         assert imbalance is not None
         text = (
-            f"verl's idle ratios call for moving {gpus} (rollouter {imbalance[1]:.0%}, trainer {imbalance[2]:.0%} "
-            f"idle), though the ledger predicts a step no shorter ({now_s:.0f} s -> {after_s:.0f} s): move one node and "
-            f"re-measure; {drifted}"
+            f"verl's idle ratios call for moving GPUs from {src} to {dst} (rollouter {imbalance[1]:.0%}, trainer "
+            f"{imbalance[2]:.0%} idle), but the ledger predicts the current {current}:{r.n_gpus - current} is already "
+            f"the best split ({now_s:.0f} s; {target}:{r.n_gpus - target} would take {after_s:.0f} s): the two "
+            f"disagree, so move the smallest step your pools allow and re-measure both idle ratios and the step "
+            f"time; {drifted}"
         )
     return [finding("split-drift", severity, evidence, text)]

@@ -15,7 +15,9 @@ With n GPUs, n_r for rollout and n_t = n - n_r for training:
 The best split of each pooled topology is the integer n_r with the shortest step. With tail
 share f = T_tail / (T_thr + T_tail), async over colocated is T_gen + T_t over T_thr + T_t, i.e.
 1 / (1 - f T_gen / (T_gen + T_t)) at the continuous balanced split (8B: 810 / 614 = 1.32x).
-Overlapping rollout R with learner L is bounded by (R + L) / max(R, L).
+Overlapping rollout R with learner L is bounded by (R + L) / max(R, L), with R and L as
+the run has them now: each on its own pool when pooled, else on all GPUs (8B separated at
+46:18: 1501 / 761 = 1.97x).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ __all__ = [
     "idle_imbalance",
     "measure",
     "overlap_bound",
+    "sides_now",
     "split_table",
     "step_time",
     "tail_sensitivity",
@@ -148,6 +151,15 @@ def balanced_ratio(t_gen_s: float, t_train_s: float) -> float:
 def overlap_bound(rollout_s: float, learner_s: float) -> float:
     """Upper bound on the speedup from overlapping rollout and learner: (R + L) / max(R, L)."""
     return (rollout_s + learner_s) / max(rollout_s, learner_s)
+
+
+def sides_now(model: StepModel, n_rollout: int | None, n_train: int | None) -> tuple[float, float]:
+    """(rollout R, learner L) seconds per step as the run has them: on their own pools when
+    it is pooled (``n_rollout``, ``n_train``), else on all GPUs."""
+    if n_rollout and n_train:
+        n = model.n_gpus
+        return model.t_thr_s * n / n_rollout + model.t_tail_s, model.t_train_s * n / n_train
+    return model.t_gen_s, model.t_train_s
 
 
 def async_speedup(tail_share: float, t_gen_s: float, t_train_s: float) -> float:
@@ -285,7 +297,7 @@ def analyze(
         what_if,
         split_table(model),
         async_speedup(model.tail_share, model.t_gen_s, model.t_train_s),
-        overlap_bound(model.t_gen_s, model.t_train_s),
+        overlap_bound(*sides_now(model, n_r, n_t)),
         float(recent(anatomy.seconds["step"]).mean()),
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
@@ -300,6 +312,9 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
     assert r.model is not None
     out: list[Finding] = []
     now = r.step_now_s
+    # the model's step for now is the baseline of every prediction (its errors cancel); the
+    # measured one is said beside it, so a reader can tell the two apart
+    measured = f", {r.step_measured_s:.0f} s measured" if math.isfinite(r.step_measured_s) else ""
     if r.current != "colocated" and r.n_rollout is not None and r.n_train is not None:
         best = r.what_if.loc[r.current]
         if 1 - best["step_s"] / now >= SPLIT_GAIN_MIN:
@@ -319,7 +334,8 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "step_best_s": best["step_s"],
                         "speedup": now / best["step_s"],
                     },
-                    f"move {abs(k)} GPUs from {src} to {dst}: predicted step {now:.0f} s -> {best['step_s']:.0f} s",
+                    f"move {abs(k)} GPUs from {src} to {dst}: the model predicts {best['step_s']:.0f} s a step, against "
+                    f"{now:.0f} s modelled for {r.n_rollout}:{r.n_train}{measured}",
                 )
             )
     if r.current == "separated_sync" and r.n_rollout is not None:
@@ -337,9 +353,15 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
     if r.current != "async_streaming" and "async_streaming" in r.what_if.index:
         best = r.what_if.loc["async_streaming"]
         # a pooled run can rebalance its own split first: async is credited only with what it adds
-        base = now
+        base, baseline = now, f"the {now:.0f} s modelled for now"
         if r.current != "colocated" and r.n_rollout is not None:
-            base = min(now, float(r.what_if.loc[r.current, "step_s"]))
+            rebalanced = r.what_if.loc[r.current]
+            if rebalanced["step_s"] < now:
+                base = float(rebalanced["step_s"])
+                baseline = (
+                    f"the {base:.0f} s of the current topology rebalanced to "
+                    f"{int(rebalanced['n_rollout'])}:{int(rebalanced['n_train'])}"
+                )
         speedup = base / best["step_s"]
         if speedup >= ASYNC_SPEEDUP_INFO:
             m = r.model
@@ -352,6 +374,7 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "best_train": int(best["n_train"]),
                         "step_now": now,
                         "step_from": base,
+                        "baseline": baseline,
                         "step_measured_s": r.step_measured_s,
                         "step_async": best["step_s"],
                         "speedup": speedup,
@@ -362,7 +385,13 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                     },
                     f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
                     f"{base:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x)"
-                    + (f", beyond rebalancing the current split ({now:.0f} s now)" if base < now else "")
+                    + (
+                        f", beyond rebalancing the current split ({now:.0f} s modelled now{measured})"
+                        if base < now
+                        else f" ({now:.0f} s modelled now{measured})"
+                        if measured
+                        else ""
+                    )
                     + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail ("
                     + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
                     + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")

@@ -31,10 +31,14 @@ def phase_stack(d: Diagnosis) -> go.Figure | None:
     if seconds.empty:
         return None
     fig = go.Figure()
-    for phase in seconds.columns.drop("step"):
+    # generation beside the step (one-step overlap, async) is not part of it: the step's wait
+    # for the next batch stands for it, and stacking both would count that time twice
+    beside = ["gen"] if d.anatomy.overlapped else []
+    for phase in seconds.columns.drop(["step", *beside], errors="ignore"):
         if seconds[phase].abs().sum() > 0:
             fig.add_bar(x=seconds.index, y=seconds[phase], name=_safe(phase))
-    fig.update_layout(barmode="stack", title="Step time by phase", xaxis_title="step", yaxis_title="seconds", **_LAYOUT)
+    title = "Step time by phase" + (" (generation runs beside the step: not stacked)" if beside else "")
+    fig.update_layout(barmode="stack", title=title, xaxis_title="step", yaxis_title="seconds", **_LAYOUT)
     return fig
 
 
