@@ -387,13 +387,13 @@ def test_trend_first_last_quarter_and_slope():
 def test_severity_orders_by_urgency_and_findings_serialise():
     assert Severity.INFO < Severity.WARN < Severity.CRITICAL
     assert max([Severity.WARN, Severity.CRITICAL, Severity.INFO]) is Severity.CRITICAL
-    f = finding("long-tail-dominates", Severity.WARN, {"tail_share": 0.45}, "do x")
-    assert isinstance(f, Finding) and f.title == "the slowest 10% of trajectories take 45% of rollout time"
+    f = finding("long-tail-dominates", Severity.WARN, {"tail_share": 0.45, "basis": "measured"}, "do x")
+    assert isinstance(f, Finding) and f.title == "the slowest 10% of trajectories take 45% of rollout time (measured)"
     assert f.to_dict() == {
         "id": "long-tail-dominates",
         "severity": "warn",
         "title": f.title,
-        "evidence": {"tail_share": 0.45},
+        "evidence": {"tail_share": 0.45, "basis": "measured"},
         "recommendation": "do x",
     }
     with pytest.raises(KeyError):

@@ -59,7 +59,7 @@ _ENTRIES = (
     ),
     Entry(
         "long-tail-dominates",
-        "the slowest 10% of trajectories take {tail_share:.0%} of rollout time",
+        "the slowest 10% of trajectories take {tail_share:.0%} of rollout time ({basis})",
         "Generation is a throughput part (all sequences decoding) plus a tail (fewer and fewer sequences "
         "while the GPUs wait for the longest). Adding GPUs shrinks only the throughput part. Levers: async "
         "streaming or partial rollout (the trainer stops waiting for the last trajectories), a lower "
@@ -67,7 +67,7 @@ _ENTRIES = (
     ),
     Entry(
         "long-tail-growing",
-        "tail share grew from {first:.0%} to {last:.0%} of rollout time",
+        "tail share grew from {first:.0%} to {last:.0%} of rollout time ({basis})",
         "Responses are getting longer and more spread out (or environment waits are growing). The gain "
         "from async streaming grows with the tail; re-run the topology what-if with recent steps.",
     ),

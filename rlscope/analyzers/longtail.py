@@ -156,6 +156,7 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
 def _findings(r: LongTailResult) -> list[Finding]:
     out: list[Finding] = []
     how = " (estimated from response lengths; log trajectories to measure it)" if r.estimated else ""
+    basis = "estimated from response lengths" if r.estimated else "measured"
     if r.tail_share >= LONG_TAIL_WARN:
         severity = Severity.CRITICAL if r.tail_share >= LONG_TAIL_CRITICAL and not r.estimated else Severity.WARN
         rollout = r.t_thr_s + r.t_tail_s
@@ -169,6 +170,7 @@ def _findings(r: LongTailResult) -> list[Finding]:
                     "t_thr_s": r.t_thr_s,
                     "rollout_s": rollout,
                     "estimated": r.estimated,
+                    "basis": basis,
                 },
                 f"the slowest 10% of trajectories hold the rollout for {r.t_tail_s:.0f} s of {rollout:.0f} s{how}; "
                 f"more GPUs shrink only the other {r.t_thr_s:.0f} s. Async streaming or partial rollout stops the "
@@ -181,7 +183,13 @@ def _findings(r: LongTailResult) -> list[Finding]:
             finding(
                 "long-tail-growing",
                 Severity.INFO if r.estimated else Severity.WARN,
-                {"first": r.trend.first, "last": r.trend.last, "slope_per_step": r.trend.slope_per_step},
+                {
+                    "first": r.trend.first,
+                    "last": r.trend.last,
+                    "slope_per_step": r.trend.slope_per_step,
+                    "estimated": r.estimated,
+                    "basis": basis,
+                },
                 f"the tail share rose {r.trend.change * 100:.0f} points over the run "
                 f"({r.trend.first:.0%} -> {r.trend.last:.0%}): the gain from partial rollout or async streaming is growing{how}",
             )

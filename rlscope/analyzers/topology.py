@@ -388,9 +388,7 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                     + (
                         f", beyond rebalancing the current split ({now:.0f} s modelled now{measured})"
                         if base < now
-                        else f" ({now:.0f} s modelled now{measured})"
-                        if measured
-                        else ""
+                        else f" over the model's step now{measured}"
                     )
                     + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail ("
                     + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
