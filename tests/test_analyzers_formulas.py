@@ -419,3 +419,11 @@ def test_run_facts_from_meta_spellings():
     # verl's colocate_async: async on shared GPUs, so overlapped but not pooled
     f = RunFacts.from_meta({"gpu": {"count": 8}, "topology": "colocate_async", "split": {"rollout": 8, "train": 8}})
     assert f.overlapped and not f.is_pooled
+
+
+def test_recommendations_keep_three_figures_of_short_times():
+    from rlscope.advice import fmt_seconds
+
+    # a 4.86 s rollout's 2.19 s tail is not "2 s of 5 s" (40%, against a title of 45%)
+    assert (fmt_seconds(2.19), fmt_seconds(4.86), fmt_seconds(9.449)) == ("2.19", "4.86", "9.45")
+    assert (fmt_seconds(1449.4), fmt_seconds(99.6), fmt_seconds(float("nan"))) == ("1449", "100", "?")

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Finding", "Severity"]
+__all__ = ["Finding", "Severity", "fmt_seconds"]
+
+
+def fmt_seconds(value: float) -> str:
+    """Seconds as a recommendation writes them: whole seconds from 100 s, else three
+    significant figures (a 5 s step's 2.2 s tail is not "2 s of 5 s")."""
+    if not math.isfinite(value):
+        return "?"
+    return f"{value:.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
 
 
 class Severity(str, Enum):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import (
     GENERATION_SHARE_GROWTH_WARN,
     GENERATION_SHARE_INFO,
@@ -185,7 +185,7 @@ def _findings(r: AnatomyResult) -> list[Finding]:
                 "generation-dominates",
                 Severity.INFO,
                 {"generation_share": share["gen"], "generation_s": now["gen"], "step_s": now["step"]},
-                f"generation takes {now['gen']:.0f} s of {now['step']:.0f} s steps ({share['gen']:.0%}) over the "
+                f"generation takes {fmt_seconds(now['gen'])} s of {fmt_seconds(now['step'])} s steps ({share['gen']:.0%}) over the "
                 "last quarter of the run: decode throughput and the long tail are the levers, not training",
             )
         )
@@ -205,7 +205,7 @@ def _findings(r: AnatomyResult) -> list[Finding]:
                 "untracked-time",
                 Severity.WARN,
                 {"other_share": share["other"], "other_s": now["other"], "step_s": now["step"]},
-                f"{now['other']:.1f} s of each {now['step']:.0f} s step is in no stage timer: "
+                f"{now['other']:.1f} s of each {fmt_seconds(now['step'])} s step is in no stage timer: "
                 "add spans around data loading, logging and hooks to find it",
             )
         )

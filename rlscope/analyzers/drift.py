@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
@@ -143,7 +143,7 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
                 Severity.INFO,
                 evidence,
                 f"if this run moves to async streaming, size it for now ({best.n_rollout}:{best.n_train}, "
-                f"predicted {best.step_s:.0f} s per step), not for its start ({evidence['first_rollout']}:"
+                f"predicted {fmt_seconds(best.step_s)} s per step), not for its start ({evidence['first_rollout']}:"
                 f"{evidence['first_train']}), and re-check as responses keep growing",
             )
         ]
@@ -201,7 +201,7 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
     )
     if gain >= 0:
         text = (
-            f"move {gpus}: the model predicts {after_s:.0f} s a step, against {now_s:.0f} s modelled for "
+            f"move {gpus}: the model predicts {fmt_seconds(after_s)} s a step, against {fmt_seconds(now_s)} s modelled for "
             f"{current}:{r.n_gpus - current}; {drifted}{why}"
         )
     else:  # only the idle ratios call for the move: the ledger sees the split as balanced
@@ -209,7 +209,7 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
         text = (
             f"verl's idle ratios call for moving GPUs from {src} to {dst} (rollouter {imbalance[1]:.0%}, trainer "
             f"{imbalance[2]:.0%} idle), but the ledger predicts the current {current}:{r.n_gpus - current} is already "
-            f"the best split ({now_s:.0f} s; {target}:{r.n_gpus - target} would take {after_s:.0f} s): the two "
+            f"the best split ({fmt_seconds(now_s)} s; {target}:{r.n_gpus - target} would take {fmt_seconds(after_s)} s): the two "
             f"disagree, so move the smallest step your pools allow and re-measure both idle ratios and the step "
             f"time; {drifted}"
         )

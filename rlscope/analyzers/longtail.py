@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
 from rlscope.analyzers._data import RunFrames, Trajectories, Trend, kept, load, recent, trend
 from rlscope.trace.reader import RunReader
@@ -172,8 +172,8 @@ def _findings(r: LongTailResult) -> list[Finding]:
                     "estimated": r.estimated,
                     "basis": basis,
                 },
-                f"the slowest 10% of trajectories hold the rollout for {r.t_tail_s:.0f} s of {rollout:.0f} s{how}; "
-                f"more GPUs shrink only the other {r.t_thr_s:.0f} s. Async streaming or partial rollout stops the "
+                f"the slowest 10% of trajectories hold the rollout for {fmt_seconds(r.t_tail_s)} s of {fmt_seconds(rollout)} s{how}; "
+                f"more GPUs shrink only the other {fmt_seconds(r.t_thr_s)} s. Async streaming or partial rollout stops the "
                 "trainer waiting for them; a lower max response length or turn limit shortens them",
             )
         )

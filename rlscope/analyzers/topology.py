@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import (
     ASYNC_SPEEDUP_INFO,
     ASYNC_SPEEDUP_WARN,
@@ -314,7 +314,7 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
     now = r.step_now_s
     # the model's step for now is the baseline of every prediction (its errors cancel); the
     # measured one is said beside it, so a reader can tell the two apart
-    measured = f", {r.step_measured_s:.0f} s measured" if math.isfinite(r.step_measured_s) else ""
+    measured = f", {fmt_seconds(r.step_measured_s)} s measured" if math.isfinite(r.step_measured_s) else ""
     if r.current != "colocated" and r.n_rollout is not None and r.n_train is not None:
         best = r.what_if.loc[r.current]
         if 1 - best["step_s"] / now >= SPLIT_GAIN_MIN:
@@ -334,8 +334,8 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "step_best_s": best["step_s"],
                         "speedup": now / best["step_s"],
                     },
-                    f"move {abs(k)} GPUs from {src} to {dst}: the model predicts {best['step_s']:.0f} s a step, against "
-                    f"{now:.0f} s modelled for {r.n_rollout}:{r.n_train}{measured}",
+                    f"move {abs(k)} GPUs from {src} to {dst}: the model predicts {fmt_seconds(best['step_s'])} s a step, against "
+                    f"{fmt_seconds(now)} s modelled for {r.n_rollout}:{r.n_train}{measured}",
                 )
             )
     if r.current == "separated_sync" and r.n_rollout is not None:
@@ -346,20 +346,20 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                 "separated-sync",
                 Severity.WARN,
                 {"step_now": now, "step_overlap_s": overlap["step_s"], "step_colocated_s": colocated},
-                f"one-step overlap at {int(overlap['n_rollout'])}:{int(overlap['n_train'])} predicts {now:.0f} s -> "
-                f"{overlap['step_s']:.0f} s ({now / overlap['step_s']:.2f}x); colocated predicts {colocated:.0f} s",
+                f"one-step overlap at {int(overlap['n_rollout'])}:{int(overlap['n_train'])} predicts {fmt_seconds(now)} s -> "
+                f"{fmt_seconds(overlap['step_s'])} s ({now / overlap['step_s']:.2f}x); colocated predicts {fmt_seconds(colocated)} s",
             )
         )
     if r.current != "async_streaming" and "async_streaming" in r.what_if.index:
         best = r.what_if.loc["async_streaming"]
         # a pooled run can rebalance its own split first: async is credited only with what it adds
-        base, baseline = now, f"the {now:.0f} s modelled for now"
+        base, baseline = now, f"the {fmt_seconds(now)} s modelled for now"
         if r.current != "colocated" and r.n_rollout is not None:
             rebalanced = r.what_if.loc[r.current]
             if rebalanced["step_s"] < now:
                 base = float(rebalanced["step_s"])
                 baseline = (
-                    f"the {base:.0f} s of the current topology rebalanced to "
+                    f"the {fmt_seconds(base)} s of the current topology rebalanced to "
                     f"{int(rebalanced['n_rollout'])}:{int(rebalanced['n_train'])}"
                 )
         speedup = base / best["step_s"]
@@ -384,13 +384,13 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "overlap_bound": r.overlap_bound,
                     },
                     f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
-                    f"{base:.0f} s -> {best['step_s']:.0f} s ({speedup:.2f}x)"
+                    f"{fmt_seconds(base)} s -> {fmt_seconds(best['step_s'])} s ({speedup:.2f}x)"
                     + (
-                        f", beyond rebalancing the current split ({now:.0f} s modelled now{measured})"
+                        f", beyond rebalancing the current split ({fmt_seconds(now)} s modelled now{measured})"
                         if base < now
                         else f" over the model's step now{measured}"
                     )
-                    + f": the trainer stops waiting for the {m.t_tail_s:.0f} s tail ("
+                    + f": the trainer stops waiting for the {fmt_seconds(m.t_tail_s)} s tail ("
                     + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
                     + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")
                     + "). "
