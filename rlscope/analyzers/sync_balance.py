@@ -186,7 +186,7 @@ def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
                     },
                     _starved_note(last)
                     + f"{heaviest} is the heaviest of {now['n_engines']:.0f} engines ({share:.0%} of the load, fair "
-                    f"{1 / now['n_engines']:.0%}); the heaviest carries {now['max_load']:,.0f} {r.load_unit} "
+                    f"{100 / now['n_engines']:.3g}%); the heaviest carries {now['max_load']:,.0f} {r.load_unit} "
                     f"against a mean of {now['mean_load']:,.0f}: the rollout waits for it with engines "
                     f"{util:.0%} utilised; per-step load balancing would cut the load-bound rollout by up to {1 - util:.0%}",
                 )

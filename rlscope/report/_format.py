@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 __all__ = [
+    "HEADLINE_TITLE",
     "REWARD_COLUMNS",
     "WHAT_IF_COLUMNS",
     "generation",
@@ -18,14 +19,16 @@ __all__ = [
     "what_if_rows",
 ]
 
+# the headline's window: its figures are means over the last quarter of steps unless a row says otherwise
+HEADLINE_TITLE = "Headline (the last quarter of steps, unless a row says otherwise)"
 WHAT_IF_COLUMNS = ("topology", "split", "step", "speedup")
 REWARD_COLUMNS = (
     "source",
     "samples",
     "error rate",
-    "zero share",
+    "zero share of scored",
     "error rate, recent",
-    "zero share, recent",
+    "zero share of scored, recent",
     "mean reward, recent",
 )
 
@@ -56,7 +59,8 @@ def generation(head: dict[str, Any]) -> str:
     share, step, seconds = head["generation_share"], head["step_s"], head.get("generation_s")
     if not head.get("generation_overlapped") or seconds is None or not step:
         return f"{pct(share)} of each step"
-    return f"{secs(seconds)} per batch, beside the step ({seconds / step:.1f}x its length)"
+    ratio = share if share is not None else seconds / step  # the same share JSON and compare show
+    return f"{secs(seconds)} per batch, beside the step ({ratio:.1f}x its length)"
 
 
 def gpus(run: dict[str, Any]) -> str | None:

@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 
 from rlscope.analyzers import Diagnosis
 from rlscope.report._format import (
+    HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
     gpus,
@@ -57,14 +58,16 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
         ("topology", run.get("topology")),
         ("split", f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None),
         ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
-        *headline_rows(doc),
     ]
+    headline = headline_rows(doc)
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>rlscope diagnose: {_e(run['source'])}</title><style>{_CSS}</style>",
         f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>",
         f"<h1>rlscope diagnose: {_e(run['source'])}</h1><table>",
         *(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows if v is not None),
+        f"<tr><th colspan='2'>{_e(HEADLINE_TITLE)}</th></tr>",
+        *(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in headline),
         "</table>",
         *_table(
             "Topology what-if",

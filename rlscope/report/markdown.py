@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from rlscope.report._format import (
+    HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
     gpus,
@@ -50,7 +51,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none",
     }
     out += [f"- **{k}**: {escape_md(v)}" for k, v in facts.items() if v is not None]
-    out += ["", "## Headline", "", "| measure | value |", "|---|---|"]
+    out += ["", f"## {HEADLINE_TITLE}", "", "| measure | value |", "|---|---|"]
     out += [f"| {label} | {escape_md(value)} |" for label, value in headline_rows(doc)]
 
     waterfall = doc["mfu"]["waterfall_points"] or {}

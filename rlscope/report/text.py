@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlscope.report._format import (
+    HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
     gpus,
@@ -82,7 +83,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
 
     for label, value in headline_rows(doc):
         table.add_row(_plain(label), _plain(value))  # "[estimated]" and data are not markup
-    console.print(_plain(("Headline", "bold underline")))
+    console.print(_plain((HEADLINE_TITLE, "bold underline")))
     console.print(table)
 
     waterfall = doc["mfu"]["waterfall_points"] or {}
