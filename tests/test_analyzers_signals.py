@@ -149,7 +149,7 @@ def test_bf16_rollout_with_fp8_sized_mismatch_is_flagged(tmp_path):
     result = mismatch.analyze(_mismatch_run(tmp_path, "hot", {"precision": "bf16"}, 2e-2))
     (f,) = result.findings
     assert f.id == "logprob-mismatch-high" and f.severity.value == "critical"  # 13x the bf16 level
-    assert f.evidence["p50_abs_delta"] == pytest.approx(0.674 * 2e-2, rel=0.15)
+    assert f.evidence["abs_delta"] == pytest.approx(0.674 * 2e-2, rel=0.15)
     # the same numbers are normal for an fp8 rollout
     assert mismatch.analyze(_mismatch_run(tmp_path, "fp8", {"precision": "fp8"}, 2e-3)).findings == []
 
@@ -204,6 +204,8 @@ def test_verl_scalars_are_used_when_no_histogram_exists(tmp_path):
     assert list(result.per_step.columns) == ["prob_diff_mean", "prob_diff_max"]
     (f,) = result.findings
     assert f.evidence["measure"].startswith("mean |delta p|") and f.evidence["factor"] == pytest.approx(5.0)
+    # the title says which statistic it is: verl's mean gap in probability, not a median log-prob gap
+    assert f.evidence["statistic"] == "mean |delta p|" and "mean |delta p| 0.005 against" in f.title
 
 
 def _gpu_run(tmp_path) -> str:

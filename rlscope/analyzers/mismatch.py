@@ -165,7 +165,13 @@ def _from_histograms(
             finding(
                 "logprob-mismatch-high",
                 Severity.WARN,
-                {"p50_abs_delta": p50, "level": level, "precision": precision, "flip_share": flips},
+                {
+                    "abs_delta": p50,
+                    "statistic": "median |delta log p|",
+                    "level": level,
+                    "precision": precision,
+                    "flip_share": flips,
+                },
                 f"{flips:.2%} of tokens differ by more than {MOE_FLIP_DELTA:g} in log-prob on a {model_type} model: "
                 "that is MoE routing-flip territory. Check that rollout and trainer load the same weights "
                 "(weight sync finished?) and the same tokenizer and sampling parameters.",
@@ -197,10 +203,13 @@ def _mismatch_finding(
 ) -> Finding:
     factor = typical / level
     severity = Severity.CRITICAL if factor >= MISMATCH_CRITICAL_FACTOR else Severity.WARN
-    measure = "median |delta log p|" if source == "histogram" else "mean |delta p| (verl scalars, a lower bound)"
+    # the histogram gives the median per-token gap; verl's scalars only a mean gap in probability
+    statistic = "median |delta log p|" if source == "histogram" else "mean |delta p|"
+    measure = statistic if source == "histogram" else f"{statistic} (verl scalars, a lower bound)"
     said = f"{measure} is {typical:.2g}, {factor:.1f}x what {precision} {model_type} rollouts normally show ({level:g})"
     evidence = {
-        "p50_abs_delta": typical,
+        "abs_delta": typical,
+        "statistic": statistic,
         "level": level,
         "factor": factor,
         "precision": precision,
