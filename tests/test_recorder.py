@@ -495,3 +495,68 @@ def test_status_file_is_written_for_info(tmp_path):
 
     statuses = list(iter_status(run))
     assert len(statuses) == 1 and statuses[0]["rows_written"] == 1
+
+
+def test_values_changed_after_logging_keep_what_was_logged(tmp_path):
+    import torch
+
+    run = str(tmp_path / "run")
+    acc_np, acc_t, row = np.zeros(()), torch.zeros(()), {"traj_id": "t0", "reward": 0.0}
+    columns = {"traj_id": ["c0"], "response_tokens": np.array([0])}
+    with Recorder(run, flush_interval=3600, flush_rows=10**9) as rec:
+        for step in range(5):
+            acc_np += 1
+            acc_t += 1
+            rec.log_step(step, {"n_np": acc_np, "n_t": acc_t})
+            row["traj_id"], row["reward"] = f"t{step}", float(step)
+            rec.log_trajectories(step, [row])
+            columns["traj_id"][0], columns["response_tokens"][0] = f"c{step}", step
+            rec.log_trajectories(step, columns)
+    values = _values(run)
+    assert [values[(s, "n_np")][0] for s in range(5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [values[(s, "n_t")][0] for s in range(5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    traj = RunReader(run).read("trajectories", ["step", "traj_id", "reward", "response_tokens"]).to_pylist()
+    assert [(r["traj_id"], r["reward"]) for r in traj if r["traj_id"].startswith("t")] == [
+        (f"t{s}", float(s)) for s in range(5)
+    ]
+    assert [(r["traj_id"], r["response_tokens"]) for r in traj if r["traj_id"].startswith("c")] == [
+        (f"c{s}", s) for s in range(5)
+    ]
+
+
+def test_logprob_deltas_from_a_trainer_tensor_are_kept(tmp_path):
+    import torch
+
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_logprob_delta(1, torch.full((100,), 0.01, dtype=torch.bfloat16))
+        rec.log_logprob_delta(2, torch.full((50,), 0.02, requires_grad=True) * 1.0)  # part of a graph
+    assert rec.status()["bad_rows"] == 0
+    rows = {r["step"]: r for r in RunReader(run).read("logprob").to_pylist()}
+    assert rows[1]["n_tokens"] == 100 and rows[1]["abs_mean"] == pytest.approx(0.01, rel=1e-2)  # bf16's precision
+    assert rows[2]["n_tokens"] == 50 and rows[2]["abs_mean"] == pytest.approx(0.02, rel=1e-6)
+
+
+def test_one_value_that_fits_no_column_loses_its_row_alone_in_every_form(tmp_path):
+    import torch
+
+    run = str(tmp_path / "run")
+    tokens = list(range(1000))
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, {"traj_id": [f"a{i}" for i in range(1000)], "response_tokens": [*tokens[:-1], "n/a"]})
+        frame = pd.DataFrame({"traj_id": ["b0", "b1", "b2"], "response_tokens": [1, 2, "n/a"]})  # mixed types
+        rec.log_trajectories(1, frame)
+        rec.log_trajectories(1, pd.DataFrame({"traj_id": ["b3", "b4"], "response_tokens": [3.0, 7.5]}))  # 7.5 tokens
+        rec.log_trajectories(2, [{"traj_id": "c0", "reward": torch.tensor(0.5)}, {"traj_id": 7, "aborted": 1}])
+        rec.log_trajectories(3, {"traj_id": "d0", "reward": 1.0})  # one row as a dict of values
+        rec.log_step(4, {"loss": 0.5, "note": "bad\udc80text", "key\udc80": 1.0})
+    assert rec.status()["bad_rows"] == 3  # "n/a" twice and 7.5
+    rows = RunReader(run).read("trajectories", ["step", "traj_id", "response_tokens", "reward", "aborted"])
+    by_step = {s: [r for r in rows.to_pylist() if r["step"] == s] for s in range(4)}
+    assert len(by_step[0]) == 999 and [r["response_tokens"] for r in by_step[0]] == tokens[:-1]
+    assert [(r["traj_id"], r["response_tokens"]) for r in by_step[1]] == [("b0", 1), ("b1", 2), ("b3", 3)]
+    assert [(r["traj_id"], r["reward"], r["aborted"]) for r in by_step[2]] == [("c0", 0.5, None), ("7", None, True)]
+    assert [(r["traj_id"], r["reward"]) for r in by_step[3]] == [("d0", 1.0)]
+    values = _values(run)
+    assert values[(4, "loss")] == (0.5, None) and values[(4, "note")] == (None, "bad?text")
+    assert values[(4, "key?")] == (1.0, None)

@@ -98,17 +98,44 @@ def _column_bytes(column: Any) -> int:
     return _sampled_bytes(column, _value_bytes) if isinstance(column, Sequence) else _value_bytes(column)
 
 
+def _snapshot(value: Any) -> Any:
+    """``value`` as it is now, where the caller may change it in place after logging it: an
+    array is copied, a tensor detached and cloned (on its device, without waiting for it)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        try:
+            return value.detach().clone()
+        except Exception:  # noqa: BLE001 - an odd tensor-like object: keep it, converted later
+            return value
+    return value
+
+
 def _queued_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     """A copy of ``metrics`` to queue, and the bytes it holds. Text is cut to what is kept
-    now, so a long string is not held until the write; a dict of numbers costs one look at
-    the values' types."""
+    now, so a long string is not held until the write, and arrays and tensors are copied, so
+    that changing them later does not change what was logged; a dict of plain numbers costs
+    one look at the values' types."""
     copy = dict(metrics)
     if _SMALL_TYPES.issuperset(map(type, copy.values())):
         return copy, _VALUE_BYTES * len(copy)
     for key, value in copy.items():
-        if isinstance(value, str) and len(value) > _MAX_TEXT:
-            copy[key] = value[:_MAX_TEXT]
+        if isinstance(value, str):
+            if len(value) > _MAX_TEXT:
+                copy[key] = value[:_MAX_TEXT]
+        else:
+            copy[key] = _snapshot(value)
     return copy, sum(_value_bytes(v) for v in copy.values())
+
+
+def _is_column(value: Any) -> bool:
+    """Whether a value of a dict given to ``log_trajectories`` is a column (not text, not a scalar)."""
+    return not isinstance(value, (str, bytes)) and hasattr(value, "__len__") and getattr(value, "ndim", 1) != 0
+
+
+def _column_snapshot(column: Any) -> Any:
+    """One column of a dict of columns as it is now (a list copied, an array or tensor too)."""
+    return list(column) if isinstance(column, list) else _snapshot(column)
 
 
 def _coerce(value: Any) -> tuple[float | None, str | None]:
@@ -273,16 +300,22 @@ class Recorder:
         """
         try:
             if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
-                rows = pa.Table.from_pandas(rows, preserve_index=False)
+                try:
+                    rows = pa.Table.from_pandas(rows, preserve_index=False)
+                except (pa.ArrowException, TypeError, ValueError):  # a column of mixed types: row by row
+                    rows = rows.to_dict("records")
             if isinstance(rows, pa.Table):
                 payload = rows.select([c for c in rows.column_names if c in TRAJECTORIES.names])
                 n, nbytes = payload.num_rows, payload.get_total_buffer_size()
+            elif isinstance(rows, Mapping) and rows and not any(_is_column(v) for v in rows.values()):
+                payload = [dict(rows)]  # one row given as a dict of values
+                n, nbytes = 1, _row_bytes(rows)
             elif isinstance(rows, Mapping):
-                payload = {k: v for k, v in rows.items() if k in TRAJECTORIES.names}
+                payload = {k: _column_snapshot(v) for k, v in rows.items() if k in TRAJECTORIES.names}
                 n = max((len(v) for v in payload.values()), default=0)
                 nbytes = sum(_column_bytes(v) for v in payload.values())
-            else:
-                payload = list(rows)
+            else:  # the caller may reuse a row dict for the next call: each is copied
+                payload = [dict(r) if type(r) is dict else r for r in rows]
                 n, nbytes = len(payload), _sampled_bytes(payload, _row_bytes)
             if n:
                 self._enqueue("trajectories", (step, payload), n, nbytes)
@@ -303,15 +336,19 @@ class Recorder:
     def log_gpu(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Queue NVML samples: dicts with ``time``, ``gpu``, ``util_pct``, ... (see the ``gpu`` schema)."""
         try:
-            rows = list(samples)
+            rows = [dict(r) if type(r) is dict else r for r in samples]
             if rows:
                 self._enqueue("gpu", rows, len(rows), _sampled_bytes(rows, _row_bytes))
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
     def log_logprob_delta(self, step: int, deltas: Any, *, source: str = "recorder") -> None:
-        """Queue per-token ``log p_trainer - log p_rollout``; the writer builds the histogram."""
+        """Queue per-token ``log p_trainer - log p_rollout`` (an array, a list, or a tensor of any
+        float dtype: a GPU tensor is copied to the host, which waits for it); the writer builds
+        the histogram."""
         try:
+            if hasattr(deltas, "detach"):  # a tensor (bf16, on the GPU, with grad): a float32 copy on the host
+                deltas = deltas.detach().float().cpu().numpy()
             arr = np.array(deltas, dtype=np.float32, copy=True).ravel()
             self._enqueue("logprob", (step, arr, source, time.time()), 1, _VALUE_BYTES + arr.nbytes)
         except Exception as exc:  # noqa: BLE001
@@ -606,11 +643,40 @@ def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) ->
             "step": pa.array(steps, pa.int64()),
             "attempt": pa.array(attempts, pa.int32()),
             "time": pa.array(times, pa.float64()),
-            "key": pa.array(keys, pa.string()),
+            "key": _text_array(keys),
             "value": pa.array(values, pa.float64()),
-            "text": pa.array(texts, pa.string()),
+            "text": _text_array(texts),
         }
     )
+
+
+def _text_array(values: list[str | None]) -> pa.Array:
+    """Text as Arrow; a lone surrogate (not UTF-8) becomes "?" rather than losing the call."""
+    try:
+        return pa.array(values, pa.string())
+    except UnicodeEncodeError:
+        return pa.array([v if v is None else v.encode("utf-8", "replace").decode("utf-8") for v in values], pa.string())
+
+
+def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """``row`` with the values Arrow refuses as they are made to fit their column: a numpy or
+    torch scalar as a Python one, a number where text goes as its text, 0 or 1 as a bool, a
+    whole float as an int."""
+    out = dict(row)
+    for field in schema:
+        value = out.get(field.name)
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+            value = value.item()
+        if pa.types.is_string(field.type) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        elif pa.types.is_boolean(field.type) and isinstance(value, int) and value in (0, 1):
+            value = bool(value)
+        elif pa.types.is_integer(field.type) and isinstance(value, float) and value.is_integer():
+            value = int(value)  # a pandas int column with a gap is float
+        out[field.name] = value
+    return out
 
 
 def _rows_table(
@@ -631,20 +697,54 @@ def _rows_table(
     for row in keyed:
         try:
             good.append(pa.Table.from_pylist([row], schema=schema))
+            continue
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+        try:
+            good.append(pa.Table.from_pylist([_fitted(row, schema)], schema=schema))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             rec._fail("bad-value", exc, count="bad_rows")
     return pa.concat_tables(good) if good else schema.empty_table()
 
 
+def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
+    """A dict of equally long columns as row dicts (columns of unequal length are no rows:
+    ValueError)."""
+    columns = {k: v.tolist() if hasattr(v, "tolist") else list(v) for k, v in rows.items()}
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"columns of different lengths {sorted(lengths)}")
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def _table_rows(rec: Recorder, table: pa.Table) -> pa.Table:
+    """``table`` cast to the trajectories schema a row at a time, the rows that do not cast
+    counted as bad (a cast, unlike a Python float, is never truncated into an integer)."""
+    good = []
+    for i in range(table.num_rows):
+        try:
+            good.append(conform(table.slice(i, 1), TRAJECTORIES))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            rec._fail("bad-value", exc, count="bad_rows")
+    return pa.concat_tables(good) if good else TRAJECTORIES.empty_table()
+
+
 def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
     parts = []
     for step, rows in payloads:
-        if isinstance(rows, pa.Table):
-            table = rows
-        elif isinstance(rows, dict):
-            table = pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names})
-        else:
-            table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
+        try:
+            if isinstance(rows, pa.Table):
+                table = conform(rows, TRAJECTORIES)
+            elif isinstance(rows, dict):
+                table = conform(pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names}), TRAJECTORIES)
+            else:
+                table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            # a value that fits no column: row by row, so that only its row is lost
+            if isinstance(rows, pa.Table):
+                table = _table_rows(rec, rows)
+            else:
+                table = _rows_table(rec, _as_rows(rows), TRAJECTORIES, keyed_rows=False)
         table = conform(table, TRAJECTORIES)
         table = table.set_column(0, "step", pa.array([int(step)] * table.num_rows, pa.int64()))
         parts.append(table)
