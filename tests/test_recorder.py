@@ -560,3 +560,55 @@ def test_one_value_that_fits_no_column_loses_its_row_alone_in_every_form(tmp_pat
     values = _values(run)
     assert values[(4, "loss")] == (0.5, None) and values[(4, "note")] == (None, "bad?text")
     assert values[(4, "key?")] == (1.0, None)
+
+
+def test_a_failed_write_leaves_no_partial_file_behind(tmp_path, monkeypatch):
+    import errno
+
+    run = tmp_path / "run"
+    rec = Recorder(str(run), flush_interval=3600, flush_rows=10**9)
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    for step in range(3):
+        rec.log_step(step, {"a": 1.0})
+        rec.flush()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert rec.status()["write_errors"] == 3 and rec.status()["dropped_rows"] == 3
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]  # every partial file removed
+    rec.log_step(3, {"a": 1.0})  # space is back: writing resumes
+    rec.close()
+    assert [s for s, _ in _values(str(run))] == [3]
+
+
+def test_close_keeps_to_its_timeout_and_says_what_it_leaves(tmp_path, stalled_disk, caplog):
+    rec = Recorder(str(tmp_path / "run"), flush_interval=0.01)
+    rec.log_step(0, {"a": 1.0, "b": 2.0})
+    assert stalled_disk.writing.wait(10)
+    rec.log_step(1, {"a": 1.0})
+    assert rec.status()["rows_in_flight"] == 2 and rec.status()["queued_rows"] == 1
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="rlscope"):
+        rec.close(timeout=0.5)
+    assert time.monotonic() - started < 1.5  # the timeout is for the whole close, not each half
+    assert "with 3 rows not written" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("flush_interval", 0),
+        ("flush_interval", float("nan")),
+        ("flush_interval", "5"),
+        ("flush_rows", -1),
+        ("max_queue_rows", 1.5),
+        ("max_queue_bytes", 0),
+    ],
+)
+def test_a_setting_the_writer_cannot_run_with_is_refused_at_once(tmp_path, setting, value):
+    with pytest.raises(ValueError, match=f"^Recorder {setting} must be a positive"):
+        Recorder(str(tmp_path / "run"), **{setting: value})
+    assert not (tmp_path / "run").exists()  # refused before anything was made

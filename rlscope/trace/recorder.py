@@ -64,6 +64,15 @@ _SMALL_TYPES = frozenset(
 )
 
 
+def _check_positive(name: str, value: Any, *, whole: bool) -> None:
+    """Refuse a setting the writer thread would spin on or die of (a bad setting is the
+    caller's mistake, said once, when the Recorder is made)."""
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not (math.isfinite(value) and value > 0):
+        what = "a positive whole number" if whole else "a positive number of seconds"
+        raise ValueError(f"Recorder {name} must be {what}, not {value!r}")
+
+
 def _value_bytes(value: Any) -> int:
     """Estimated bytes a queued value holds: text and arrays (``nbytes``) by their size."""
     if isinstance(value, (str, bytes)):
@@ -234,6 +243,13 @@ class Recorder:
         max_queue_bytes: int = 1 << 30,
         host: str | None = None,
     ):
+        _check_positive("flush_interval", flush_interval, whole=False)
+        for name, value in (
+            ("flush_rows", flush_rows),
+            ("max_queue_rows", max_queue_rows),
+            ("max_queue_bytes", max_queue_bytes),
+        ):
+            _check_positive(name, value, whole=True)
         self.run_dir = os.fspath(run_dir)
         self.host = host or socket.gethostname()
         self.writer_id = new_writer_id()
@@ -244,6 +260,7 @@ class Recorder:
         self._queue: deque[tuple[str, Any, int, int]] = deque()  # (table, payload, rows, bytes)
         self._queued_rows = 0
         self._queued_bytes = 0
+        self._in_flight = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
@@ -404,15 +421,26 @@ class Recorder:
             return done and self._flush_done >= target and not (self._waiting or self._lost or self._meta_pending)
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Flush and stop the writer thread; later ``log_*`` calls are counted as dropped."""
+        """Flush and stop the writer thread, waiting ``timeout`` seconds in all; later ``log_*``
+        calls are counted as dropped. Rows still unwritten when it gives up are logged once."""
         if self._closed:
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
         self.flush(timeout)
         with self._lock:
             self._closed = True
         self._wake.set()
-        self._thread.join(timeout)
+        self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         _live_recorders.discard(self)
+        if self._thread.is_alive():
+            status = self.status()
+            log.warning(
+                "rlscope recorder (%s): closed after %.0f s with %d rows not written (the writer is still busy: "
+                "a stalled disk or a value that does not convert); they are lost unless it finishes",
+                self.run_dir,
+                timeout,
+                status["queued_rows"] + status["rows_in_flight"],
+            )
 
     def __enter__(self) -> Recorder:
         return self
@@ -426,6 +454,7 @@ class Recorder:
             return {
                 **self._counters,
                 "queued_rows": self._queued_rows,
+                "rows_in_flight": self._in_flight,  # taken by the writer, not yet written
                 "queued_bytes": self._queued_bytes,  # estimated
                 "last_error": self._last_error,
                 "writer": self.writer_id,
@@ -442,7 +471,7 @@ class Recorder:
             with self._lock:
                 batch = list(self._queue)
                 self._queue.clear()
-                self._queued_rows = self._queued_bytes = 0
+                self._in_flight, self._queued_rows, self._queued_bytes = self._queued_rows, 0, 0
                 target = self._flush_requests
                 closed = self._closed
             if self._meta_pending:  # a remote run's first open, or meta from update_meta()
@@ -451,6 +480,7 @@ class Recorder:
             if batch:
                 waiting, lost = self._write(batch, last=closed)
             with self._flushed:
+                self._in_flight = 0
                 self._waiting, self._lost = waiting, lost
                 self._flush_done = max(self._flush_done, target)
                 self._flushed.notify_all()
@@ -582,7 +612,7 @@ class Recorder:
         self._wake = threading.Event()
         self._flushed = threading.Condition(self._lock)
         self._queue.clear()
-        self._queued_rows = self._queued_bytes = 0
+        self._queued_rows = self._queued_bytes = self._in_flight = 0
         self._thread = threading.Thread(target=lambda: None)  # never started: flush() returns False
         self._forked = self._closed = True
 

@@ -8,6 +8,7 @@ writers (one per host, say) can share a run directory without coordinating.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -120,17 +121,28 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _write_atomic_bytes(loc: RunLocation, dest: str, data: bytes) -> None:
+    """Write ``data`` to a temporary name beside ``dest`` and rename it into place; a write
+    that fails (a full disk) removes its partial temporary file, so failures do not fill the
+    disk further."""
     tmp = tmp_path_for(dest)
-    if loc.is_local:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    else:
-        with loc.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        loc.fs.move(tmp, dest)
+    try:
+        if loc.is_local:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, dest)
+        else:
+            with loc.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            loc.fs.move(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if loc.is_local:
+                os.unlink(tmp)
+            else:
+                loc.fs.delete_file(tmp)
+        raise
 
 
 def tmp_path_for(dest: str) -> str:
