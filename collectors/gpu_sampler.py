@@ -62,7 +62,10 @@ class GpuSampler:
         return self.role.get(index, "unknown")
 
     def start(self) -> bool:
-        """Open the GPU library and start sampling; False (logged) if there is no GPU."""
+        """Open the GPU library and start sampling; False (logged) if there is no GPU. Started
+        already, it keeps the thread it has (True)."""
+        if self._thread is not None and self._thread.is_alive():
+            return True
         try:
             self._backend = self._backend_factory()
         except NoGpuError as exc:
@@ -118,7 +121,9 @@ class GpuSampler:
             except Exception as exc:  # noqa: BLE001
                 self.errors += 1
                 log.warning("rlscope GPU sampler: tick failed (%s)", exc)
-            next_tick += self.interval
+            # a read slower than the interval skips the ticks it missed rather than firing them
+            # back to back: a burst of samples of one moment would weigh it more in every average
+            next_tick = max(next_tick + self.interval, time.monotonic())
             self._stop.wait(max(0.0, next_tick - time.monotonic()))
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -126,6 +131,8 @@ class GpuSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():  # a read still hangs: the library stays open under it
+                return
         if self._backend is not None:
             try:
                 self._backend.close()

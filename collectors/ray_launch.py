@@ -8,6 +8,8 @@ collide in a shared run directory.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -18,6 +20,8 @@ from rlscope.collectors.nvml import GpuBackend, NvmlBackend
 from rlscope.trace.recorder import Recorder
 
 __all__ = ["start_gpu_samplers", "stop_gpu_samplers"]
+
+log = logging.getLogger("rlscope")
 
 
 class _SamplerActor:
@@ -58,28 +62,52 @@ def start_gpu_samplers(
     """Start a sampler actor on every alive node; return the actor handles.
 
     Call after ``ray.init()``. Nodes without a readable GPU keep an idle actor (logged on
-    that node), so the list always has one handle per alive node.
+    that node). A node whose actor fails to start (rlscope not installed there, say) is
+    logged here and left out, its actor killed: the list has one handle per node sampling
+    or idle, and training goes on either way.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     actor_cls = ray.remote(num_cpus=0)(_SamplerActor)
-    handles = []
+    started = []
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
         strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
-        handles.append(
-            actor_cls.options(scheduling_strategy=strategy).remote(
-                os.fspath(run_dir), interval, role, backend, dict(meta or {})
-            )
+        handle = actor_cls.options(scheduling_strategy=strategy).remote(
+            os.fspath(run_dir), interval, role, backend, dict(meta or {})
         )
-    ray.get([h.start.remote() for h in handles])
+        started.append((node["NodeID"], handle, handle.start.remote()))
+    handles = []
+    for node_id, handle, ref in started:
+        try:
+            ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - one node's failure must not stop the job or the others
+            log.warning("rlscope GPU sampler on node %s did not start: %s", node_id, _first_line(exc))
+            with contextlib.suppress(Exception):
+                ray.kill(handle)
+            continue
+        handles.append(handle)
     return handles
 
 
 def stop_gpu_samplers(handles: list[Any]) -> list[dict[str, Any]]:
-    """Stop the actors' samplers, flush their recorders, and return their counters."""
+    """Stop the actors' samplers, flush their recorders, and return their counters; a node
+    that is gone gives ``{"error": ...}`` in its place rather than losing the others'."""
     import ray
 
-    return ray.get([h.stop.remote() for h in handles])
+    refs = [h.stop.remote() for h in handles]
+    out = []
+    for ref in refs:
+        try:
+            out.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("rlscope GPU sampler did not stop cleanly: %s", _first_line(exc))
+            out.append({"error": _first_line(exc)})
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

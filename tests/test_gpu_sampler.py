@@ -9,6 +9,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -167,7 +168,18 @@ def test_collect_cli_samples_for_a_duration(tmp_path, capsys, monkeypatch):
     assert "samples written" in capsys.readouterr().out
 
 
-def test_one_sampler_actor_per_ray_node(tmp_path, monkeypatch):
+class _Unpicklable(dict):
+    """Arrives at a Ray worker as an error: as an actor on a node without rlscope would."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise RuntimeError("no rlscope on this node")
+
+
+def test_one_sampler_actor_per_ray_node(tmp_path, monkeypatch, caplog):
     ray = pytest.importorskip("ray")
     from rlscope.collectors.ray_launch import start_gpu_samplers, stop_gpu_samplers
 
@@ -183,6 +195,10 @@ def test_one_sampler_actor_per_ray_node(tmp_path, monkeypatch):
         runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled"}},
     )
     try:
+        # an actor that cannot start (its arguments do not unpickle on the node) is logged and left out
+        with caplog.at_level(logging.WARNING, logger="rlscope"):
+            assert start_gpu_samplers(run, interval=0.05, role=_Unpicklable()) == []
+        assert "did not start" in caplog.text
         handles = start_gpu_samplers(run, interval=0.05, backend=functools.partial(FakeBackend, utils=[[70], [30]]))
         assert len(handles) == len([n for n in ray.nodes() if n["Alive"]]) == 1
         time.sleep(1.0)
@@ -202,3 +218,23 @@ def test_an_interval_that_is_not_a_finite_number_of_seconds_is_refused(tmp_path,
     with Recorder(str(tmp_path / "run")) as rec, pytest.raises(ValueError, match="finite number of seconds"):
         GpuSampler(rec, interval=interval, backend=lambda: FakeBackend(utils=[[50.0]]))
     assert main(["collect", "gpu", "--run-dir", str(tmp_path / "run"), "--interval", str(interval)]) == 2
+
+
+def test_a_slow_read_skips_the_ticks_it_missed_rather_than_bursting(tmp_path):
+    class SlowOnce(FakeBackend):
+        def sample(self, index: int):
+            if self.calls == 1:
+                time.sleep(0.5)  # one read takes five intervals
+            return super().sample(index)
+
+    backend = SlowOnce(utils=[[50]])
+    with Recorder(str(tmp_path / "run"), flush_interval=0.05) as rec:
+        sampler = GpuSampler(rec, interval=0.1, backend=lambda: backend)
+        assert sampler.start() and sampler.start()  # a second start keeps the one thread
+        time.sleep(1.0)
+        sampler.stop()
+    times = sorted(r["time"] for r in RunReader(tmp_path / "run").read("gpu").to_pylist())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(times) <= 8  # ~10 ticks in 1 s less the ~4 the slow read spanned, not 10 with a burst
+    assert min(gaps) > 0.05  # no catch-up ticks fired back to back
+    assert sum(t.name == "rlscope-gpu-sampler" for t in threading.enumerate()) == 0
