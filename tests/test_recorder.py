@@ -612,3 +612,12 @@ def test_a_setting_the_writer_cannot_run_with_is_refused_at_once(tmp_path, setti
     with pytest.raises(ValueError, match=f"^Recorder {setting} must be a positive"):
         Recorder(str(tmp_path / "run"), **{setting: value})
     assert not (tmp_path / "run").exists()  # refused before anything was made
+
+
+def test_an_infinite_logprob_gap_counts_as_the_largest_and_nan_as_nothing():
+    row = logprob_histogram_row(0, [0.0, 1e-3, float("nan"), float("inf"), -0.5])
+    assert row["n_tokens"] == 4  # the NaN alone is left out
+    assert row["abs_counts"][-1] == 1 and sum(row["abs_counts"]) == 4  # inf in the |delta| >= 100 bin
+    assert row["is_clipped"] == 1  # exp(inf) is over the cap of 2
+    assert row["abs_max"] == 0.5 and row["abs_mean"] == pytest.approx((0 + 1e-3 + 0.5) / 3)  # finite ones
+    assert all(math.isfinite(q) for q in row["quantiles"]) and row["quantiles"][-1] > 100

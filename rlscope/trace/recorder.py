@@ -170,22 +170,29 @@ def _coerce(value: Any) -> tuple[float | None, str | None]:
 
 
 def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", when: float | None = None) -> dict:
-    """Summarise per-token ``log p_trainer - log p_rollout`` as one ``logprob`` table row."""
+    """Summarise per-token ``log p_trainer - log p_rollout`` as one ``logprob`` table row.
+
+    A NaN delta says nothing and is left out. An infinite one (a token one side gives
+    probability 0) is the largest gap there is: it counts in ``n_tokens``, in the last bin
+    (|delta| >= 100), in the quantiles (as +-1e300) and, if positive, in ``is_clipped``;
+    ``mean``, ``abs_mean`` and ``abs_max`` are over the finite deltas.
+    """
     d = np.asarray(deltas, dtype=np.float64).ravel()
-    d = d[np.isfinite(d)]
-    absd = np.abs(d)
-    counts, _ = np.histogram(absd, bins=LOGPROB_BIN_EDGES)
-    empty = d.size == 0
+    d = d[~np.isnan(d)]
+    finite = d[np.isfinite(d)]
+    counts, _ = np.histogram(np.abs(d), bins=LOGPROB_BIN_EDGES)
+    absf = np.abs(finite)
+    some, any_finite = d.size > 0, finite.size > 0
     return {
         "step": int(step),
         "time": time.time() if when is None else when,
         "source": source,
         "n_tokens": int(d.size),
         "abs_counts": counts.astype(np.int64).tolist(),
-        "quantiles": None if empty else np.quantile(d, LOGPROB_QUANTILES).tolist(),
-        "mean": None if empty else float(d.mean()),
-        "abs_mean": None if empty else float(absd.mean()),
-        "abs_max": None if empty else float(absd.max()),
+        "quantiles": np.quantile(np.clip(d, -1e300, 1e300), LOGPROB_QUANTILES).tolist() if some else None,
+        "mean": float(finite.mean()) if any_finite else None,
+        "abs_mean": float(absf.mean()) if any_finite else None,
+        "abs_max": float(absf.max()) if any_finite else None,
         "is_clipped": int(np.count_nonzero(d > math.log(IS_WEIGHT_CAP))),
     }
 
