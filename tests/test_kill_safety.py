@@ -27,6 +27,7 @@ WRITER = textwrap.dedent(
 
     run_dir, flush_interval = sys.argv[1], float(sys.argv[2])
     rec = Recorder(run_dir, meta={{"framework": "kill-test"}}, flush_interval=flush_interval)
+    assert rec.flush()  # the writer thread has made the run directory and its meta.json
     print("READY", flush=True)
     step = 0
     while True:

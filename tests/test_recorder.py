@@ -567,6 +567,7 @@ def test_a_failed_write_leaves_no_partial_file_behind(tmp_path, monkeypatch):
 
     run = tmp_path / "run"
     rec = Recorder(str(run), flush_interval=3600, flush_rows=10**9)
+    assert rec.flush()  # the run directory is made before the disk fills
     real_fsync = os.fsync
 
     def full_disk(fd):
@@ -621,3 +622,27 @@ def test_an_infinite_logprob_gap_counts_as_the_largest_and_nan_as_nothing():
     assert row["is_clipped"] == 1  # exp(inf) is over the cap of 2
     assert row["abs_max"] == 0.5 and row["abs_mean"] == pytest.approx((0 + 1e-3 + 0.5) / 3)  # finite ones
     assert all(math.isfinite(q) for q in row["quantiles"]) and row["quantiles"][-1] > 100
+
+
+def test_a_hung_filesystem_never_blocks_making_the_recorder_or_merging_meta(tmp_path, monkeypatch):
+    import rlscope.trace.recorder as recorder
+
+    hung, write = threading.Event(), recorder.write_meta
+
+    def hanging_write_meta(*args, **kwargs):
+        hung.wait(30)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "write_meta", hanging_write_meta)
+    started = time.monotonic()
+    rec = Recorder(str(tmp_path / "run"), meta={"framework": "x"})
+    rec.update_meta({"batch_size": 64})
+    rec.log_step(0, {"a": 1.0})
+    assert time.monotonic() - started < 1.0  # the training loop went on; meta.json waits on the writer
+    assert rec.flush(timeout=0.2) is False  # not on disk yet, and flush says so
+    hung.set()
+    rec.close()
+    assert read_meta(str(tmp_path / "run"))["batch_size"] == 64 and _values(str(tmp_path / "run"))[(0, "a")] == (
+        1.0,
+        None,
+    )

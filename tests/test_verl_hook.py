@@ -225,11 +225,15 @@ def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):
     # docs/verl-hook.md: fields the config does not state are set by editing meta.json; a
     # restarted job's config must not wipe them
     run = tmp_path / "run"
-    Hook(str(run)).update_meta({"gpu": {"count": 8}, "model": {"name": "Qwen/Qwen2.5-7B"}})
+    hook = Hook(str(run))
+    hook.update_meta({"gpu": {"count": 8}, "model": {"name": "Qwen/Qwen2.5-7B"}})
+    hook.flush()  # meta.json is written by the Recorder's writer thread, off the trainer's
     meta = json.loads((run / "meta.json").read_text())
     meta["gpu"]["type"], meta["model"]["active_params"] = "H100", 7.6e9
     (run / "meta.json").write_text(json.dumps(meta))
-    Hook(str(run)).update_meta({"gpu": {"count": 16}, "model": {"name": "Qwen/Qwen2.5-7B"}, "batch_size": 64})
+    hook = Hook(str(run))
+    hook.update_meta({"gpu": {"count": 16}, "model": {"name": "Qwen/Qwen2.5-7B"}, "batch_size": 64})
+    hook.flush()
     meta = json.loads((run / "meta.json").read_text())
     assert meta["gpu"] == {"type": "H100", "count": 16} and meta["batch_size"] == 64
     assert meta["model"] == {"name": "Qwen/Qwen2.5-7B", "active_params": 7.6e9}

@@ -295,11 +295,8 @@ class Recorder:
         self._waiting = False  # the run directory would not open: the queued rows wait for it
         self._lost = False  # the last flush dropped rows (a write failed)
         self._tally: int | None = None  # bad rows of the build in progress (writer thread)
-        # a remote run directory (s3://...) is opened by the writer thread: a slow or unreachable
-        # object store must never block the caller; a local one now, so meta.json is there
-        self._remote = "://" in self.run_dir and not self.run_dir.startswith("file://")
-        if not self._remote:
-            self._open()
+        # the run directory is opened, and meta.json written, by the writer thread: a hung mount
+        # or an unreachable object store must never block the caller (flush() waits for both)
         self._thread = threading.Thread(target=self._run, name=f"rlscope-writer-{self.writer_id}", daemon=True)
         self._thread.start()
         _live_recorders.add(self)
@@ -470,7 +467,7 @@ class Recorder:
     # -- background writer ----------------------------------------------------------------
 
     def _run(self) -> None:
-        if self._meta_pending:  # a remote run: opened at once, on this thread
+        if self._meta_pending:  # opened at once, on this thread
             self._open()
         while True:
             self._wake.wait(self.flush_interval)
@@ -481,7 +478,7 @@ class Recorder:
                 self._in_flight, self._queued_rows, self._queued_bytes = self._queued_rows, 0, 0
                 target = self._flush_requests
                 closed = self._closed
-            if self._meta_pending:  # a remote run's first open, or meta from update_meta()
+            if self._meta_pending:  # the first open failed, or meta from update_meta()
                 self._open()
             waiting, lost = self._waiting, False  # waiting lasts until a write succeeds
             if batch:
@@ -545,8 +542,8 @@ class Recorder:
             self._meta_pending = True
 
     def update_meta(self, meta: Mapping[str, Any]) -> None:
-        """Merge ``meta`` into meta.json, nested objects key by key (a remote run's by the writer
-        thread, at its next flush; a local one's now)."""
+        """Merge ``meta`` into meta.json, nested objects key by key, on the writer thread at
+        once (``flush()`` returns when it is written)."""
         if self._closed:
             self._fail("update_meta", RuntimeError("the recorder is closed; meta not merged"))
             return
@@ -554,15 +551,12 @@ class Recorder:
             self._meta = merge_meta(self._meta, meta)
             self._meta_version += 1
             self._meta_pending = True
-        if self._remote:
-            self._wake.set()
-        else:
-            self._open()
+        self._wake.set()
 
     def _open(self) -> bool:
         """Whether the run directory is open, opening it (and merging pending meta into its
         meta.json) if need be; a failure is counted, logged once and tried again later."""
-        with self._open_lock:  # one opener at a time; update_meta() of a remote run never waits for it
+        with self._open_lock:  # one opener at a time; update_meta() never waits for it
             with self._meta_lock:
                 if self._loc is not None and not self._meta_pending:
                     return True
