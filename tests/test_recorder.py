@@ -479,12 +479,15 @@ def test_a_forked_child_neither_hangs_nor_writes(tmp_path):
     assert 1000 not in RunReader(run).read("steps", ["step"]).column("step").to_pylist()
 
 
-def test_logging_after_close_is_dropped_and_counted(tmp_path):
+def test_logging_after_close_is_dropped_counted_and_said_once(tmp_path, caplog):
     rec = Recorder(str(tmp_path / "run"))
     rec.close()
-    rec.log_step(0, {"a": 1.0, "b": 2.0})
-    assert rec.status()["dropped_rows"] == 2
+    with caplog.at_level("WARNING", logger="rlscope"):
+        rec.log_step(0, {"a": 1.0, "b": 2.0})
+        rec.log_step(1, {"a": 1.0})
+    assert rec.status()["dropped_rows"] == 3
     assert rec.flush() is False
+    assert caplog.text.count("after close()") == 1
 
 
 def test_status_file_is_written_for_info(tmp_path):

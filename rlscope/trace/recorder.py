@@ -276,6 +276,7 @@ class Recorder:
         self._seq = 0
         self._closed = False
         self._forked = False  # a forked child's copy, not yet warned about
+        self._fork_child = False  # this process's copy was forked from the one that opened it
         self._counters: dict[str, int] = {
             "rows_queued": 0,
             "rows_written": 0,
@@ -377,11 +378,13 @@ class Recorder:
 
     def _enqueue(self, table: str, payload: Any, rows: int, nbytes: int) -> None:
         """Queue ``rows`` rows whose payload holds about ``nbytes``."""
-        forked = wake = False
+        forked = wake = late = False
         with self._lock:
             if self._closed:
                 self._counters["dropped_rows"] += rows
                 forked, self._forked = self._forked, False
+                late = not self._fork_child and "after-close" not in self._warned
+                self._warned.add("after-close")
             else:
                 self._queue.append((table, payload, rows, nbytes))
                 self._queued_rows += rows
@@ -395,6 +398,10 @@ class Recorder:
                 "rlscope recorder (%s): this process was forked from the one that opened it and records "
                 "nothing; to record from other processes, start them with the spawn or forkserver method",
                 self.run_dir,
+            )
+        if late:  # once
+            log.warning(
+                "rlscope recorder (%s): a log_* call after close(); its rows are dropped and counted", self.run_dir
             )
         if wake:
             self._wake.set()
@@ -615,7 +622,7 @@ class Recorder:
         self._queue.clear()
         self._queued_rows = self._queued_bytes = self._in_flight = 0
         self._thread = threading.Thread(target=lambda: None)  # never started: flush() returns False
-        self._forked = self._closed = True
+        self._forked = self._closed = self._fork_child = True
 
     def _write_status(self) -> None:
         if self._loc is None or not self._loc.is_local:
