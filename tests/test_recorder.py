@@ -38,6 +38,7 @@ def test_metric_values_of_every_kind_keep_their_step(tmp_path):
                 "np64": np.float64(2.5),
                 "npint": np.int32(4),
                 "zero_d": np.array(5.0),
+                "one_element": np.array([6.0]),
                 "bool": True,
                 "nan": float("nan"),
                 "inf": float("inf"),
@@ -56,6 +57,7 @@ def test_metric_values_of_every_kind_keep_their_step(tmp_path):
     assert v[(3, "np64")] == (2.5, None)
     assert v[(3, "npint")] == (4.0, None)
     assert v[(3, "zero_d")] == (5.0, None)
+    assert v[(3, "one_element")] == (6.0, None)
     assert v[(3, "bool")] == (1.0, None)
     assert math.isnan(v[(3, "nan")][0])
     assert v[(3, "inf")] == (math.inf, None)
@@ -649,3 +651,15 @@ def test_a_hung_filesystem_never_blocks_making_the_recorder_or_merging_meta(tmp_
         1.0,
         None,
     )
+
+
+def test_a_step_that_is_not_a_whole_number_is_a_bad_row_not_another_step(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_step(5.9, {"a": 1.0})
+        rec.log_step(np.float64(6.0), {"a": 2.0})
+        rec.log_trajectories(5.5, [{"traj_id": "x"}])
+        rec.log_trajectories("7", [{"traj_id": "y"}])
+    assert rec.status()["bad_rows"] == 2
+    assert sorted(s for s, _ in _values(run)) == [6]
+    assert RunReader(run).read("trajectories", ["step", "traj_id"]).to_pylist() == [{"step": 7, "traj_id": "y"}]

@@ -163,10 +163,13 @@ def _coerce(value: Any) -> tuple[float | None, str | None]:
     try:  # numpy scalars, 0-d arrays, torch scalars, Decimal, ...
         return float(value), None
     except Exception:  # noqa: BLE001 - a tensor on a meta device raises anything; keep its text
-        try:
-            return None, repr(value)[:_MAX_TEXT]
-        except Exception:  # noqa: BLE001
-            return None, f"<unprintable {type(value).__name__}>"
+        pass
+    try:  # a one-element array ([3.0]) is its one number
+        if isinstance(value, np.ndarray) and value.size == 1:
+            return float(value.reshape(())), None
+        return None, repr(value)[:_MAX_TEXT]
+    except Exception:  # noqa: BLE001
+        return None, f"<unprintable {type(value).__name__}>"
 
 
 def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", when: float | None = None) -> dict:
@@ -664,7 +667,7 @@ def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) ->
     texts: list[str | None] = []
     for step, attempt, when, metrics in payloads:
         try:
-            s, a = int(step), int(attempt)
+            s, a = _whole(step), _whole(attempt)
         except (TypeError, ValueError, OverflowError) as exc:
             rec._fail("bad_step", exc, count="bad_rows", rows=len(metrics))
             continue
@@ -686,6 +689,15 @@ def _build_steps(rec: Recorder, payloads: list[tuple[int, int, float, dict]]) ->
             "text": _text_array(texts),
         }
     )
+
+
+def _whole(value: Any) -> int:
+    """A step or attempt number: 5, 5.0, "5" and numpy or torch scalars read as 5; 5.9 is
+    refused (ValueError) rather than filed under step 5."""
+    number = int(value)
+    if not isinstance(value, (int, str)) and float(value) != number:
+        raise ValueError(f"step {value!r} is not a whole number")
+    return number
 
 
 def _text_array(values: list[str | None]) -> pa.Array:
@@ -784,7 +796,7 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
             else:
                 table = _rows_table(rec, _as_rows(rows), TRAJECTORIES, keyed_rows=False)
         table = conform(table, TRAJECTORIES)
-        table = table.set_column(0, "step", pa.array([int(step)] * table.num_rows, pa.int64()))
+        table = table.set_column(0, "step", pa.array([_whole(step)] * table.num_rows, pa.int64()))
         parts.append(table)
     return pa.concat_tables(parts)
 
