@@ -199,6 +199,9 @@ def test_overlap_bound_of_a_pooled_run_takes_each_side_on_its_own_pool():
     assert topology.overlap_bound(rollout, learner) == pytest.approx(1.972, abs=1e-3)
     # colocated, both sides are on all 64 GPUs
     assert topology.sides_now(EIGHT_B, None, None) == (602, 208)
+    # async at 42:22 overlaps the tail: R = 406 * 64/42 = 618.7 s, L = 208 * 64/22 = 605.1 s (DOMAIN's 619 and 605)
+    rollout, learner = topology.sides_now(EIGHT_B, 42, 22, "async_streaming")
+    assert (rollout, learner) == (pytest.approx(618.67, abs=0.01), pytest.approx(605.09, abs=0.01))
 
 
 def test_split_table_and_bad_arguments():

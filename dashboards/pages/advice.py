@@ -14,6 +14,7 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 from dash.exceptions import PreventUpdate
 
+from rlscope.advice.finding import fmt_seconds
 from rlscope.analyzers.topology import TopologyResult
 from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun
@@ -68,10 +69,10 @@ def _recommendation(label: str, t: TopologyResult) -> str:
     where = "" if best == "colocated" else f" at {_split(row['n_rollout'], row['n_train'])}"
     current = t.current.replace("_", " ")
     if best == t.current:
-        return f"{label}: the current {current}{where} is the fastest option the model sees ({row['step_s']:.0f} s per step)."
+        return f"{label}: the current {current}{where} is the fastest option the model sees ({fmt_seconds(row['step_s'])} s per step)."
     return (
-        f"{label}: {best.replace('_', ' ')}{where} predicts {row['step_s']:.0f} s per step against {now:.0f} s "
-        f"for the current {current} ({now / row['step_s']:.2f}x); the measured recent step is {t.step_measured_s:.0f} s."
+        f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(row['step_s'])} s per step against {fmt_seconds(now)} s "
+        f"for the current {current} ({now / row['step_s']:.2f}x); the measured recent step is {fmt_seconds(t.step_measured_s)} s."
     )
 
 

@@ -8,11 +8,12 @@ what to change, in that order.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_seconds
 
 __all__ = ["CATALOGUE", "Entry", "finding"]
 
@@ -105,9 +106,10 @@ _ENTRIES = (
         "split-imbalanced",
         "rollout:train split {n_rollout}:{n_train} is unbalanced; {best_rollout}:{best_train} predicts {speedup:.2f}x",
         "The split must balance time, not FLOPs. The recommended split is the one with the shortest "
-        "predicted step for the run's topology: overlapped (one-step, async), that is where both sides take "
-        "the same time, n_r/n_t = T_gen/T_train measured on the same GPUs; separated and run one after the "
-        "other, where their sum is least, n_r/n_t = sqrt(T_thr/T_train) (the tail does not shrink with GPUs). "
+        "predicted step for the run's topology, with times measured on the same GPUs. Async streaming: where "
+        "both sides take the same time without the tail it overlaps, n_r/n_t = T_thr/T_train. One-step "
+        "overlap: where T_thr n/n_r + T_tail = T_train n/n_t (the tail does not shrink with GPUs). Separated "
+        "and run one after the other: where their sum is least, n_r/n_t = sqrt(T_thr/T_train). "
         "Move the GPUs the recommendation names and re-check after a few steps; the balance drifts as "
         "responses grow.",
     ),
@@ -128,13 +130,13 @@ _ENTRIES = (
     ),
     Entry(
         "separated-sync",
-        "separated pools run one after the other: predicted {step_now:.0f} s per step",
+        "separated pools run one after the other: {step_now:secs} s a step, as modelled",
         "Separating rollout and training without overlapping them is the worst arrangement: at any moment "
         "one pool idles. Enable one-step overlap or async streaming, or go back to colocation.",
     ),
     Entry(
         "async-recommended",
-        "async streaming at {best_rollout}:{best_train} predicts {step_async:.0f} s a step, {speedup:.2f}x {baseline}",
+        "async streaming at {best_rollout}:{best_train} predicts {step_async:secs} s a step, {speedup:.2f}x {baseline}",
         "Async streaming is colocation minus the long tail: the trainer never waits for the last "
         "trajectories. The price is off-policy samples (staleness), which needs importance-sampling "
         "correction and a staleness bound (s <= 2-4 is reported lossless). Try verl's async trainer "
@@ -151,7 +153,7 @@ _ENTRIES = (
     ),
     Entry(
         "sync-bubble",
-        "weight sync stalls the trainer's updates {bubble:.0%} of their time ({t_sync_s:.1f} s per sync, "
+        "weight sync takes {bubble:.0%} of the trainer's update-and-sync time ({t_sync_s:.1f} s per sync, "
         "after {k:.0f} step(s) of {t_mb_s:.1f} s updates)",
         "The sync bubble is T_sync / (k T_mb + T_sync). Shrink T_sync (multi-source or delta sync, "
         "bucketed transfers) or sync less often (larger k), at the price of staler samples.",
@@ -246,4 +248,15 @@ def finding(
 ) -> Finding:
     """A Finding for a catalogued id, its title formatted from ``evidence`` (KeyError if unknown)."""
     entry = CATALOGUE[id]
-    return Finding(id, severity, entry.title.format(**evidence), dict(evidence), recommendation)
+    return Finding(id, severity, _TITLES.format(entry.title, **evidence), dict(evidence), recommendation)
+
+
+class _TitleFormatter(string.Formatter):
+    """``str.format`` plus the spec ``secs``: seconds as recommendations write them
+    (:func:`fmt_seconds`), so a title and its recommendation show a time alike."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return fmt_seconds(value) if format_spec == "secs" else super().format_field(value, format_spec)
+
+
+_TITLES = _TitleFormatter()

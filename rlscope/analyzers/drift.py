@@ -112,7 +112,8 @@ def analyze(
     last = float(recent(per_step["best_rollout"]).mean())
     result = DriftResult(topology, per_step, first, last, n)
     moves = [f for f in (what_if.findings if what_if is not None else []) if f.id == "split-imbalanced"]
-    result.findings.extend(_findings(result, frames, moves[0] if moves else None))
+    measured = float(recent(anatomy.seconds["step"]).mean()) if not anatomy.seconds.empty else math.nan
+    result.findings.extend(_findings(result, frames, moves[0] if moves else None, measured))
     return result
 
 
@@ -121,7 +122,8 @@ def _recent_model(per_step: pd.DataFrame, n: int) -> StepModel:
     return StepModel(float(m["t_thr_s"]), float(m["t_tail_s"]), float(m["t_train_s"]), n)
 
 
-def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[Finding]:
+def _findings(r: DriftResult, frames: RunFrames, move: Finding | None, measured_s: float) -> list[Finding]:
+    """``measured_s``: the recent measured step, said beside the model's."""
     assert r.n_gpus is not None
     facts = frames.facts
     model = _recent_model(r.per_step, r.n_gpus)
@@ -200,9 +202,10 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None) -> list[F
         f"the balanced split drifted from {started} to {best.n_rollout}:{best.n_train} over {len(r.per_step)} steps"
     )
     if gain >= 0:
+        measured = f", {fmt_seconds(measured_s)} s measured" if math.isfinite(measured_s) else ""
         text = (
-            f"move {gpus}: the model predicts {fmt_seconds(after_s)} s a step, against {fmt_seconds(now_s)} s modelled for "
-            f"{current}:{r.n_gpus - current}; {drifted}{why}"
+            f"move {gpus}: the model predicts {fmt_seconds(after_s)} s a step, against {fmt_seconds(now_s)} s "
+            f"modelled for {current}:{r.n_gpus - current}{measured}; {drifted}{why}"
         )
     else:  # only the idle ratios call for the move: the ledger sees the split as balanced
         assert imbalance is not None

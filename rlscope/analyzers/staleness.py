@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import (
     DROP_LENGTH_BIAS_WARN,
     DROP_SHARE_MIN,
@@ -312,7 +312,7 @@ def _findings(r: StalenessResult, lags: np.ndarray) -> list[Finding]:
         }
         said = (
             f"samples are {e.mean_observed:.1f} versions stale on average where their generation and wait explain "
-            f"{e.mean_expected:.1f} (a weight sync every {e.t_sync_s:.0f} s): "
+            f"{e.mean_expected:.1f} (a weight sync every {fmt_seconds(e.t_sync_s)} s): "
         )
         if e.excess > 0:
             out.append(

@@ -16,6 +16,7 @@ __all__ = [
     "reward_rows",
     "secs",
     "shown",
+    "signed_secs",
     "what_if_rows",
 ]
 
@@ -50,7 +51,14 @@ def pct(x: float | None, digits: int = 0) -> str:
 
 
 def secs(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:,.0f} s" if x >= 10 else f"{x:.1f} s"
+    """Seconds as every report writes them: whole from 100 s (1,449 s), else three figures (41.3 s),
+    as the findings do."""
+    return "n/a" if x is None else f"{x:,.0f} s" if abs(x) >= 99.5 else f"{x:.3g} s"
+
+
+def signed_secs(x: float) -> str:
+    """A change in seconds: +41.3 s, -1,449 s."""
+    return ("+" if x >= 0 else "-") + secs(abs(x))
 
 
 def generation(head: dict[str, Any]) -> str:

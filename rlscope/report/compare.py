@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlscope.report._format import secs
+from rlscope.report._format import secs, signed_secs
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
@@ -110,7 +110,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         for phase in sorted(set(inside_a) | set(inside_b), key=lambda p: -abs(inside_b.get(p, 0) - inside_a.get(p, 0))):
             d = inside_b.get(phase, 0.0) - inside_a.get(phase, 0.0)
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
-                parts.append(f"{phase} {d:+,.0f} s")
+                parts.append(f"{phase} {signed_secs(d)}")
         detail = f": {', '.join(parts[:4])}" if parts else ""
         if beside:
             detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
@@ -122,7 +122,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
             out.append(
-                f"generation's throughput part changed {dthr:+,.0f} s and its tail {dtail:+,.0f} s "
+                f"generation's throughput part changed {signed_secs(dthr)} and its tail {signed_secs(dtail)} "
                 f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}); more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
