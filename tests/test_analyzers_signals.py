@@ -192,6 +192,8 @@ def test_flips_and_is_clipping_are_counted(tmp_path):
     assert result.findings[0].evidence["flip_share"] == pytest.approx(400 / 20_000)
     dense = mismatch.analyze(_mismatch_run(tmp_path, "dense", {"precision": "bf16"}, 1e-3, flips=400))
     assert [f.id for f in dense.findings] == ["logprob-mismatch-high", "is-clip-high"]
+    # its median is normal: the title names what is not, the 400 of 20,000 tokens past 1
+    assert dense.findings[0].title.endswith("2.00% of tokens differ by more than 1 on a dense model")
 
 
 def test_verl_scalars_are_used_when_no_histogram_exists(tmp_path):

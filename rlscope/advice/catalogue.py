@@ -200,7 +200,7 @@ _ENTRIES = (
     ),
     Entry(
         "logprob-mismatch-high",
-        "trainer-rollout log-prob mismatch: {statistic} {abs_delta:.2g} against a normal {level:g} for {precision}",
+        "trainer-rollout log-prob mismatch for {precision}: {gap}",
         "Per-token |log p_trainer - log p_rollout| is larger than the rollout precision explains (dense "
         "bf16 ~1e-3, FP8 ~1e-2; MoE routing flips can exceed 1 for single tokens). Check that weight sync "
         "finished before generation, that both sides use the same weights, dtype, kernels, tokenizer and "

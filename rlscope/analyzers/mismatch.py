@@ -171,6 +171,8 @@ def _from_histograms(
                     "level": level,
                     "precision": precision,
                     "flip_share": flips,
+                    # the median is normal here: what is not is the share of tokens past 1
+                    "gap": f"{flips:.2%} of tokens differ by more than {MOE_FLIP_DELTA:g} on a {model_type} model",
                 },
                 f"{flips:.2%} of tokens differ by more than {MOE_FLIP_DELTA:g} in log-prob on a {model_type} model: "
                 "that is MoE routing-flip territory. Check that rollout and trainer load the same weights "
@@ -216,6 +218,7 @@ def _mismatch_finding(
         "model_type": model_type,
         "flip_share": flips,
         "measure": measure,
+        "gap": f"{statistic} {typical:.2g} against a normal {level:g}",
     }
     # below the critical factor, part of a stale sample's gap may be its older policy's drift:
     # said, and a warning becomes information; a critical gap is more than a version or two explains
