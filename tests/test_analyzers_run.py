@@ -579,6 +579,9 @@ def test_sample_trace_recommendations(sample):
     assert d.topology.async_speedup == pytest.approx(1.3, abs=0.05)
     drift = {f.id: f for f in sample("async-drift")[0].findings}
     assert drift["async-idle-imbalanced"].evidence["target"] == "rollouter"  # late, the trainer waits
+    # the ledger's best async split is the current 21:11: the warning says the two disagree
+    assert sample("async-drift")[0].topology.what_if.loc["async_streaming", "n_rollout"] == 21
+    assert "the topology model finds 21:11 already the best split" in drift["async-idle-imbalanced"].recommendation
     moe = {f.id: f for f in sample("moe-mismatch")[0].findings}
     assert moe["split-imbalanced"].recommendation.startswith("move 3 GPUs from training to rollout")
 

@@ -126,7 +126,8 @@ _ENTRIES = (
         "async-idle-imbalanced",
         "rollouter idle {rollouter_idle:.0%}, trainer idle {trainer_idle:.0%}: move GPUs to the {target}",
         "verl's rule for async runs: a rollouter that idles while the trainer is busy has too many GPUs, "
-        "and the reverse. Move one node's worth of GPUs at a time and watch both idle ratios.",
+        "and the reverse. Move GPUs in small steps (a node at a time where pools come by the node) and "
+        "watch both idle ratios; the recommendation says whether the topology model agrees.",
     ),
     Entry(
         "separated-sync",

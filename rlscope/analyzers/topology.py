@@ -307,7 +307,7 @@ def analyze(
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
     result.findings.extend(_findings(result, longtail.tail_share, tail_estimated=longtail.estimated))
-    result.findings.extend(_idle_findings(frames.steps))
+    result.findings.extend(_idle_findings(frames.steps, result))
     return result
 
 
@@ -429,18 +429,33 @@ def idle_imbalance(steps: pd.DataFrame) -> tuple[str, float, float] | None:
     return None
 
 
-def _idle_findings(steps: pd.DataFrame) -> list[Finding]:
+def _idle_findings(steps: pd.DataFrame, r: TopologyResult | None = None) -> list[Finding]:
+    """verl's idle-ratio rule, with what the topology model ``r`` says of the same move."""
     imbalance = idle_imbalance(steps)
     if imbalance is None:
         return []
     target, rollouter, trainer = imbalance
     why = "the rollouter waits for the trainer" if target == "trainer" else "the trainer waits for samples"
+    ledger = ""
+    if r is not None and r.n_rollout is not None and r.n_train is not None and r.current in r.what_if.index:
+        best = r.what_if.loc[r.current]
+        k = int(best["n_rollout"]) - r.n_rollout
+        split = f"{r.n_rollout}:{r.n_train}"
+        if k == 0:
+            ledger = f"; the topology model finds {split} already the best split, so the two disagree: re-measure after each move"
+        elif (k > 0) == (target == "rollouter"):
+            ledger = f"; the topology model agrees ({split} -> {int(best['n_rollout'])}:{int(best['n_train'])})"
+        else:
+            ledger = (
+                f"; the topology model points the other way ({split} -> {int(best['n_rollout'])}:"
+                f"{int(best['n_train'])}): re-measure after each move"
+            )
     return [
         finding(
             "async-idle-imbalanced",
             Severity.WARN,
             {"rollouter_idle": rollouter, "trainer_idle": trainer, "target": target},
-            f"{why} (rollouter idle {rollouter:.0%}, trainer idle {trainer:.0%}): move GPUs to the {target} "
-            "a node at a time until both idle ratios are low",
+            f"{why} (rollouter idle {rollouter:.0%}, trainer idle {trainer:.0%}): move GPUs to the {target} in "
+            f"small steps (a node at a time where pools come by the node) until both idle ratios are low{ledger}",
         )
     ]

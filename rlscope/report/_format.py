@@ -67,8 +67,7 @@ def generation(head: dict[str, Any]) -> str:
     share, step, seconds = head["generation_share"], head["step_s"], head.get("generation_s")
     if not head.get("generation_overlapped") or seconds is None or not step:
         return f"{pct(share)} of each step"
-    ratio = share if share is not None else seconds / step  # the same share JSON and compare show
-    return f"{secs(seconds)} per batch, beside the step ({ratio:.1f}x its length)"
+    return f"{secs(seconds)} per batch, beside the step ({seconds / step:.1f}x its length)"
 
 
 def gpus(run: dict[str, Any]) -> str | None:

@@ -123,8 +123,10 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
 def _headline(d: Diagnosis) -> dict[str, Any]:
     seconds = d.anatomy.seconds
     step_s = float(recent(seconds["step"]).mean()) if "step" in seconds else math.nan
-    gen_share = float(recent(d.anatomy.shares["gen"]).mean()) if "gen" in d.anatomy.shares else math.nan
     gen_s = float(recent(seconds["gen"]).mean()) if "gen" in seconds else math.nan
+    # the ratio of the two means shown beside it (as the generation-dominates finding and the
+    # dashboard take it), not a mean of per-step ratios that those two numbers would not give
+    gen_share = gen_s / step_s if step_s > 0 else math.nan
     best = None
     t = d.topology
     if not t.what_if.empty:
