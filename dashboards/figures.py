@@ -614,7 +614,8 @@ def gpu_timeline(runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], max_poin
         rows=2 * len(runs),
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.1,
+        # plotly allows at most 1 / (rows - 1): six runs' twelve rows need less than 0.1
+        vertical_spacing=min(0.1, 0.5 / max(1, 2 * len(runs) - 1)),
         row_heights=[0.65, 0.35] * len(runs),
         subplot_titles=titles,
     )

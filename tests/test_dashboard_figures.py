@@ -303,6 +303,13 @@ def test_zero_share_and_error_rate_tell_a_failing_service_from_a_hard_source(run
 # -- gpu -----------------------------------------------------------------------------------
 
 
+def test_gpu_timeline_draws_every_run_selected(runs):
+    # six runs are twelve rows of subplots: plotly refused the spacing that suits two
+    picked = {f"run {i}": runs["healthy-colocated"].gpu_window(3) for i in range(6)}
+    fig = figures.gpu_timeline(picked)
+    assert len(fig.layout.annotations) == 12  # a title per row, two rows a run
+
+
 def test_gpu_timeline_aligns_nvml_samples_with_phase_spans(runs):
     run = runs["healthy-colocated"]
     gpu, spans = run.gpu_window(3)
