@@ -55,6 +55,7 @@ class GpuSampler:
         self.samples = 0
         self.errors = 0
         self._warned = False
+        self._close_on_exit = False  # stop() timed out: the thread closes the library as it ends
 
     def _role_of(self, index: int) -> str:
         if isinstance(self.role, str):
@@ -63,9 +64,15 @@ class GpuSampler:
 
     def start(self) -> bool:
         """Open the GPU library and start sampling; False (logged) if there is no GPU. Started
-        already, it keeps the thread it has (True)."""
+        already, it keeps the thread it has (True); stopped, it starts again, unless a stop is
+        still waiting for a read that hangs (False, logged)."""
         if self._thread is not None and self._thread.is_alive():
-            return True
+            if not self._stop.is_set():
+                return True
+            log.warning("rlscope GPU sampler: not restarted, the last read has not returned since stop()")
+            return False
+        self._stop.clear()
+        self._close_on_exit = False
         try:
             self._backend = self._backend_factory()
         except NoGpuError as exc:
@@ -125,14 +132,21 @@ class GpuSampler:
             # back to back: a burst of samples of one moment would weigh it more in every average
             next_tick = max(next_tick + self.interval, time.monotonic())
             self._stop.wait(max(0.0, next_tick - time.monotonic()))
+        if self._close_on_exit:  # stop() gave up waiting for this thread's last read
+            self._close_backend()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread and release the GPU library."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-            if self._thread.is_alive():  # a read still hangs: the library stays open under it
-                return
+            if self._thread.is_alive():  # a read still hangs: the thread closes the library when it returns
+                self._close_on_exit = True
+                if self._thread.is_alive():
+                    return
+        self._close_backend()
+
+    def _close_backend(self) -> None:
         if self._backend is not None:
             try:
                 self._backend.close()

@@ -238,3 +238,44 @@ def test_a_slow_read_skips_the_ticks_it_missed_rather_than_bursting(tmp_path):
     assert len(times) <= 8  # ~10 ticks in 1 s less the ~4 the slow read spanned, not 10 with a burst
     assert min(gaps) > 0.05  # no catch-up ticks fired back to back
     assert sum(t.name == "rlscope-gpu-sampler" for t in threading.enumerate()) == 0
+
+
+def test_a_sampler_starts_again_after_stop_and_a_hung_read_closes_the_library_when_it_returns(tmp_path, caplog):
+    release = threading.Event()
+
+    class Hangs(FakeBackend):
+        hang = False
+
+        def sample(self, index: int):
+            if self.hang:
+                release.wait(10)
+            return super().sample(index)
+
+    opened: list[Hangs] = []
+
+    def open_backend() -> Hangs:
+        opened.append(Hangs(utils=[[50]]))
+        return opened[-1]
+
+    with Recorder(str(tmp_path / "run"), flush_interval=0.05) as rec:
+        sampler = GpuSampler(rec, interval=0.02, backend=open_backend)
+        assert sampler.start()
+        sampler.stop()
+        assert opened[0].closed
+        ticks = sampler.ticks
+        assert sampler.start()  # stopped, it samples again
+        backend = opened[1]
+        time.sleep(0.2)
+        assert sampler.ticks > ticks
+        backend.hang = True
+        time.sleep(0.1)  # a read is now stuck
+        sampler.stop(timeout=0.1)
+        assert not backend.closed  # closing NVML under a read that still runs could crash it
+        with caplog.at_level(logging.WARNING, logger="rlscope"):
+            assert sampler.start() is False
+        assert "not restarted" in caplog.text
+        release.set()
+        deadline = time.monotonic() + 5
+        while not backend.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert backend.closed  # the thread closed it as its read returned

@@ -663,3 +663,74 @@ def test_a_step_that_is_not_a_whole_number_is_a_bad_row_not_another_step(tmp_pat
     assert rec.status()["bad_rows"] == 2
     assert sorted(s for s, _ in _values(run)) == [6]
     assert RunReader(run).read("trajectories", ["step", "traj_id"]).to_pylist() == [{"step": 7, "traj_id": "y"}]
+
+
+def test_two_recorders_of_one_run_keep_each_others_meta(tmp_path):
+    for i in range(20):
+        run = str(tmp_path / f"run{i}")
+        a = Recorder(run, meta={"gpu": {"type": "H100"}})
+        b = Recorder(run, meta={"framework": "verl", "gpu": {"count": 8}})
+        a.close()
+        b.close()
+        meta = read_meta(run)
+        assert meta["gpu"] == {"type": "H100", "count": 8} and meta["framework"] == "verl", i
+
+
+def test_byte_estimates_follow_what_calls_hold(tmp_path):
+    run = str(tmp_path / "run")
+    rec = Recorder(run, flush_interval=3600, flush_rows=10**9, max_queue_bytes=512 << 20)
+    table = pa.table({"traj_id": [f"t{i}" for i in range(200_000)], "response_tokens": list(range(200_000))})
+    for i in range(200):  # slices share the parent's buffers: each weighs its share, not the whole
+        rec.log_trajectories(0, table.slice(i * 1000, 1000))
+    status = rec.status()
+    assert status["dropped_rows"] == 0 and status["queued_bytes"] <= 2 * table.nbytes
+    rec.log_step(1, {"histogram": list(range(1_000_000))})  # a list holds its items: 8 MB of pointers alone
+    assert rec.status()["queued_bytes"] - status["queued_bytes"] > 8_000_000
+    rec.close()
+    assert RunReader(run).row_count("trajectories") == 200_000
+
+
+def test_rows_given_in_other_shapes_are_copied_and_kept(tmp_path):
+    from collections import OrderedDict, defaultdict
+
+    run = str(tmp_path / "run")
+    row = defaultdict(float, {"traj_id": "a", "reward": 1.0})
+    ordered = OrderedDict(traj_id="b", reward=2.0)
+    series = pd.Series([1.0, 2.0])
+    frame = pd.DataFrame({"traj_id": ["d0", "d1"], "notes": [object(), {"x": 1}]})  # a column Arrow refuses
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [row, ordered])
+        rec.log_trajectories(1, {"traj_id": ["c0", "c1"], "reward": series})
+        rec.log_trajectories(2, {"traj_id": "e", "reward": 3.0, "response_ids": [1, 2, 3]})  # one row
+        rec.log_trajectories(3, frame)
+        rec.log_trajectories(4, [{"traj_id": "f\udc80", "reward_error": "E\udc80"}])
+        rec.log_span(5, "gen\udc80", 0.0, 1.0)
+        row["reward"], ordered["reward"], series[:] = -5.0, -5.0, 99.0
+    assert rec.status()["bad_rows"] == 0
+    traj = RunReader(run).read("trajectories", ["step", "traj_id", "reward", "reward_error"]).to_pylist()
+    assert [(r["step"], r["traj_id"], r["reward"]) for r in traj] == [
+        (0, "a", 1.0),
+        (0, "b", 2.0),
+        (1, "c0", 1.0),
+        (1, "c1", 2.0),
+        (2, "e", 3.0),
+        (3, "d0", None),
+        (3, "d1", None),
+        (4, "f?", None),
+    ]
+    assert traj[-1]["reward_error"] == "E?"
+    assert RunReader(run).read("spans", ["phase"]).column("phase").to_pylist() == ["gen?"]
+
+
+def test_whole_number_settings_read_in_any_numeric_form(tmp_path):
+    rec = Recorder(str(tmp_path / "run"), max_queue_bytes=2e9, max_queue_rows=np.int64(10**6), flush_rows=1e5)
+    assert (rec.max_queue_bytes, rec.max_queue_rows, rec.flush_rows) == (2_000_000_000, 1_000_000, 100_000)
+    rec.close()
+
+
+def test_quantiles_with_infinite_deltas_are_observed_values():
+    deltas = [*np.linspace(-0.01, 0.01, 997), float("inf"), float("inf"), -float("inf")]
+    row = logprob_histogram_row(0, deltas)
+    observed = {*np.linspace(-0.01, 0.01, 997).tolist(), 1e300, -1e300}
+    assert all(q in observed for q in row["quantiles"])  # none made up between a delta and the sentinel
+    assert row["quantiles"][-1] == 1e300 and row["quantiles"][0] == -1e300

@@ -179,7 +179,7 @@ class Hook:
 
     def update_meta(self, meta: Mapping[str, Any]) -> None:
         """Merge what the trainer's config tells into meta.json (driver only, once per Tracking);
-        the Recorder writes it, off this thread for a remote run directory."""
+        the Recorder's writer thread writes it, off the trainer's thread."""
         self.recorder().update_meta(meta)
 
     def flush(self, timeout: float = 10.0) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import math
+import numbers
 import os
 import socket
 import sys
@@ -64,19 +65,25 @@ _SMALL_TYPES = frozenset(
 )
 
 
-def _check_positive(name: str, value: Any, *, whole: bool) -> None:
-    """Refuse a setting the writer thread would spin on or die of (a bad setting is the
-    caller's mistake, said once, when the Recorder is made)."""
-    kinds = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not (math.isfinite(value) and value > 0):
+def _positive(name: str, value: Any, *, whole: bool) -> float:
+    """A setting the writer thread can run with (a whole one as int: 2e9 and numpy ints
+    read), else ValueError: a bad setting is the caller's mistake, said once, when the
+    Recorder is made, where the writer thread would spin on it or die of it."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    number = float(value) if ok else math.nan
+    if not (math.isfinite(number) and number > 0 and (number.is_integer() or not whole)):
         what = "a positive whole number" if whole else "a positive number of seconds"
         raise ValueError(f"Recorder {name} must be {what}, not {value!r}")
+    return int(number) if whole else number
 
 
 def _value_bytes(value: Any) -> int:
-    """Estimated bytes a queued value holds: text and arrays (``nbytes``) by their size."""
+    """Estimated bytes a queued value holds: text and arrays (``nbytes``) by their size, a
+    list or tuple by three sampled items."""
     if isinstance(value, (str, bytes)):
         return _VALUE_BYTES + len(value)
+    if isinstance(value, (list, tuple)):
+        return _VALUE_BYTES + _sampled_bytes(value, _value_bytes)
     try:
         nbytes = getattr(value, "nbytes", None)  # numpy, torch (no device sync), Arrow
     except Exception:  # noqa: BLE001 - an odd object's attribute lookup may raise anything
@@ -110,7 +117,7 @@ def _column_bytes(column: Any) -> int:
 def _snapshot(value: Any) -> Any:
     """``value`` as it is now, where the caller may change it in place after logging it: an
     array is copied, a tensor detached and cloned (on its device, without waiting for it)."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, list, dict)):
         return value.copy()
     if hasattr(value, "detach") and hasattr(value, "clone"):
         try:
@@ -143,8 +150,12 @@ def _is_column(value: Any) -> bool:
 
 
 def _column_snapshot(column: Any) -> Any:
-    """One column of a dict of columns as it is now (a list copied, an array or tensor too)."""
-    return list(column) if isinstance(column, list) else _snapshot(column)
+    """One column of a dict of columns as it is now (a list, array, tensor or pandas Series copied)."""
+    if isinstance(column, (list, tuple)):
+        return list(column)
+    if hasattr(column, "to_numpy") and hasattr(column, "copy"):  # a pandas Series
+        return column.copy()
+    return _snapshot(column)
 
 
 def _coerce(value: Any) -> tuple[float | None, str | None]:
@@ -177,7 +188,8 @@ def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", w
 
     A NaN delta says nothing and is left out. An infinite one (a token one side gives
     probability 0) is the largest gap there is: it counts in ``n_tokens``, in the last bin
-    (|delta| >= 100), in the quantiles (as +-1e300) and, if positive, in ``is_clipped``;
+    (|delta| >= 100), in the quantiles (as +-1e300, each then an observed delta: none is
+    interpolated towards the sentinel) and, if positive, in ``is_clipped``;
     ``mean``, ``abs_mean`` and ``abs_max`` are over the finite deltas.
     """
     d = np.asarray(deltas, dtype=np.float64).ravel()
@@ -192,12 +204,31 @@ def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", w
         "source": source,
         "n_tokens": int(d.size),
         "abs_counts": counts.astype(np.int64).tolist(),
-        "quantiles": np.quantile(np.clip(d, -1e300, 1e300), LOGPROB_QUANTILES).tolist() if some else None,
+        "quantiles": _quantiles(d, finite.size < d.size) if some else None,
         "mean": float(finite.mean()) if any_finite else None,
         "abs_mean": float(absf.mean()) if any_finite else None,
         "abs_max": float(absf.max()) if any_finite else None,
         "is_clipped": int(np.count_nonzero(d > math.log(IS_WEIGHT_CAP))),
     }
+
+
+def _quantiles(d: np.ndarray, infinite: bool) -> list[float]:
+    """``LOGPROB_QUANTILES`` of the deltas; with infinite ones (as +-1e300), observed values
+    rather than points interpolated between a real delta and the sentinel."""
+    if not infinite:
+        return np.quantile(d, LOGPROB_QUANTILES).tolist()
+    return np.quantile(np.clip(d, -1e300, 1e300), LOGPROB_QUANTILES, method="closest_observation").tolist()
+
+
+_META_LOCKS: dict[str, threading.Lock] = {}
+_META_LOCKS_GUARD = threading.Lock()
+
+
+def _meta_file_lock(run_dir: str) -> threading.Lock:
+    """The lock of ``run_dir``'s meta.json in this process: its read-merge-write is one step."""
+    key = os.path.abspath(run_dir) if "://" not in run_dir else run_dir
+    with _META_LOCKS_GUARD:
+        return _META_LOCKS.setdefault(key, threading.Lock())
 
 
 def _existing_meta(loc: Any) -> dict[str, Any]:
@@ -253,13 +284,10 @@ class Recorder:
         max_queue_bytes: int = 1 << 30,
         host: str | None = None,
     ):
-        _check_positive("flush_interval", flush_interval, whole=False)
-        for name, value in (
-            ("flush_rows", flush_rows),
-            ("max_queue_rows", max_queue_rows),
-            ("max_queue_bytes", max_queue_bytes),
-        ):
-            _check_positive(name, value, whole=True)
+        flush_interval = _positive("flush_interval", flush_interval, whole=False)
+        flush_rows = int(_positive("flush_rows", flush_rows, whole=True))
+        max_queue_rows = int(_positive("max_queue_rows", max_queue_rows, whole=True))
+        max_queue_bytes = int(_positive("max_queue_bytes", max_queue_bytes, whole=True))
         self.run_dir = os.fspath(run_dir)
         self.host = host or socket.gethostname()
         self.writer_id = new_writer_id()
@@ -325,14 +353,19 @@ class Recorder:
         """
         try:
             if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+                rows = rows[[c for c in rows.columns if c in TRAJECTORIES.names]]  # unknown ones never converted
                 try:
                     rows = pa.Table.from_pandas(rows, preserve_index=False)
                 except (pa.ArrowException, TypeError, ValueError):  # a column of mixed types: row by row
                     rows = rows.to_dict("records")
             if isinstance(rows, pa.Table):
                 payload = rows.select([c for c in rows.column_names if c in TRAJECTORIES.names])
-                n, nbytes = payload.num_rows, payload.get_total_buffer_size()
-            elif isinstance(rows, Mapping) and rows and not any(_is_column(v) for v in rows.values()):
+                n, nbytes = payload.num_rows, payload.nbytes  # a slice's share, not its parent's buffers
+            elif (
+                isinstance(rows, Mapping)
+                and rows
+                and not any(_is_column(v) for k, v in rows.items() if k in TRAJECTORIES.names)
+            ):
                 payload = [dict(rows)]  # one row given as a dict of values
                 n, nbytes = 1, _row_bytes(rows)
             elif isinstance(rows, Mapping):
@@ -340,7 +373,7 @@ class Recorder:
                 n = max((len(v) for v in payload.values()), default=0)
                 nbytes = sum(_column_bytes(v) for v in payload.values())
             else:  # the caller may reuse a row dict for the next call: each is copied
-                payload = [dict(r) if type(r) is dict else r for r in rows]
+                payload = [dict(r) if isinstance(r, dict) else r for r in rows]
                 n, nbytes = len(payload), _sampled_bytes(payload, _row_bytes)
             if n:
                 self._enqueue("trajectories", (step, payload), n, nbytes)
@@ -361,7 +394,7 @@ class Recorder:
     def log_gpu(self, samples: Iterable[Mapping[str, Any]]) -> None:
         """Queue NVML samples: dicts with ``time``, ``gpu``, ``util_pct``, ... (see the ``gpu`` schema)."""
         try:
-            rows = [dict(r) if type(r) is dict else r for r in samples]
+            rows = [dict(r) if isinstance(r, dict) else r for r in samples]
             if rows:
                 self._enqueue("gpu", rows, len(rows), _sampled_bytes(rows, _row_bytes))
         except Exception as exc:  # noqa: BLE001
@@ -386,7 +419,7 @@ class Recorder:
             if self._closed:
                 self._counters["dropped_rows"] += rows
                 forked, self._forked = self._forked, False
-                late = not self._fork_child and "after-close" not in self._warned
+                late = not (self._fork_child or _exiting) and "after-close" not in self._warned
                 self._warned.add("after-close")
             else:
                 self._queue.append((table, payload, rows, nbytes))
@@ -449,7 +482,7 @@ class Recorder:
         if self._thread.is_alive():
             status = self.status()
             log.warning(
-                "rlscope recorder (%s): closed after %.0f s with %d rows not written (the writer is still busy: "
+                "rlscope recorder (%s): closed after %g s with %d rows not written (the writer is still busy: "
                 "a stalled disk or a value that does not convert); they are lost unless it finishes",
                 self.run_dir,
                 timeout,
@@ -510,6 +543,7 @@ class Recorder:
             rows = sum(item[2] for item in batch)
             with self._lock:
                 self._counters["write_errors"] += 1
+                self._in_flight -= rows  # dropped below, or back in the queue
                 if last:
                     self._counters["dropped_rows"] += rows
                 else:  # first in line again, under the same bounds as any queued row
@@ -523,21 +557,25 @@ class Recorder:
         for table, payload, rows, _ in batch:
             by_table.setdefault(table, []).append((payload, rows))
         for table, items in by_table.items():
-            data = self._build(table, items)
-            if data is None or data.num_rows == 0:
-                continue
             try:
-                self._seq += 1
-                write_segment(self._loc, table, data, writer_id=self.writer_id, seq=self._seq)
-            except Exception as exc:  # noqa: BLE001
-                self._fail(f"write-{table}", exc, count="write_errors")
+                data = self._build(table, items)
+                if data is None or data.num_rows == 0:
+                    continue
+                try:
+                    self._seq += 1
+                    write_segment(self._loc, table, data, writer_id=self.writer_id, seq=self._seq)
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(f"write-{table}", exc, count="write_errors")
+                    with self._lock:
+                        self._counters["dropped_rows"] += data.num_rows
+                    lost = True
+                    continue
                 with self._lock:
-                    self._counters["dropped_rows"] += data.num_rows
-                lost = True
-                continue
-            with self._lock:
-                self._counters["rows_written"] += data.num_rows
-                self._counters["segments_written"] += 1
+                    self._counters["rows_written"] += data.num_rows
+                    self._counters["segments_written"] += 1
+            finally:
+                with self._lock:  # this table's calls are settled, written or not
+                    self._in_flight -= sum(rows for _, rows in items)
         self._write_status()
         return False, lost
 
@@ -573,7 +611,8 @@ class Recorder:
                 meta, version = dict(self._meta), self._meta_version
             try:
                 loc = self._loc or locate(self.run_dir)
-                write_meta(loc, merge_meta(_existing_meta(loc), meta))
+                with _meta_file_lock(self.run_dir):  # two Recorders of one run must not drop each other's keys
+                    write_meta(loc, merge_meta(_existing_meta(loc), meta))
             except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
                 self._fail("meta", exc)
                 return self._loc is not None  # open, only meta.json behind: rows still go in
@@ -711,11 +750,16 @@ def _text_array(values: list[str | None]) -> pa.Array:
 def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
     """``row`` with the values Arrow refuses as they are made to fit their column: a numpy or
     torch scalar as a Python one, a number where text goes as its text, 0 or 1 as a bool, a
-    whole float as an int."""
+    whole float as an int (another float there is refused: ValueError), text that is not
+    UTF-8 with "?" for what is not."""
     out = dict(row)
     for field in schema:
         value = out.get(field.name)
-        if value is None or isinstance(value, (str, bool)):
+        if isinstance(value, str):
+            if not value.isascii():  # a lone surrogate is no UTF-8: shown as "?"
+                out[field.name] = value.encode("utf-8", "replace").decode("utf-8")
+            continue
+        if value is None or isinstance(value, bool):
             continue
         if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
             value = value.item()
@@ -723,36 +767,53 @@ def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
             value = str(value)
         elif pa.types.is_boolean(field.type) and isinstance(value, int) and value in (0, 1):
             value = bool(value)
-        elif pa.types.is_integer(field.type) and isinstance(value, float) and value.is_integer():
+        elif pa.types.is_integer(field.type) and isinstance(value, float):
+            if not value.is_integer():  # Arrow would truncate 7.5 tokens to 7
+                raise ValueError(f"{field.name} {value!r} is not a whole number")
             value = int(value)  # a pandas int column with a gap is float
         out[field.name] = value
     return out
 
 
+_BUILD_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
 def _rows_table(
-    rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema, *, keyed_rows: bool = True
+    rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema, *, keyed_rows: bool = True, fit: bool = False
 ) -> pa.Table:
     """Rows as ``schema``; a row without the key column (``step`` or ``time``) is a bad row,
-    unless not ``keyed_rows`` (the call gives the key: a trajectory's step)."""
+    unless not ``keyed_rows`` (the call gives the key: a trajectory's step).
+
+    If the rows do not build as they are (or ``fit``: they came from a table whose cast
+    failed), every row is made to fit (:func:`_fitted`) and they are built again at once;
+    only if that fails too is each row built alone, so that a bad value loses its row alone
+    and a batch of fixable ones costs two builds, not one per row.
+    """
     names, key = schema.names, schema.names[0]
     cleaned = [{k: row.get(k) for k in names} for row in rows]
     keyed = [row for row in cleaned if row[key] is not None] if keyed_rows else cleaned
     if len(keyed) < len(cleaned):
         rec._fail(f"no-{key}", ValueError(f"a row without {key!r}"), count="bad_rows", rows=len(cleaned) - len(keyed))
-    try:
-        return pa.Table.from_pylist(keyed, schema=schema)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        pass  # a value that fits no column: keep the other rows
-    good = []
+    if not fit:
+        try:
+            return pa.Table.from_pylist(keyed, schema=schema)
+        except _BUILD_ERRORS:
+            pass  # a value that fits no column as it is
+    fitted = []
     for row in keyed:
         try:
-            good.append(pa.Table.from_pylist([row], schema=schema))
-            continue
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            pass
+            fitted.append(_fitted(row, schema))
+        except _BUILD_ERRORS as exc:
+            rec._fail("bad-value", exc, count="bad_rows")
+    try:
+        return pa.Table.from_pylist(fitted, schema=schema)
+    except _BUILD_ERRORS:
+        pass  # a value that fits no column at all: keep the other rows
+    good = []
+    for row in fitted:
         try:
-            good.append(pa.Table.from_pylist([_fitted(row, schema)], schema=schema))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            good.append(pa.Table.from_pylist([row], schema=schema))
+        except _BUILD_ERRORS as exc:
             rec._fail("bad-value", exc, count="bad_rows")
     return pa.concat_tables(good) if good else schema.empty_table()
 
@@ -767,18 +828,6 @@ def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
-def _table_rows(rec: Recorder, table: pa.Table) -> pa.Table:
-    """``table`` cast to the trajectories schema a row at a time, the rows that do not cast
-    counted as bad (a cast, unlike a Python float, is never truncated into an integer)."""
-    good = []
-    for i in range(table.num_rows):
-        try:
-            good.append(conform(table.slice(i, 1), TRAJECTORIES))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            rec._fail("bad-value", exc, count="bad_rows")
-    return pa.concat_tables(good) if good else TRAJECTORIES.empty_table()
-
-
 def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
     parts = []
     for step, rows in payloads:
@@ -791,10 +840,8 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
                 table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             # a value that fits no column: row by row, so that only its row is lost
-            if isinstance(rows, pa.Table):
-                table = _table_rows(rec, rows)
-            else:
-                table = _rows_table(rec, _as_rows(rows), TRAJECTORIES, keyed_rows=False)
+            as_rows = rows.to_pylist() if isinstance(rows, pa.Table) else _as_rows(rows)
+            table = _rows_table(rec, as_rows, TRAJECTORIES, keyed_rows=False, fit=True)
         table = conform(table, TRAJECTORIES)
         table = table.set_column(0, "step", pa.array([_whole(step)] * table.num_rows, pa.int64()))
         parts.append(table)
@@ -836,8 +883,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_exiting = False  # atexit closed every Recorder: background loggers that tick on are not warned of
+
+
 @atexit.register
 def _close_all() -> None:
+    global _exiting
+    _exiting = True
     for rec in list(_live_recorders):
         with contextlib.suppress(Exception):
             rec.close(timeout=10.0)
