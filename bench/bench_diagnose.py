@@ -11,10 +11,11 @@ error rate. Wall time is measured around each child and peak RSS is the child's 
 (``os.wait4``), so both pay their interpreter start and imports. Prints the medians, the
 ratio diagnose / DuckDB and whether the two agree on the numbers they share.
 
-Two more children, alternated with those, only start the interpreter and import: one what
-diagnose imports (pyarrow, pandas, the analyzers and the report), the other duckdb. The
-first is the floor under any diagnose that keeps this stack; what is left of the target
-after it is set against the time DuckDB takes after its own imports.
+Three more children, alternated with those: two only start the interpreter and import, one
+what diagnose imports (pyarrow, pandas, the analyzers and the report), the other duckdb;
+the third reads the columns diagnose reads into Arrow with pyarrow alone and does nothing
+else (no pandas, no analysis, no report). The first is the floor under any diagnose that
+keeps this stack, the third under any that reads its inputs with pyarrow.
 """
 
 from __future__ import annotations
@@ -79,6 +80,28 @@ def duckdb_child(run: str, out: str) -> None:
 
 # what `rlscope diagnose --format json` imports, without reading or analysing anything
 _DIAGNOSE_IMPORTS = "import pyarrow.dataset, rlscope.cli.diagnose, rlscope.analyzers, rlscope.report.document"
+
+# the columns diagnose reads, read into Arrow with pyarrow alone (no pandas, no numpy views, no
+# analysis, no report): a floor under any diagnose in Python that reads what it reads
+_READ_FLOOR = """
+import glob, sys
+import pyarrow as pa, pyarrow.parquet as pq
+pa.set_memory_pool(pa.jemalloc_memory_pool())
+reads = {
+    "trajectories": ["step", "finish_time", "aborted", "engine", "response_tokens", "trainer_version",
+                     "policy_version_start", "data_source", "reward", "reward_status", "reward_error"],
+    "steps": ["step", "attempt", "time", "key", "value"],
+    "gpu": ["time", "role", "util_pct"],
+    "spans": ["step", "phase", "start", "end"],
+    "logprob": ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
+}
+text = ["engine", "data_source", "reward_status", "reward_error", "role", "phase"]
+rows = 0
+for table, columns in reads.items():
+    for path in sorted(glob.glob(f"{sys.argv[1]}/{table}/*.parquet")):
+        rows += pq.read_table(path, columns=columns, read_dictionary=[c for c in columns if c in text]).num_rows
+assert rows > 0
+"""
 
 
 def generate(run: Path, steps: int, regenerate: bool) -> None:
@@ -168,6 +191,7 @@ def main() -> None:
     floors = {
         "imports": [sys.executable, "-c", _DIAGNOSE_IMPORTS],
         "duckdb imports": [sys.executable, "-c", "import duckdb"],
+        "read floor": [sys.executable, "-c", _READ_FLOOR, str(run)],
     }
     print("diagnose: " + " ".join(diagnose[1:]))
 
@@ -179,6 +203,7 @@ def main() -> None:
         print(
             f"  run {i + 1}: diagnose {d_wall:.2f} s {d_rss:.2f} GB | duckdb {q_wall:.2f} s {q_rss:.2f} GB"
             f" | imports alone: diagnose's {samples['imports'][-1][0]:.2f} s, duckdb {samples['duckdb imports'][-1][0]:.2f} s"
+            f" | read floor {samples['read floor'][-1][0]:.2f} s"
         )
 
     walls = {k: statistics.median(w for w, _ in v) for k, v in samples.items()}
@@ -195,6 +220,10 @@ def main() -> None:
         f" x DuckDB's whole run). The target, {budget:.2f} s, leaves {budget - walls['imports']:.2f} s for"
         f" reading, analysing and writing; DuckDB takes {walls['duckdb'] - walls['duckdb imports']:.2f} s"
         f" after its imports ({walls['duckdb imports']:.2f} s) for its three queries."
+    )
+    print(
+        f"reading the columns diagnose reads with pyarrow alone, and nothing else: {walls['read floor']:.2f} s"
+        f" ({walls['read floor'] / walls['duckdb']:.2f} x DuckDB's whole run, against the target's {TARGET_RATIO})."
     )
     print(
         "\nshared numbers (t90, max finish, stage sums, reward by source): " + ("agree" if not problems else "DIFFER")

@@ -54,7 +54,7 @@ def test_pooled_run_names_the_gpus_to_move_with_predicted_step_times(tmp_path):
     assert (f.evidence["move_gpus"], f.evidence["to"]) == (16, "rollout")
     assert f.evidence["step_now_s"] == pytest.approx(1248) and f.evidence["step_after_s"] == pytest.approx(832)
     assert f.recommendation.startswith(
-        "move 16 GPUs from training to rollout: the model predicts 832 s a step, against 1248 s modelled for 32:32"
+        "move 16 GPUs from training to rollout: the model predicts 832 s a step, against 1,248 s modelled for 32:32"
     )
 
 
@@ -63,7 +63,7 @@ def test_a_move_topology_already_recommends_is_explained_not_repeated(tmp_path):
     meta = {"gpu": {"type": "H100", "count": 64}, "topology": "one_step_overlap", "split": {"rollout": 32, "train": 32}}
     found = {f.id: f for f in analyze_run(_run(tmp_path, meta, 2.0)).findings}
     assert found["split-imbalanced"].recommendation.startswith(
-        "move 16 GPUs from training to rollout: the model predicts 832 s a step, against 1248 s modelled for 32:32, "
+        "move 16 GPUs from training to rollout: the model predicts 832 s a step, against 1,248 s modelled for 32:32, "
     )
     drifted = found["split-drift"]
     assert drifted.severity.value == "info" and "move_gpus" not in drifted.evidence

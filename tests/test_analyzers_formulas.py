@@ -429,4 +429,4 @@ def test_recommendations_keep_three_figures_of_short_times():
 
     # a 4.86 s rollout's 2.19 s tail is not "2 s of 5 s" (40%, against a title of 45%)
     assert (fmt_seconds(2.19), fmt_seconds(4.86), fmt_seconds(9.449)) == ("2.19", "4.86", "9.45")
-    assert (fmt_seconds(1449.4), fmt_seconds(99.6), fmt_seconds(float("nan"))) == ("1449", "100", "?")
+    assert (fmt_seconds(1449.4), fmt_seconds(99.6), fmt_seconds(float("nan"))) == ("1,449", "100", "?")

@@ -289,23 +289,23 @@ def test_topology_separated_sync_at_46_18(tmp_path):
     found = {f.id: f for f in r.findings}
     # best separated-sync split 37:27 = 1391.31 s (see the formula tests): move 9 GPUs to training
     assert found["split-imbalanced"].recommendation == (
-        "move 9 GPUs from rollout to training: the model predicts 1391 s a step, against 1500 s modelled for 46:18, "
-        "1500 s measured"
+        "move 9 GPUs from rollout to training: the model predicts 1,391 s a step, against 1,500 s modelled for 46:18, "
+        "1,500 s measured"
     )
     # the title names the baseline its speedup is over: the current topology rebalanced, not the step now
     assert found["async-recommended"].title == (
-        "async streaming at 42:22 predicts 619 s a step, 2.25x the 1391 s of the current topology rebalanced to 37:27"
+        "async streaming at 42:22 predicts 619 s a step, 2.25x the 1,391 s of the current topology rebalanced to 37:27"
     )
     assert r.overlap_bound == pytest.approx((gen46 + train18) / gen46)  # each side on its own pool
-    assert "one-step overlap at 46:18 predicts 1500 s -> 761 s (1.97x)" in found["separated-sync"].recommendation
+    assert "one-step overlap at 46:18 predicts 1,500 s -> 761 s (1.97x)" in found["separated-sync"].recommendation
     # async is credited beyond rebalancing: from separated sync at 37:27, 406 * 64/37 + 196 + 208 * 64/27
     # = 1391.31 s, to async at 42:22, max(406 * 64/42, 208 * 64/22) = 618.67 s: 2.25x >= 1.5x
     rebalanced, async_s = 406 * 64 / 37 + 196 + 208 * 64 / 27, max(406 * 64 / 42, 208 * 64 / 22)
     assert found["async-recommended"].severity is Severity.WARN
     assert found["async-recommended"].evidence["speedup"] == pytest.approx(rebalanced / async_s)
     assert found["async-recommended"].recommendation.startswith(
-        "switching to async streaming at 42:22 predicts 1391 s -> 619 s (2.25x), beyond rebalancing the current "
-        "split (1500 s modelled now, 1500 s measured)"
+        "switching to async streaming at 42:22 predicts 1,391 s -> 619 s (2.25x), beyond rebalancing the current "
+        "split (1,500 s modelled now, 1,500 s measured)"
     )
 
 

@@ -734,3 +734,47 @@ def test_quantiles_with_infinite_deltas_are_observed_values():
     observed = {*np.linspace(-0.01, 0.01, 997).tolist(), 1e300, -1e300}
     assert all(q in observed for q in row["quantiles"])  # none made up between a delta and the sentinel
     assert row["quantiles"][-1] == 1e300 and row["quantiles"][0] == -1e300
+
+
+def test_a_table_value_that_does_not_cast_loses_its_row_alone(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, pa.table({"traj_id": ["a", "b", "c"], "group": ["1", "x", "2"]}))  # Arrow casts "1"
+        rec.log_trajectories(1, pa.table({"traj_id": ["d", "e"], "aborted": ["true", "false"], "group": ["3", "y"]}))
+        rec.log_trajectories(2, pa.table({"token_ids": [[1, 2]]}))  # no column the schema has: no row
+        rec.log_trajectories(3, {"token_ids": [1, 2, 3]})  # nor here
+    assert rec.status()["bad_rows"] == 2
+    rows = RunReader(run).read("trajectories", ["step", "traj_id", "group", "aborted"]).to_pylist()
+    assert [(r["step"], r["traj_id"], r["group"], r["aborted"]) for r in rows] == [
+        (0, "a", 1, None),
+        (0, "c", 2, None),
+        (1, "d", 3, True),
+    ]
+
+
+def test_a_fraction_where_a_whole_number_goes_is_refused_whatever_is_queued_beside_it(tmp_path):
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [{"traj_id": "a", "group": 7.5}, {"traj_id": "b", "group": 7.0}])
+        rec.log_gpu([{"time": 1.0, "gpu": 0, "mem_used_bytes": 1.5e9 + 0.5}])  # alone in its flush
+    with Recorder(run) as rec:
+        rec.log_gpu([{"time": 2.0, "gpu": 0, "mem_used_bytes": 1.5e9 + 0.5}, {"time": 3.0, "gpu": 1, "util_pct": 5}])
+    rows = RunReader(run).read("trajectories", ["traj_id", "group"]).to_pylist()
+    assert rows == [{"traj_id": "b", "group": 7}]  # 7.5 tokens is not filed as 7
+    gpu = RunReader(run).read("gpu", ["time", "gpu"]).to_pylist()
+    assert gpu == [{"time": 3.0, "gpu": 1}]  # the same verdict alone or beside a good row
+
+
+def test_one_run_directory_one_meta_lock_however_it_is_spelled(tmp_path):
+    from rlscope.trace.recorder import _meta_file_lock
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "run")
+    lock = _meta_file_lock(str(tmp_path / "run"))
+    assert _meta_file_lock(f"file://{tmp_path / 'run'}") is lock and _meta_file_lock(str(tmp_path / "link")) is lock
+
+
+@pytest.mark.parametrize(("setting", "value"), [("flush_rows", 10**400), ("flush_interval", 1e300)])
+def test_settings_beyond_what_the_writer_can_wait_or_count_are_refused(tmp_path, setting, value):
+    with pytest.raises(ValueError, match=f"^Recorder {setting} must be a positive"):
+        Recorder(str(tmp_path / "run"), **{setting: value})

@@ -11,11 +11,11 @@ __all__ = ["Finding", "Severity", "fmt_seconds"]
 
 
 def fmt_seconds(value: float) -> str:
-    """Seconds as a recommendation writes them: whole seconds from 100 s, else three
-    significant figures (a 5 s step's 2.2 s tail is not "2 s of 5 s")."""
+    """Seconds as a recommendation writes them, and every report: whole seconds from 100 s
+    (1,449), else three significant figures (a 5 s step's 2.2 s tail is not "2 s of 5 s")."""
     if not math.isfinite(value):
         return "?"
-    return f"{value:.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
+    return f"{value:,.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
 
 
 class Severity(str, Enum):

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlscope.cli._args import parser_for
 from rlscope.cli.diagnose import add_fact_options, check_fact_options, open_run, read_with_facts
+from rlscope.report._format import secs
 
 __all__ = ["main"]
 
@@ -39,7 +40,7 @@ def _cell(value: Any, unit: str) -> str:
     if value is None:
         return "n/a"
     if unit == "s":
-        return f"{value:,.1f} s"
+        return secs(value)
     if unit == "share":
         return f"{value:.1%}"
     return str(value)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
+
+from rlscope.advice.finding import fmt_seconds
 
 __all__ = [
     "HEADLINE_TITLE",
@@ -51,9 +54,8 @@ def pct(x: float | None, digits: int = 0) -> str:
 
 
 def secs(x: float | None) -> str:
-    """Seconds as every report writes them: whole from 100 s (1,449 s), else three figures (41.3 s),
-    as the findings do."""
-    return "n/a" if x is None else f"{x:,.0f} s" if abs(x) >= 99.5 else f"{x:.3g} s"
+    """Seconds as every report writes them, as the findings do (:func:`fmt_seconds`): 1,449 s, 41.3 s."""
+    return "n/a" if x is None or not math.isfinite(x) else f"{fmt_seconds(x)} s"
 
 
 def signed_secs(x: float) -> str:

@@ -69,12 +69,21 @@ def _positive(name: str, value: Any, *, whole: bool) -> float:
     """A setting the writer thread can run with (a whole one as int: 2e9 and numpy ints
     read), else ValueError: a bad setting is the caller's mistake, said once, when the
     Recorder is made, where the writer thread would spin on it or die of it."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    number = float(value) if ok else math.nan
-    if not (math.isfinite(number) and number > 0 and (number.is_integer() or not whole)):
-        what = "a positive whole number" if whole else "a positive number of seconds"
-        raise ValueError(f"Recorder {name} must be {what}, not {value!r}")
-    return int(number) if whole else number
+    number: float = math.nan
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:  # an int stays exact (2**63 + 1); one past a double's range is refused, not raised
+            number = int(value) if isinstance(value, numbers.Integral) else float(value)
+            whole_ok = not whole or isinstance(number, int) or float(number).is_integer()
+        except (OverflowError, ValueError):
+            number, whole_ok = math.nan, False
+    else:
+        whole_ok = False
+    limit = 2**63 if whole else threading.TIMEOUT_MAX  # a longer wait kills the writer thread
+    if not (whole_ok and 0 < number < limit):
+        what = "a positive whole number" if whole else f"a positive number of seconds below {threading.TIMEOUT_MAX:.3g}"
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"Recorder {name} must be {what}, not {shown}")
+    return int(number) if whole else float(number)
 
 
 def _value_bytes(value: Any) -> int:
@@ -225,8 +234,10 @@ _META_LOCKS_GUARD = threading.Lock()
 
 
 def _meta_file_lock(run_dir: str) -> threading.Lock:
-    """The lock of ``run_dir``'s meta.json in this process: its read-merge-write is one step."""
-    key = os.path.abspath(run_dir) if "://" not in run_dir else run_dir
+    """The lock of ``run_dir``'s meta.json in this process: its read-merge-write is one step
+    (``file:///x``, ``/x`` and a link to it are one directory)."""
+    key = run_dir.removeprefix("file://")
+    key = os.path.realpath(key) if "://" not in key else key
     with _META_LOCKS_GUARD:
         return _META_LOCKS.setdefault(key, threading.Lock())
 
@@ -360,10 +371,11 @@ class Recorder:
                     rows = rows.to_dict("records")
             if isinstance(rows, pa.Table):
                 payload = rows.select([c for c in rows.column_names if c in TRAJECTORIES.names])
-                n, nbytes = payload.num_rows, payload.nbytes  # a slice's share, not its parent's buffers
+                # a slice's share, not its parent's buffers; no column the schema has: no rows
+                n, nbytes = (payload.num_rows if payload.num_columns else 0), payload.nbytes
             elif (
                 isinstance(rows, Mapping)
-                and rows
+                and any(k in TRAJECTORIES.names for k in rows)  # no field the schema has: no row
                 and not any(_is_column(v) for k, v in rows.items() if k in TRAJECTORIES.names)
             ):
                 payload = [dict(rows)]  # one row given as a dict of values
@@ -794,6 +806,10 @@ def _rows_table(
     keyed = [row for row in cleaned if row[key] is not None] if keyed_rows else cleaned
     if len(keyed) < len(cleaned):
         rec._fail(f"no-{key}", ValueError(f"a row without {key!r}"), count="bad_rows", rows=len(cleaned) - len(keyed))
+    # Arrow would truncate 7.5 where an integer goes without a word: any float there sends every
+    # row through _fitted, which keeps a whole one and refuses the rest, whatever else is queued
+    integers = [f.name for f in schema if pa.types.is_integer(f.type)]
+    fit = fit or any(isinstance(row[k], float) for row in keyed for k in integers)
     if not fit:
         try:
             return pa.Table.from_pylist(keyed, schema=schema)
@@ -828,6 +844,31 @@ def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
+def _table_rows(rec: Recorder, table: pa.Table) -> pa.Table:
+    """``table`` cast to the trajectories schema, a value that does not cast losing its row
+    alone: Arrow's cast ("5" reads as 5, "true" as true, 7.5 where an integer goes is
+    refused), tried value by value only in the columns that do not cast whole."""
+    bad = np.zeros(table.num_rows, dtype=bool)
+    error: BaseException | None = None
+    for field in TRAJECTORIES:
+        if field.name not in table.column_names or table.column(field.name).type == field.type:
+            continue
+        column = table.column(field.name)
+        try:
+            column.cast(field.type)
+            continue
+        except _BUILD_ERRORS:
+            pass
+        for i in np.flatnonzero(~bad).tolist():
+            try:
+                column.slice(i, 1).cast(field.type)
+            except _BUILD_ERRORS as exc:
+                bad[i], error = True, exc
+    if error is not None:
+        rec._fail("bad-value", error, count="bad_rows", rows=int(bad.sum()))
+    return conform(table.filter(pa.array(~bad)), TRAJECTORIES)
+
+
 def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
     parts = []
     for step, rows in payloads:
@@ -840,8 +881,10 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
                 table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             # a value that fits no column: row by row, so that only its row is lost
-            as_rows = rows.to_pylist() if isinstance(rows, pa.Table) else _as_rows(rows)
-            table = _rows_table(rec, as_rows, TRAJECTORIES, keyed_rows=False, fit=True)
+            if isinstance(rows, pa.Table):
+                table = _table_rows(rec, rows)
+            else:
+                table = _rows_table(rec, _as_rows(rows), TRAJECTORIES, keyed_rows=False, fit=True)
         table = conform(table, TRAJECTORIES)
         table = table.set_column(0, "step", pa.array([_whole(step)] * table.num_rows, pa.int64()))
         parts.append(table)
@@ -874,6 +917,9 @@ _live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
+    global _META_LOCKS_GUARD  # the parent's writer may have held one at the fork
+    _META_LOCKS_GUARD = threading.Lock()
+    _META_LOCKS.clear()
     for rec in list(_live_recorders):
         rec._close_in_child()
     _live_recorders.clear()
