@@ -767,14 +767,38 @@ def test_a_fraction_where_a_whole_number_goes_is_refused_whatever_is_queued_besi
 
 def test_one_run_directory_one_meta_lock_however_it_is_spelled(tmp_path):
     from rlscope.trace.recorder import _meta_file_lock
+    from rlscope.trace.store import locate
 
-    (tmp_path / "run").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "run")
-    lock = _meta_file_lock(str(tmp_path / "run"))
-    assert _meta_file_lock(f"file://{tmp_path / 'run'}") is lock and _meta_file_lock(str(tmp_path / "link")) is lock
+    (tmp_path / "a run").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a run")
+    lock = _meta_file_lock(locate(str(tmp_path / "a run")))
+    spellings = [f"file://{tmp_path}/a%20run", str(tmp_path / "link"), f"{tmp_path}/./a run"]
+    assert all(_meta_file_lock(locate(s)) is lock for s in spellings)
 
 
 @pytest.mark.parametrize(("setting", "value"), [("flush_rows", 10**400), ("flush_interval", 1e300)])
 def test_settings_beyond_what_the_writer_can_wait_or_count_are_refused(tmp_path, setting, value):
     with pytest.raises(ValueError, match=f"^Recorder {setting} must be a positive"):
         Recorder(str(tmp_path / "run"), **{setting: value})
+
+
+def test_every_form_casts_alike_and_refuses_any_fraction_where_a_whole_number_goes(tmp_path):
+    import torch
+
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        for value in (np.float32(7.5), np.float16(7.5), decimal.Decimal("7.5"), torch.tensor(7.5)):
+            rec.log_trajectories(0, [{"traj_id": "fraction", "group": value}])  # each alone in its call
+        rec.log_trajectories(1, [{"traj_id": "whole", "group": np.float32(7.0)}])
+        rec.log_trajectories(2, {"traj_id": ["a", "b"], "group": ["5", "x"]})  # as a table would be cast
+        rec.log_trajectories(3, pd.DataFrame({"traj_id": ["c", "d", "e", "f"], "group": ["1", 2, "x", None]}))
+        rec.log_trajectories(4, pa.table({"traj_id": ["g", "h"], "group": [[1], [2]]}))  # no cast at all
+    assert rec.status()["bad_rows"] == 4 + 1 + 1 + 2
+    rows = RunReader(run).read("trajectories", ["step", "traj_id", "group"]).to_pylist()
+    assert [(r["step"], r["traj_id"], r["group"]) for r in rows] == [
+        (1, "whole", 7),
+        (2, "a", 5),
+        (3, "c", 1),
+        (3, "d", 2),
+        (3, "f", None),
+    ]

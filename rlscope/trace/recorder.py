@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -233,11 +234,10 @@ _META_LOCKS: dict[str, threading.Lock] = {}
 _META_LOCKS_GUARD = threading.Lock()
 
 
-def _meta_file_lock(run_dir: str) -> threading.Lock:
-    """The lock of ``run_dir``'s meta.json in this process: its read-merge-write is one step
-    (``file:///x``, ``/x`` and a link to it are one directory)."""
-    key = run_dir.removeprefix("file://")
-    key = os.path.realpath(key) if "://" not in key else key
+def _meta_file_lock(loc: RunLocation) -> threading.Lock:
+    """The lock of a run directory's meta.json in this process: its read-merge-write is one
+    step (``file:///a%20b``, ``/a b`` and a link to it are one directory)."""
+    key = os.path.realpath(loc.path) if loc.is_local else f"{type(loc.fs).__name__}:{loc.path}"
     with _META_LOCKS_GUARD:
         return _META_LOCKS.setdefault(key, threading.Lock())
 
@@ -364,11 +364,7 @@ class Recorder:
         """
         try:
             if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
-                rows = rows[[c for c in rows.columns if c in TRAJECTORIES.names]]  # unknown ones never converted
-                try:
-                    rows = pa.Table.from_pandas(rows, preserve_index=False)
-                except (pa.ArrowException, TypeError, ValueError):  # a column of mixed types: row by row
-                    rows = rows.to_dict("records")
+                rows = _frame_table(rows[[c for c in rows.columns if c in TRAJECTORIES.names]])
             if isinstance(rows, pa.Table):
                 payload = rows.select([c for c in rows.column_names if c in TRAJECTORIES.names])
                 # a slice's share, not its parent's buffers; no column the schema has: no rows
@@ -623,7 +619,7 @@ class Recorder:
                 meta, version = dict(self._meta), self._meta_version
             try:
                 loc = self._loc or locate(self.run_dir)
-                with _meta_file_lock(self.run_dir):  # two Recorders of one run must not drop each other's keys
+                with _meta_file_lock(loc):  # two Recorders of one run must not drop each other's keys
                     write_meta(loc, merge_meta(_existing_meta(loc), meta))
             except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
                 self._fail("meta", exc)
@@ -760,34 +756,53 @@ def _text_array(values: list[str | None]) -> pa.Array:
 
 
 def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
-    """``row`` with the values Arrow refuses as they are made to fit their column: a numpy or
-    torch scalar as a Python one, a number where text goes as its text, 0 or 1 as a bool, a
-    whole float as an int (another float there is refused: ValueError), text that is not
-    UTF-8 with "?" for what is not."""
+    """``row`` with its values made to fit their columns as Arrow casts a table's: a numpy or
+    torch scalar as a Python one, a number where text goes as its text, 0/1 or "true"/"false"
+    as a bool, a whole number (5.0, "5", a Decimal) as an int and a NaN there as missing; a
+    fraction where a whole number goes is refused (ValueError), never truncated. Text that is
+    not UTF-8 gets "?" for what is not."""
     out = dict(row)
     for field in schema:
         value = out.get(field.name)
-        if isinstance(value, str):
-            if not value.isascii():  # a lone surrogate is no UTF-8: shown as "?"
-                out[field.name] = value.encode("utf-8", "replace").decode("utf-8")
-            continue
         if value is None or isinstance(value, bool):
             continue
+        if isinstance(value, str) and not value.isascii():  # a lone surrogate is no UTF-8: shown as "?"
+            value = out[field.name] = value.encode("utf-8", "replace").decode("utf-8")
         if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-            value = value.item()
-        if pa.types.is_string(field.type) and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)
-        elif pa.types.is_boolean(field.type) and isinstance(value, int) and value in (0, 1):
-            value = bool(value)
-        elif pa.types.is_integer(field.type) and isinstance(value, float):
-            if not value.is_integer():  # Arrow would truncate 7.5 tokens to 7
-                raise ValueError(f"{field.name} {value!r} is not a whole number")
-            value = int(value)  # a pandas int column with a gap is float
+            value = value.item()  # numpy and torch scalars
+        if pa.types.is_string(field.type):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+        elif pa.types.is_boolean(field.type):
+            if isinstance(value, int) and value in (0, 1):
+                value = bool(value)
+            elif isinstance(value, str) and value.lower() in ("true", "false"):
+                value = value.lower() == "true"
+        elif pa.types.is_integer(field.type) and not isinstance(value, int):
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = None  # not a number at all: Arrow refuses it below
+            if number is not None and math.isnan(number):
+                value = None  # a gap in a pandas integer column: missing
+            elif number is not None:
+                if not number.is_integer():  # Arrow would truncate 7.5 tokens to 7
+                    raise ValueError(f"{field.name} {value!r} is not a whole number")
+                value = int(number)
         out[field.name] = value
     return out
 
 
 _BUILD_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+# what Arrow takes into an integer column as it is (anything else may be a fraction it would truncate)
+_INTEGER_TYPES = frozenset(
+    {int, bool, type(None), np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8}
+)
+
+
+@functools.cache
+def _integer_fields(schema: pa.Schema) -> tuple[str, ...]:
+    return tuple(f.name for f in schema if pa.types.is_integer(f.type))
 
 
 def _rows_table(
@@ -806,10 +821,9 @@ def _rows_table(
     keyed = [row for row in cleaned if row[key] is not None] if keyed_rows else cleaned
     if len(keyed) < len(cleaned):
         rec._fail(f"no-{key}", ValueError(f"a row without {key!r}"), count="bad_rows", rows=len(cleaned) - len(keyed))
-    # Arrow would truncate 7.5 where an integer goes without a word: any float there sends every
-    # row through _fitted, which keeps a whole one and refuses the rest, whatever else is queued
-    integers = [f.name for f in schema if pa.types.is_integer(f.type)]
-    fit = fit or any(isinstance(row[k], float) for row in keyed for k in integers)
+    # Arrow would truncate 7.5 where an integer goes without a word: anything but an integer
+    # there sends every row through _fitted, which keeps a whole number and refuses the rest
+    fit = fit or any(not _INTEGER_TYPES.issuperset({type(row[k]) for row in keyed}) for k in _integer_fields(schema))
     if not fit:
         try:
             return pa.Table.from_pylist(keyed, schema=schema)
@@ -834,6 +848,26 @@ def _rows_table(
     return pa.concat_tables(good) if good else schema.empty_table()
 
 
+def _frame_table(frame: Any) -> pa.Table:
+    """A pandas frame as Arrow; a column of mixed types ("1", 2, "x") as its values' text, which
+    the writer then casts as it casts any table (a gap stays missing)."""
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError):
+        pass
+    columns = {}
+    for name in frame.columns:
+        try:
+            columns[str(name)] = pa.array(frame[name], from_pandas=True)
+        except (pa.ArrowException, TypeError, ValueError):
+            values = frame[name].tolist()
+            gap = [v is None or (isinstance(v, float) and math.isnan(v)) for v in values]
+            columns[str(name)] = pa.array(
+                [None if g else str(v) for v, g in zip(values, gap, strict=True)], pa.string()
+            )
+    return pa.table(columns)
+
+
 def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
     """A dict of equally long columns as row dicts (columns of unequal length are no rows:
     ValueError)."""
@@ -847,44 +881,49 @@ def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
 def _table_rows(rec: Recorder, table: pa.Table) -> pa.Table:
     """``table`` cast to the trajectories schema, a value that does not cast losing its row
     alone: Arrow's cast ("5" reads as 5, "true" as true, 7.5 where an integer goes is
-    refused), tried value by value only in the columns that do not cast whole."""
+    refused). A column that does not cast whole is halved until the values that fail are
+    found: a few casts per bad value, not one per row."""
     bad = np.zeros(table.num_rows, dtype=bool)
-    error: BaseException | None = None
+    error: list[BaseException] = []
     for field in TRAJECTORIES:
-        if field.name not in table.column_names or table.column(field.name).type == field.type:
-            continue
-        column = table.column(field.name)
-        try:
-            column.cast(field.type)
-            continue
-        except _BUILD_ERRORS:
-            pass
-        for i in np.flatnonzero(~bad).tolist():
-            try:
-                column.slice(i, 1).cast(field.type)
-            except _BUILD_ERRORS as exc:
-                bad[i], error = True, exc
-    if error is not None:
-        rec._fail("bad-value", error, count="bad_rows", rows=int(bad.sum()))
+        if field.name in table.column_names and table.column(field.name).type != field.type:
+            for i in _uncast(table.column(field.name), field.type, 0, error):
+                bad[i] = True
+    if error:
+        rec._fail("bad-value", error[0], count="bad_rows", rows=int(bad.sum()))
+    if bad.all():
+        return TRAJECTORIES.empty_table()
     return conform(table.filter(pa.array(~bad)), TRAJECTORIES)
+
+
+def _uncast(column: pa.ChunkedArray, kind: pa.DataType, offset: int, error: list[BaseException]) -> list[int]:
+    """Positions (from ``offset``) of the values of ``column`` that do not cast to ``kind``."""
+    try:
+        column.cast(kind)
+        return []
+    except _BUILD_ERRORS as exc:
+        if len(column) == 1:
+            error.append(exc)
+            return [offset]
+    half = len(column) // 2
+    return _uncast(column.slice(0, half), kind, offset, error) + _uncast(column.slice(half), kind, offset + half, error)
 
 
 def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
     parts = []
     for step, rows in payloads:
-        try:
-            if isinstance(rows, pa.Table):
+        if isinstance(rows, dict):  # a dict of columns: a table, if its columns are of one type each
+            try:
+                rows = pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names})
+            except _BUILD_ERRORS:  # a column of mixed types: row by row
+                rows = _as_rows(rows)
+        if isinstance(rows, pa.Table):
+            try:
                 table = conform(rows, TRAJECTORIES)
-            elif isinstance(rows, dict):
-                table = conform(pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names}), TRAJECTORIES)
-            else:
-                table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            # a value that fits no column: row by row, so that only its row is lost
-            if isinstance(rows, pa.Table):
+            except _BUILD_ERRORS:  # a value that does not cast: its row alone is lost
                 table = _table_rows(rec, rows)
-            else:
-                table = _rows_table(rec, _as_rows(rows), TRAJECTORIES, keyed_rows=False, fit=True)
+        else:
+            table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
         table = conform(table, TRAJECTORIES)
         table = table.set_column(0, "step", pa.array([_whole(step)] * table.num_rows, pa.int64()))
         parts.append(table)
