@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from rlscope.advice.finding import fmt_seconds
 from rlscope.advice.thresholds import (
     LONG_TAIL_WARN,
     MISMATCH_LEVEL_BF16,
@@ -268,7 +269,7 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
         fig.add_annotation(
             x=split.t_thr_s,
             y=0.5,
-            text=f"t90 = {split.t_thr_s:.0f} s: the slowest 10% hold the last {split.tail_share:.0%} of the rollout",
+            text=f"t90 = {fmt_seconds(split.t_thr_s)} s: the slowest 10% hold the last {split.tail_share:.0%} of the rollout",
             showarrow=False,
             xanchor="left",
             bgcolor="rgba(255,255,255,0.8)",

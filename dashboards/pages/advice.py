@@ -55,7 +55,7 @@ def _rows(label: str, t: TopologyResult) -> list[tuple]:
                 label,
                 f"{str(topology).replace('_', ' ')}{mark}",
                 _split(r["n_rollout"], r["n_train"]),
-                f"{r['step_s']:.0f}",
+                fmt_seconds(r["step_s"]),
                 f"{r['speedup']:.2f}x",
             )
         )

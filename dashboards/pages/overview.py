@@ -13,7 +13,7 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 from dash.exceptions import PreventUpdate
 
-from rlscope.advice.finding import Severity
+from rlscope.advice.finding import Severity, fmt_seconds
 from rlscope.analyzers import Diagnosis
 from rlscope.analyzers._data import recent
 from rlscope.dashboards import figures
@@ -73,7 +73,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         _card("topology", topology),
         _card("GPUs", str(facts.n_gpus or "?")),
         _card("steps", f"{run.n_steps} (last {run.last_step})" if run.n_steps else "none yet"),
-        _card("step time", _number(step_s, ".0f") + " s"),
+        _card("step time", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
         _card("generation / step", _number(gen, ".0%")),
         _card("tail share", _number(tail, ".0%")),
         _card("MFU", _number(mfu, ".1%")),

@@ -154,8 +154,8 @@ _ENTRIES = (
     ),
     Entry(
         "sync-bubble",
-        "weight sync takes {bubble:.0%} of the trainer's update-and-sync time ({t_sync_s:.1f} s per sync, "
-        "after {k:.0f} step(s) of {t_mb_s:.1f} s updates)",
+        "weight sync takes {bubble:.0%} of the trainer's update-and-sync time ({t_sync_s:secs} s per sync, "
+        "after {k:.0f} step(s) of {t_mb_s:secs} s updates)",
         "The sync bubble is T_sync / (k T_mb + T_sync). Shrink T_sync (multi-source or delta sync, "
         "bucketed transfers) or sync less often (larger k), at the price of staler samples.",
     ),

@@ -15,6 +15,8 @@ def fmt_seconds(value: float) -> str:
     (1,449), else three significant figures (a 5 s step's 2.2 s tail is not "2 s of 5 s")."""
     if not math.isfinite(value):
         return "?"
+    if abs(value) < 0.005:  # nothing to speak of: not 1.23e-05, nor -0
+        return "0"
     return f"{value:,.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
 
 

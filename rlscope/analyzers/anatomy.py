@@ -168,7 +168,7 @@ def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: boo
             Severity.INFO,
             {"steps": len(over), "of_steps": len(excess), "mean_excess_s": float(over.mean())},
             f"in {len(over)} of {len(excess)} steps the stage timers add up to more than timing_s/step "
-            f"(by {over.mean():.1f} s on average): some are nested in others or ran at the same time. The step "
+            f"(by {fmt_seconds(over.mean())} s on average): some are nested in others or ran at the same time. The step "
             "time is the wall clock's (timing_s/step), so those steps' phase shares add up to more than 100%",
         )
     ]
@@ -205,7 +205,7 @@ def _findings(r: AnatomyResult) -> list[Finding]:
                 "untracked-time",
                 Severity.WARN,
                 {"other_share": share["other"], "other_s": now["other"], "step_s": now["step"]},
-                f"{now['other']:.1f} s of each {fmt_seconds(now['step'])} s step is in no stage timer: "
+                f"{fmt_seconds(now['other'])} s of each {fmt_seconds(now['step'])} s step is in no stage timer: "
                 "add spans around data loading, logging and hooks to find it",
             )
         )
@@ -215,7 +215,7 @@ def _findings(r: AnatomyResult) -> list[Finding]:
                 "switching-costly",
                 Severity.WARN,
                 {"switching_share": share["switching"], "switching_s": now["switching"], "step_s": now["step"]},
-                f"memory switching takes {now['switching']:.1f} s per step ({share['switching']:.0%}), above the "
+                f"memory switching takes {fmt_seconds(now['switching'])} s per step ({share['switching']:.0%}), above the "
                 f"{SWITCHING_WARN:.0%} a healthy colocated run needs: check pinned-memory offload",
             )
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlscope.advice.finding import fmt_seconds
 from rlscope.cli._args import parser_for
 from rlscope.errors import UsageError
 
@@ -47,7 +48,7 @@ def main(argv: Sequence[str]) -> int:
     mean = meta["ground_truth"]["mean"]
     print(
         f"wrote {steps} steps of {scenario.name} ({scenario.topology}, seed {args.seed}) to {args.out}: "
-        f"gen {mean['T_gen_s']:.0f} s (throughput {mean['T_thr_s']:.0f} + tail {mean['T_tail_s']:.0f}), "
-        f"forward {mean['forward_s']:.0f} s, train {mean['train_s']:.0f} s, step {mean['step_s']:.0f} s"
+        f"gen {fmt_seconds(mean['T_gen_s'])} s (throughput {fmt_seconds(mean['T_thr_s'])} + tail {fmt_seconds(mean['T_tail_s'])}), "
+        f"forward {fmt_seconds(mean['forward_s'])} s, train {fmt_seconds(mean['train_s'])} s, step {fmt_seconds(mean['step_s'])} s"
     )
     return 0

@@ -60,7 +60,7 @@ def secs(x: float | None) -> str:
 
 def signed_secs(x: float) -> str:
     """A change in seconds: +41.3 s, -1,449 s."""
-    return ("+" if x >= 0 else "-") + secs(abs(x))
+    return "n/a" if not math.isfinite(x) else ("+" if x >= 0 else "-") + secs(abs(x))
 
 
 def generation(head: dict[str, Any]) -> str:
