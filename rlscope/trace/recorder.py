@@ -806,15 +806,15 @@ def _integer_fields(schema: pa.Schema) -> tuple[str, ...]:
 
 
 def _rows_table(
-    rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema, *, keyed_rows: bool = True, fit: bool = False
+    rec: Recorder, rows: list[Mapping[str, Any]], schema: pa.Schema, *, keyed_rows: bool = True
 ) -> pa.Table:
     """Rows as ``schema``; a row without the key column (``step`` or ``time``) is a bad row,
     unless not ``keyed_rows`` (the call gives the key: a trajectory's step).
 
-    If the rows do not build as they are (or ``fit``: they came from a table whose cast
-    failed), every row is made to fit (:func:`_fitted`) and they are built again at once;
-    only if that fails too is each row built alone, so that a bad value loses its row alone
-    and a batch of fixable ones costs two builds, not one per row.
+    If the rows do not build as they are (or an integer column holds something else), every
+    row is made to fit (:func:`_fitted`) and they are built again at once; only if that fails
+    too is each row built alone, so that a bad value loses its row alone and a batch of
+    fixable ones costs two builds, not one per row.
     """
     names, key = schema.names, schema.names[0]
     cleaned = [{k: row.get(k) for k in names} for row in rows]
@@ -823,7 +823,7 @@ def _rows_table(
         rec._fail(f"no-{key}", ValueError(f"a row without {key!r}"), count="bad_rows", rows=len(cleaned) - len(keyed))
     # Arrow would truncate 7.5 where an integer goes without a word: anything but an integer
     # there sends every row through _fitted, which keeps a whole number and refuses the rest
-    fit = fit or any(not _INTEGER_TYPES.issuperset({type(row[k]) for row in keyed}) for k in _integer_fields(schema))
+    fit = any(not _INTEGER_TYPES.issuperset({type(row[k]) for row in keyed}) for k in _integer_fields(schema))
     if not fit:
         try:
             return pa.Table.from_pylist(keyed, schema=schema)
