@@ -802,3 +802,36 @@ def test_every_form_casts_alike_and_refuses_any_fraction_where_a_whole_number_go
         (3, "d", 2),
         (3, "f", None),
     ]
+
+
+def test_whole_numbers_stay_exact_and_gaps_stay_missing_in_every_form(tmp_path):
+    big = 12345678901234567  # past 2**53: a float would round it
+    run = str(tmp_path / "run")
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [{"traj_id": "a", "group": str(big)}, {"traj_id": "b", "group": decimal.Decimal(big)}])
+        rec.log_trajectories(1, [{"traj_id": "c", "group": True, "reward": "0.5", "aborted": "1"}])
+        rec.log_trajectories(2, {"traj_id": ["d", "e"], "group": [1.0, float("nan")]})  # a float column with a gap
+        engine = pd.Series(["\ud800", "e1", None], dtype=object)  # pandas' own strings refuse a lone surrogate
+        frame = pd.DataFrame({"traj_id": ["f", "g", "h"], "group": ["1", pd.NA, "x"], "engine": engine})
+        rec.log_trajectories(3, frame)
+        rec.log_trajectories(4, pd.DataFrame([["i", 5, 6]], columns=["traj_id", "group", "group"]))  # a name twice
+    assert rec.status()["bad_rows"] == 1  # "x" alone
+    rows = RunReader(run).read("trajectories", ["step", "traj_id", "group", "reward", "aborted", "engine"]).to_pylist()
+    got = {r["traj_id"]: r for r in rows}
+    assert got["a"]["group"] == big and got["b"]["group"] == big
+    assert (got["c"]["group"], got["c"]["reward"], got["c"]["aborted"]) == (1, 0.5, True)
+    assert (got["d"]["group"], got["e"]["group"]) == (1, None)
+    assert (got["f"]["group"], got["f"]["engine"], got["g"]["group"], got["g"]["engine"]) == (1, "?", None, "e1")
+    assert "h" not in got and got["i"]["group"] == 5
+
+
+def test_a_change_too_small_to_show_has_no_sign():
+    from rlscope.report._format import secs, signed_secs
+
+    assert (signed_secs(-0.001), signed_secs(0.001), signed_secs(-41.26), signed_secs(float("nan"))) == (
+        "0 s",
+        "0 s",
+        "-41.3 s",
+        "n/a",
+    )
+    assert secs(1.23e-05) == "0 s" and secs(1449.4) == "1,449 s"

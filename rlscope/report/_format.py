@@ -60,7 +60,9 @@ def secs(x: float | None) -> str:
 
 def signed_secs(x: float) -> str:
     """A change in seconds: +41.3 s, -1,449 s."""
-    return "n/a" if not math.isfinite(x) else ("+" if x >= 0 else "-") + secs(abs(x))
+    if not math.isfinite(x):
+        return "n/a"
+    return secs(abs(x)) if fmt_seconds(x) == "0" else ("+" if x >= 0 else "-") + secs(abs(x))  # never "-0 s"
 
 
 def generation(head: dict[str, Any]) -> str:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import decimal
 import functools
 import json
 import logging
 import math
 import numbers
 import os
+import re
 import socket
 import sys
 import threading
@@ -30,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlscope.errors import MetaError
 from rlscope.trace.schema import (
@@ -755,6 +758,30 @@ def _text_array(values: list[str | None]) -> pa.Array:
         return pa.array([v if v is None else v.encode("utf-8", "replace").decode("utf-8") for v in values], pa.string())
 
 
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")  # the text Arrow casts to an integer
+
+
+def _whole_or_refused(name: str, value: Any) -> Any:
+    """``value`` for an integer column: an exact int where it is a whole number (text of digits,
+    a whole float or Decimal, never through a float that would round 2**53 + 1), None for a
+    NaN (a gap), a ValueError for a fraction, and anything else as it is (Arrow refuses it)."""
+    if isinstance(value, str):
+        return int(value) if _INT_TEXT.fullmatch(value) else value
+    if isinstance(value, decimal.Decimal):
+        if value.is_nan():
+            return None
+        if value != value.to_integral_value():
+            raise ValueError(f"{name} {value!r} is not a whole number")
+        return int(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None  # a gap in a pandas integer column: missing
+        if not value.is_integer():  # Arrow would truncate 7.5 tokens to 7
+            raise ValueError(f"{name} {value!r} is not a whole number")
+        return int(value)
+    return value
+
+
 def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
     """``row`` with its values made to fit their columns as Arrow casts a table's: a numpy or
     torch scalar as a Python one, a number where text goes as its text, 0/1 or "true"/"false"
@@ -764,7 +791,11 @@ def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
     out = dict(row)
     for field in schema:
         value = out.get(field.name)
-        if value is None or isinstance(value, bool):
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            if pa.types.is_integer(field.type):
+                out[field.name] = int(value)  # as Arrow casts a bool column into an integer one
             continue
         if isinstance(value, str) and not value.isascii():  # a lone surrogate is no UTF-8: shown as "?"
             value = out[field.name] = value.encode("utf-8", "replace").decode("utf-8")
@@ -776,28 +807,21 @@ def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
         elif pa.types.is_boolean(field.type):
             if isinstance(value, int) and value in (0, 1):
                 value = bool(value)
-            elif isinstance(value, str) and value.lower() in ("true", "false"):
-                value = value.lower() == "true"
+            elif isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                value = value.lower() in ("true", "1")
+        elif pa.types.is_floating(field.type) and isinstance(value, str):
+            with contextlib.suppress(ValueError):  # as Arrow casts text to a float; else refused below
+                value = float(value)
         elif pa.types.is_integer(field.type) and not isinstance(value, int):
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                number = None  # not a number at all: Arrow refuses it below
-            if number is not None and math.isnan(number):
-                value = None  # a gap in a pandas integer column: missing
-            elif number is not None:
-                if not number.is_integer():  # Arrow would truncate 7.5 tokens to 7
-                    raise ValueError(f"{field.name} {value!r} is not a whole number")
-                value = int(number)
+            value = _whole_or_refused(field.name, value)
         out[field.name] = value
     return out
 
 
 _BUILD_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
-# what Arrow takes into an integer column as it is (anything else may be a fraction it would truncate)
-_INTEGER_TYPES = frozenset(
-    {int, bool, type(None), np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8}
-)
+# what Arrow takes into an integer column as it is (anything else, a bool or a fraction it would
+# truncate, goes through _fitted)
+_INTEGER_TYPES = frozenset({int, type(None), np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8})
 
 
 @functools.cache
@@ -848,24 +872,14 @@ def _rows_table(
     return pa.concat_tables(good) if good else schema.empty_table()
 
 
-def _frame_table(frame: Any) -> pa.Table:
-    """A pandas frame as Arrow; a column of mixed types ("1", 2, "x") as its values' text, which
-    the writer then casts as it casts any table (a gap stays missing)."""
+def _frame_table(frame: Any) -> pa.Table | list[dict[str, Any]]:
+    """A pandas frame as Arrow; one with a column of mixed types ("1", 2, "x") as row dicts,
+    which the writer fits value by value (its gaps, NaN, None, pd.NA or NaT, missing)."""
+    frame = frame.loc[:, ~frame.columns.duplicated()]  # a name twice: the first column
     try:
         return pa.Table.from_pandas(frame, preserve_index=False)
     except (pa.ArrowException, TypeError, ValueError):
-        pass
-    columns = {}
-    for name in frame.columns:
-        try:
-            columns[str(name)] = pa.array(frame[name], from_pandas=True)
-        except (pa.ArrowException, TypeError, ValueError):
-            values = frame[name].tolist()
-            gap = [v is None or (isinstance(v, float) and math.isnan(v)) for v in values]
-            columns[str(name)] = pa.array(
-                [None if g else str(v) for v, g in zip(values, gap, strict=True)], pa.string()
-            )
-    return pa.table(columns)
+        return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
 def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
@@ -881,14 +895,20 @@ def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
 def _table_rows(rec: Recorder, table: pa.Table) -> pa.Table:
     """``table`` cast to the trajectories schema, a value that does not cast losing its row
     alone: Arrow's cast ("5" reads as 5, "true" as true, 7.5 where an integer goes is
-    refused). A column that does not cast whole is halved until the values that fail are
-    found: a few casts per bad value, not one per row."""
+    refused; a NaN there is missing, as in row dicts). A column that does not cast whole is
+    halved until the values that fail are found: a few casts per bad value, not one per row
+    (a column where most values fail costs about one cast per row)."""
     bad = np.zeros(table.num_rows, dtype=bool)
     error: list[BaseException] = []
     for field in TRAJECTORIES:
-        if field.name in table.column_names and table.column(field.name).type != field.type:
-            for i in _uncast(table.column(field.name), field.type, 0, error):
-                bad[i] = True
+        if field.name not in table.column_names or table.column(field.name).type == field.type:
+            continue
+        column = table.column(field.name)
+        if pa.types.is_integer(field.type) and pa.types.is_floating(column.type):
+            column = pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column)
+            table = table.set_column(table.column_names.index(field.name), field.name, column)
+        for i in _uncast(column, field.type, 0, error):
+            bad[i] = True
     if error:
         rec._fail("bad-value", error[0], count="bad_rows", rows=int(bad.sum()))
     if bad.all():
@@ -896,15 +916,27 @@ def _table_rows(rec: Recorder, table: pa.Table) -> pa.Table:
     return conform(table.filter(pa.array(~bad)), TRAJECTORIES)
 
 
+_ONE_BY_ONE = 16  # a failing stretch this short is cast value by value rather than halved again
+
+
 def _uncast(column: pa.ChunkedArray, kind: pa.DataType, offset: int, error: list[BaseException]) -> list[int]:
-    """Positions (from ``offset``) of the values of ``column`` that do not cast to ``kind``."""
+    """Positions (from ``offset``) of the values of ``column`` that do not cast to ``kind``;
+    the first failure goes into ``error`` (one, not one per bad value)."""
     try:
         column.cast(kind)
         return []
     except _BUILD_ERRORS as exc:
-        if len(column) == 1:
-            error.append(exc)
-            return [offset]
+        if len(column) <= _ONE_BY_ONE:
+            bad = []
+            for i in range(len(column)):
+                try:
+                    column.slice(i, 1).cast(kind)
+                except _BUILD_ERRORS as one:
+                    bad.append(offset + i)
+                    if not error:
+                        error.append(one)
+            return bad
+        del exc  # its traceback holds the whole column
     half = len(column) // 2
     return _uncast(column.slice(0, half), kind, offset, error) + _uncast(column.slice(half), kind, offset + half, error)
 
