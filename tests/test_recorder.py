@@ -835,3 +835,22 @@ def test_a_change_too_small_to_show_has_no_sign():
         "n/a",
     )
     assert secs(1.23e-05) == "0 s" and secs(1449.4) == "1,449 s"
+
+
+def test_a_mixed_dataframe_column_leaves_the_others_to_arrows_cast(tmp_path):
+    run = str(tmp_path / "run")
+    frame = pd.DataFrame(
+        {
+            "traj_id": ["a", "b", "c"],
+            "reward_error": ["ok", 404, None],  # mixed: as text
+            "aborted": [1.0, 0.0, float("nan")],  # a flag with a gap, cast by Arrow
+            "partial": [0, 2, 1],
+            "group": pd.Series([1.0, "2", "+5"], dtype=object),  # "+5" Arrow refuses, row dicts alike
+        }
+    )
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, frame)
+        rec.log_trajectories(1, [{"traj_id": "d", "group": "+5"}])
+    assert rec.status()["bad_rows"] == 2
+    rows = RunReader(run).read("trajectories", ["traj_id", "reward_error", "aborted", "partial", "group"]).to_pylist()
+    assert [tuple(r.values()) for r in rows] == [("a", "ok", True, False, 1), ("b", "404", False, True, 2)]

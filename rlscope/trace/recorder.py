@@ -758,7 +758,7 @@ def _text_array(values: list[str | None]) -> pa.Array:
         return pa.array([v if v is None else v.encode("utf-8", "replace").decode("utf-8") for v in values], pa.string())
 
 
-_INT_TEXT = re.compile(r"[+-]?[0-9]+")  # the text Arrow casts to an integer
+_INT_TEXT = re.compile(r"-?[0-9]+")  # the text Arrow casts to an integer ("+5" it refuses)
 
 
 def _whole_or_refused(name: str, value: Any) -> Any:
@@ -872,14 +872,36 @@ def _rows_table(
     return pa.concat_tables(good) if good else schema.empty_table()
 
 
-def _frame_table(frame: Any) -> pa.Table | list[dict[str, Any]]:
-    """A pandas frame as Arrow; one with a column of mixed types ("1", 2, "x") as row dicts,
-    which the writer fits value by value (its gaps, NaN, None, pd.NA or NaT, missing)."""
-    frame = frame.loc[:, ~frame.columns.duplicated()]  # a name twice: the first column
+def _frame_table(frame: Any) -> pa.Table:
+    """A pandas frame as Arrow; a column of mixed types ("1", 2, "x") as its values' text, which
+    the writer casts as it casts any table, so each column keeps Arrow's cast and a bad value
+    loses its row alone (a name twice: the first column)."""
+    frame = frame.loc[:, ~frame.columns.duplicated()]
     try:
         return pa.Table.from_pandas(frame, preserve_index=False)
-    except (pa.ArrowException, TypeError, ValueError):
-        return frame.astype(object).where(frame.notna(), None).to_dict("records")
+    except _BUILD_ERRORS:
+        pass
+    columns = {}
+    for name in frame.columns:
+        try:
+            columns[str(name)] = pa.array(frame[name], from_pandas=True)
+        except _BUILD_ERRORS:
+            columns[str(name)] = _text_array([_as_text(v) for v in frame[name].tolist()])
+    return pa.table(columns)
+
+
+def _as_text(value: Any) -> str | None:
+    """A value of a mixed pandas column as text Arrow casts back: a gap (None, NaN, pd.NA, NaT)
+    missing, a bool as "true", a whole float as "2" (so that it casts to an integer)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _as_rows(rows: dict[str, Any]) -> list[dict[str, Any]]:
