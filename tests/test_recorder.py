@@ -854,3 +854,16 @@ def test_a_mixed_dataframe_column_leaves_the_others_to_arrows_cast(tmp_path):
     assert rec.status()["bad_rows"] == 2
     rows = RunReader(run).read("trajectories", ["traj_id", "reward_error", "aborted", "partial", "group"]).to_pylist()
     assert [tuple(r.values()) for r in rows] == [("a", "ok", True, False, 1), ("b", "404", False, True, 2)]
+
+
+def test_a_numpy_flag_into_an_integer_column_and_a_table_naming_a_column_twice_are_kept(tmp_path):
+    run = str(tmp_path / "run")
+    twice = pa.Table.from_arrays([pa.array(["b"]), pa.array([3]), pa.array([4])], names=["traj_id", "group", "group"])
+    with Recorder(run) as rec:
+        rec.log_trajectories(0, [{"traj_id": "a", "group": np.bool_(True)}])  # as Arrow casts a bool column
+        rec.log_trajectories(1, twice)  # the first "group", as for a DataFrame
+    assert rec.status()["bad_rows"] == 0
+    assert RunReader(run).read("trajectories", ["traj_id", "group"]).to_pylist() == [
+        {"traj_id": "a", "group": 1},
+        {"traj_id": "b", "group": 3},
+    ]

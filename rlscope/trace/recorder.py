@@ -369,7 +369,10 @@ class Recorder:
             if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
                 rows = _frame_table(rows[[c for c in rows.columns if c in TRAJECTORIES.names]])
             if isinstance(rows, pa.Table):
-                payload = rows.select([c for c in rows.column_names if c in TRAJECTORIES.names])
+                names = rows.column_names  # a name twice: the first column, as for a DataFrame
+                payload = rows.select(
+                    [i for i, c in enumerate(names) if c in TRAJECTORIES.names and names.index(c) == i]
+                )
                 # a slice's share, not its parent's buffers; no column the schema has: no rows
                 n, nbytes = (payload.num_rows if payload.num_columns else 0), payload.nbytes
             elif (
@@ -791,6 +794,8 @@ def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
     out = dict(row)
     for field in schema:
         value = out.get(field.name)
+        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+            value = value.item()  # numpy and torch scalars (np.bool_ among them)
         if value is None:
             continue
         if isinstance(value, bool):
@@ -799,8 +804,6 @@ def _fitted(row: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
             continue
         if isinstance(value, str) and not value.isascii():  # a lone surrogate is no UTF-8: shown as "?"
             value = out[field.name] = value.encode("utf-8", "replace").decode("utf-8")
-        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-            value = value.item()  # numpy and torch scalars
         if pa.types.is_string(field.type):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = str(value)
