@@ -443,6 +443,30 @@ def test_stdin_that_is_not_text_is_named(tmp_path, capsys, monkeypatch, data, me
     assert code == 1 and out == "" and err.startswith("rlscope: ") and message in err and err.count("\n") == 1
 
 
+class _TrickleRaw(io.RawIOBase):
+    """A pipe whose writer has delivered one byte when it is first read (the peek sees one)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._reads = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = 1 if self._reads == 0 else min(len(buffer), len(self._data))
+        self._reads += 1
+        buffer[:size], self._data = self._data[:size], self._data[size:]
+        return size
+
+
+def test_gzip_on_stdin_is_named_when_the_pipe_first_gives_one_byte(tmp_path, capsys, monkeypatch):
+    stdin = io.TextIOWrapper(io.BufferedReader(_TrickleRaw(gzip.compress(b"step:1 - a:1\n"))))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    code, out, err = run_cli(capsys, "verl-log", "-", "--out", tmp_path / "run")
+    assert code == 1 and out == "" and "standard input: gzip-compressed" in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
 def test_cli_summary_and_meta(tmp_path, capsys):
     meta = '{"gpu": {"type": "H100", "count": 8}, "framework": "verl-fork"}'
     code, out, err = run_cli(capsys, "verl-log", DATA / "restart.log", "--out", tmp_path / "run", "--meta", meta)

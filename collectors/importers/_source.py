@@ -55,7 +55,7 @@ def check_text_file(path: str) -> None:
     """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text
     (``-``: unless what waits on standard input looks like text)."""
     if path == "-":
-        _check_head("standard input", _stdin_head(), "decompress it in the pipe: zcat FILE.gz | rlscope import ... -")
+        _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
         return
     if not os.path.exists(path):
         raise ImportInputError(f"{path}: no such file")
@@ -68,6 +68,9 @@ def check_text_file(path: str) -> None:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     how = f"gunzip -k {path}" if path.endswith(".gz") else f"zcat {path} > {path}.txt"
     _check_head(path, head, f"decompress it first ({how}) and import that")
+
+
+_STDIN_DECOMPRESS = "decompress it in the pipe: zcat FILE.gz | rlscope import ... -"
 
 
 def _stdin_head() -> bytes:
@@ -140,7 +143,11 @@ def _numbered(
 
 def _stdin_lines() -> Iterator[bytes]:
     stream = sys.stdin.buffer
+    first = True
     while chunk := stream.readline(MAX_LINE_BYTES):
+        if first:  # the peek before saw what the pipe had delivered, perhaps a byte: look again
+            _check_head("standard input", chunk[:_SNIFF_BYTES], _STDIN_DECOMPRESS)
+            first = False
         yield chunk
 
 
