@@ -3,9 +3,12 @@ and the simulator's injected faults recovered on every sample trace."""
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -576,3 +579,42 @@ def test_an_error_logged_with_its_exception_shows_the_traceback(capsys):
     err = capsys.readouterr().err
     assert err.startswith("rlscope: error: dashboard: a page failed to render\nTraceback (most recent call last):")
     assert "ValueError: rows of unequal length" in err
+
+
+def _write_through_a_pipe(tmp_path, data: bytes) -> tuple[str, threading.Thread]:
+    """A named pipe that a thread fills with ``data`` (as ``<(zcat x.log.gz)`` gives a path)."""
+    fifo = tmp_path / "piped.log"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return str(fifo), writer
+
+
+def test_a_log_given_as_a_pipe_is_read_whole(tmp_path, capsys):
+    step_lines = "".join(f"step:{s} - timing_s/gen:{s}.5 - timing_s/step:{2 * s}.5\n" for s in range(1, 5))
+    # the first steps within the first 8 kB, a look at which must not swallow them
+    data = step_lines.encode() + b"warming up\n" * 2000 + b"step:5 - timing_s/gen:5.5 - timing_s/step:10.5\n"
+    fifo, writer = _write_through_a_pipe(tmp_path, data)
+    code, doc = _run_json(capsys, fifo)
+    writer.join(5)
+    assert code == 0 and doc["run"]["first_step"] == 1 and doc["run"]["last_step"] == 5
+
+
+def test_an_unreadable_log_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "noperm.log"
+    log.write_text("step:1 - timing_s/gen:1.0\n")
+    real_open = builtins.open
+
+    def refusing_open(file, *args, **kwargs):  # as a file with mode 000 is to anyone but root
+        if os.fspath(file) == str(log):
+            raise PermissionError(13, "Permission denied", str(log))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing_open)
+    assert main(["diagnose", str(log)]) == 1
+    assert capsys.readouterr().err == f"rlscope: {log}: cannot read (Permission denied)\n"

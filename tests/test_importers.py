@@ -11,6 +11,7 @@ import math
 import os
 import pprint
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from rlscope.collectors.importers import (
 )
 from rlscope.collectors.verl_config import config_from_overrides
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "logs"
 # shared/ lies beside the repository (its checkout and CI's); RLSCOPE_REAL_LOGS points elsewhere
 REAL = Path(os.environ.get("RLSCOPE_REAL_LOGS", Path(__file__).resolve().parents[2] / "shared" / "real_logs"))
@@ -232,19 +234,40 @@ def test_a_step_line_is_never_swallowed_by_the_one_before(tmp_path, between):
     assert summary.skipped == bad.get(between, {})
 
 
-def test_a_last_line_without_its_line_end_is_read_and_told(tmp_path, capsys):
+def test_a_last_line_without_its_line_end_loses_its_last_field_and_is_told(tmp_path, capsys):
     log = tmp_path / "copied.log"
     log.write_bytes(b"step:1 - a:1.5\nstep:2 - a:2.5 - timing_s/step:13")  # copied mid-write: 131.608?
     code, out, _ = run_cli(capsys, "verl-log", log, "--out", tmp_path / "run")
     df = steps(tmp_path / "run")
-    assert code == 0 and value(df, 2, "timing_s/step") == 13.0
-    assert f"note: {log}:2: the last line has no line end" in out
-    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
-    assert meta["importer"]["notes"] == [
-        f"{log}:2: the last line has no line end (copied while being written?); read as it is"
-    ]
+    assert code == 0 and value(df, 2, "a") == 2.5 and set(df[df.step == 2].key) == {"a"}
+    assert "skipped: 1 cut_off_field" in out
+    note = (
+        f"{log}:2: this step line ends the file without a line end (copied while being written?); "
+        "its last field, 'timing_s/step:13', may be cut off and was left out"
+    )
+    assert f"note: {note}" in out
+    assert json.loads((tmp_path / "run" / "meta.json").read_text())["importer"]["notes"] == [note]
     log.write_bytes(b"step:1 - a:1.5\n")
     assert import_verl_log([log], tmp_path / "whole").notes == []
+
+
+def test_a_cut_off_last_line_of_a_wrapped_step_line_loses_its_last_field(tmp_path):
+    log = tmp_path / "wrapped.log"
+    log.write_bytes(b"step:3 - a:1.5 - timing_s/gen:10\n0.5 - timing_s/step:13")  # wrapped, then cut
+    summary = import_verl_log([log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 3, "timing_s/gen") == 100.5 and set(df.key) == {"a", "timing_s/gen"}
+    assert summary.skipped == {"cut_off_field": 1}
+
+
+def test_a_cut_off_last_csv_row_loses_its_last_cell(tmp_path):
+    csv_file = tmp_path / "history.csv"
+    csv_file.write_bytes(b"_step,a,timing_s/step\n1,1.5,131.608\n2,2.5,13")
+    summary = import_wandb_csv([csv_file], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert value(df, 1, "timing_s/step") == 131.608 and value(df, 2, "a") == 2.5
+    assert set(df[df.step == 2].key) == {"a"} and "its last cell may be cut off" in summary.notes[0]
+    assert summary.skipped == {"cut_off_field": 1}
 
 
 @pytest.mark.parametrize("rest", ['5"', "5'", '5",', '5\\n"', "5 ,"])
@@ -410,10 +433,10 @@ def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):
     with open(log, "wb") as fh:
         fh.write(b"step:1 - timing_s/gen:1.0\n\xff\xfe\x80 not utf-8 \x81\nstep:2 - timing_s/gen:2.0\n")
         fh.write(b"x" * (1_500_000) + b" step:9 - a:1\n")
-        fh.write(b"step:3 - timing_s/gen:3.0")  # no final newline
+        fh.write(b"step:3 - timing_s/gen:3.0")  # no final newline: perhaps 3.05, cut off
     summary = import_verl_log([log], tmp_path / "run")
     df = steps(tmp_path / "run")
-    assert sorted(set(df.step)) == [1, 2, 3] and summary.skipped == {"overlong_line": 1}
+    assert sorted(set(df.step)) == [1, 2] and summary.skipped == {"overlong_line": 1, "cut_off_field": 1}
 
 
 def _stdin(data: bytes) -> io.TextIOWrapper:
@@ -1027,3 +1050,47 @@ def test_overrides_parse_as_hydra_reads_them(tmp_path):
         (tmp_path / script.split()[0]).mkdir()
         meta, _ = _import_text(tmp_path / script.split()[0], script + "\n" + _STEP_LINE)
         assert meta["batch_size"] == int(script.rpartition("=")[2])
+
+
+def test_an_out_directory_that_cannot_be_made_is_refused_before_reading(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "x.log"
+    log.write_text("step:1 - a:1\n")
+    (tmp_path / "afile").write_text("")
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "afile" / "run")
+    assert (
+        code == 1
+        and err == f"rlscope: {tmp_path / 'afile' / 'run'}: cannot create it, {tmp_path / 'afile'} is a file\n"
+    )
+    import rlscope.collectors.importers._sink as sink_module
+
+    monkeypatch.setattr(sink_module.os, "access", lambda *_args: False)  # as a read-only folder is to a user
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "new" / "run")
+    assert (
+        code == 1
+        and err
+        == f"rlscope: {tmp_path / 'new' / 'run'}: cannot write there, {tmp_path} is not writable (permission denied)\n"
+    )
+
+
+def test_a_log_given_as_a_pipe_loses_no_line_to_the_look_at_its_head(tmp_path):
+    fifo = tmp_path / "piped.log"
+    os.mkfifo(fifo)
+    data = "".join(f"step:{s} - a:{s}\n" for s in range(1, 2001)).encode()  # 20 kB: more than the look
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    # in a child: a reader that opened the pipe twice would wait for a second writer for ever
+    done = subprocess.run(
+        [sys.executable, "-m", "rlscope", "import", "verl-log", str(fifo), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    writer.join(5)
+    assert done.returncode == 0 and "2000 steps (1..2000)" in done.stdout
+    assert value(steps(tmp_path / "run"), 1, "a") == 1.0

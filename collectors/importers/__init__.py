@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import ImportInputError, Tail
+from rlscope.collectors.importers._source import ImportInputError, Tail, check_text_file
 from rlscope.collectors.importers.tensorboard import import_tensorboard
 from rlscope.collectors.importers.verl_jsonl import import_verl_jsonl
 from rlscope.collectors.importers.verl_log import import_verl_log
@@ -24,6 +24,7 @@ __all__ = [
     "ImportSummary",
     "StepSink",
     "Tail",
+    "check_text_file",
     "import_tensorboard",
     "import_verl_jsonl",
     "import_verl_log",

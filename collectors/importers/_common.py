@@ -80,19 +80,25 @@ def each_source(paths: list[str], tail: Tail) -> Iterator[tuple[str, str, bool]]
         yield path, "<stdin>" if path == "-" else path, tail.follow and index == len(paths) - 1
 
 
-def source_lines(sink: StepSink, path: str, name: str, tail: Tail, *, follow: bool) -> Iterator[tuple[int, str] | None]:
-    """``read_lines`` for an importer: lines counted, overlong ones counted as skipped, and a
-    flush (when due) before passing ``IDLE`` on."""
+def source_lines(
+    sink: StepSink, path: str, name: str, tail: Tail, *, follow: bool
+) -> Iterator[tuple[int, str, bool] | None]:
+    """``read_lines`` for an importer, as ``(line number, text, cut)``: lines counted, overlong
+    ones counted as skipped, and a flush (when due) before passing ``IDLE`` on.
+
+    ``cut`` is true for a last line without its line end (a file copied while being written):
+    its last field may stop mid-number, so the importer leaves that field out and says so.
+    """
+    cut_at: list[int] = []
 
     def overlong(lineno: int) -> None:
         sink.skip("overlong_line", f"{name}:{lineno}", bad=False)
 
-    def unterminated(lineno: int) -> None:
-        sink.note(f"{name}:{lineno}: the last line has no line end (copied while being written?); read as it is")
-
-    for item in read_lines(path, tail, follow=follow, on_overlong=overlong, on_unterminated=unterminated):
+    for item in read_lines(path, tail, follow=follow, on_overlong=overlong, on_unterminated=cut_at.append):
         if item is IDLE:
             sink.maybe_flush()
-        else:
-            sink.summary.lines += 1
-        yield item
+            yield IDLE
+            continue
+        sink.summary.lines += 1
+        lineno, text = item
+        yield lineno, text, lineno in cut_at

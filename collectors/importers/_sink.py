@@ -161,10 +161,13 @@ class StepSink:
         self._cols: dict[str, list[Any]] = {name: [] for name in ("step", "attempt", "time", "key", "value")}
 
     def _check_target(self) -> None:
+        """A one-line error now, before the input is read, if the run directory cannot be written."""
         loc = self._loc
         info = loc.fs.get_file_info(loc.path)
         if info.type == pafs.FileType.File:
             raise RunDirError(f"{loc.path}: is a file, expected a run directory to write")
+        if isinstance(loc.fs, pafs.LocalFileSystem):
+            _check_local_target(loc.path)
         folder = loc.fs.get_file_info(loc.join("steps"))
         if folder.type == pafs.FileType.Directory:
             entries = loc.fs.get_file_info(pafs.FileSelector(folder.path))
@@ -328,3 +331,14 @@ def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def _source_name(source: str) -> str:
     return "<stdin>" if source == "-" else os.path.abspath(source)
+
+
+def _check_local_target(path: str) -> None:
+    """``RunDirError`` unless ``path`` is, or can be made, a directory this process may write."""
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise RunDirError(f"{path}: cannot create it, {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"{path}: cannot write there, {existing} is not writable (permission denied)")

@@ -61,6 +61,8 @@ def check_text_file(path: str) -> None:
         raise ImportInputError(f"{path}: no such file")
     if os.path.isdir(path):
         raise ImportInputError(f"{path}: is a directory, expected a file")
+    if not os.path.isfile(path):  # a pipe (``<(zcat x.gz)``): what a look reads would be lost
+        return
     try:
         with open(path, "rb") as fh:
             head = fh.read(_SNIFF_BYTES)

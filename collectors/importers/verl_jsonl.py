@@ -93,6 +93,11 @@ def import_verl_jsonl(
                 if item is IDLE:
                     live = True
                 else:
-                    _read_line(sink, f"{name}:{item[0]}", item[1], time.time() if live else None)
+                    lineno, line, cut = item
+                    if cut:  # a cut-off JSON object does not parse: a whole one is read
+                        sink.note(
+                            f"{name}:{lineno}: the last line has no line end (copied while being written?); read as it is"
+                        )
+                    _read_line(sink, f"{name}:{lineno}", line, time.time() if live else None)
 
     return run_import(sink, tail, body)

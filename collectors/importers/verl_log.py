@@ -193,6 +193,8 @@ class _Parser:
         self.step_text: str | None = None  # a step line that the next line may continue
         self.step_where = ""
         self.step_time: float | None = None
+        self.step_cut = False  # the pending step line ends in a line cut off (no line end)
+        self.piece_cut = False  # the text being fed is the end of such a line
         self.block: _Block | None = None
         self.waiting: tuple[str, dict[str, float]] | None = None  # a dict printed before its step line
         self.last_metrics: dict[str, float] = {}
@@ -204,8 +206,11 @@ class _Parser:
 
     # -- input ---------------------------------------------------------------------------
 
-    def feed(self, where: str, line: str, when: float | None) -> None:
-        for piece in [p for p in line.split("\r") if p] or [""]:
+    def feed(self, where: str, line: str, when: float | None, *, cut: bool = False) -> None:
+        """Read one line; ``cut``: the last line of a file, without its line end."""
+        pieces = [p for p in line.split("\r") if p] or [""]
+        for index, piece in enumerate(pieces):
+            self.piece_cut = cut and index == len(pieces) - 1
             prefix, text = _clean(piece)
             if self.launch_text is not None:
                 if not (prefix or _STEP.search(text)) and (self.launch_continued or _wrapped_launch(text)):
@@ -215,6 +220,7 @@ class _Parser:
             if self.step_text is not None:
                 if self._continues(prefix, text):
                     self.step_text += text
+                    self.step_cut = self.piece_cut
                     continue
                 if text.strip() and not _strip_tqdm(text).strip():
                     continue  # a progress bar redrawn between the pieces of a wrapped line
@@ -258,12 +264,14 @@ class _Parser:
             match = _STEP.search(tail + text[:24])
             if match and match.start() < len(tail):
                 self.step_text, self.step_where, self.step_time = (tail + text)[match.start() :], where, when
+                self.step_cut = self.piece_cut
                 return
         if "step:" in text:
             text = _strip_tqdm(text)
             match = _STEP.search(text)
             if match:
                 self.step_text, self.step_where, self.step_time = text[match.start() :], where, when
+                self.step_cut = self.piece_cut
                 return
             bad = _BAD_STEP.search(text)
             if bad:
@@ -329,9 +337,19 @@ class _Parser:
         if step is None:
             self.sink.skip("bad_step", where, match.group(0))
             return
+        fields = [f.strip() for f in _SEP.split(text[match.end() :])]
+        cut, self.step_cut = self.step_cut, False
+        if cut:  # the line stops where the copy did: its last field may be a number cut short
+            last = next((i for i in reversed(range(len(fields))) if fields[i] not in ("", "-")), None)
+            if last is not None:
+                self.sink.skip("cut_off_field", where, fields[last], bad=False)
+                self.sink.note(
+                    f"{where}: this step line ends the file without a line end (copied while being written?); "
+                    f"its last field, {fields[last][:80]!r}, may be cut off and was left out"
+                )
+                del fields[last]
         metrics: dict[str, float] = {}
-        for field in _SEP.split(text[match.end() :]):
-            field = field.strip()
+        for field in fields:
             if not field or field == "-":
                 continue
             key, sep, raw = field.rpartition(":")
@@ -347,7 +365,8 @@ class _Parser:
             else:
                 metrics[key] = value
         if not metrics:
-            self.sink.skip("empty_step_line", where, text)
+            if not cut:  # else the field left out was its only one
+                self.sink.skip("empty_step_line", where, text)
             return
         if self.waiting is not None:
             self._settle_waiting((step, metrics))
@@ -504,8 +523,8 @@ def import_verl_log(
                     live = True
                     parser.idle()
                     continue
-                lineno, line = item
-                parser.feed(f"{name}:{lineno}", line, time.time() if live else None)
+                lineno, line, cut = item
+                parser.feed(f"{name}:{lineno}", line, time.time() if live else None, cut=cut)
             parser.end_of_source()
         parser.finish()
 

@@ -35,13 +35,20 @@ class _Rows:
     """The lines of one CSV source for ``csv.reader``, remembering the number of the last one."""
 
     def __init__(self, sink: StepSink, path: str, name: str, tail: Tail, follow: bool):
-        self.name, self.lineno = name, 0
+        self.name, self.lineno, self._sink = name, 0, sink
         self._lines = source_lines(sink, path, name, tail, follow=follow)
 
     def __iter__(self) -> Iterator[str]:
         for item in self._lines:
             if item is not IDLE:
-                self.lineno, line = item
+                self.lineno, line, cut = item
+                if cut:  # its last cell may stop mid-number: left empty
+                    self._sink.skip("cut_off_field", f"{self.name}:{self.lineno}", bad=False)
+                    self._sink.note(
+                        f"{self.name}:{self.lineno}: the last line has no line end (copied while being written?); "
+                        "its last cell may be cut off and was left out"
+                    )
+                    line = line[: line.rfind(",") + 1]
                 yield line + "\n"
 
 

@@ -105,3 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # what the machine refused (a full disk, a path that cannot be written)
+        print(f"rlscope: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1

@@ -29,6 +29,8 @@ import logging
 import math
 import os
 import re
+import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +53,9 @@ _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
 def _looks_like_jsonl(path: str) -> bool:
+    from rlscope.collectors.importers import check_text_file
+
+    check_text_file(path)  # a one-line error for a file that cannot be read or is not text
     if path.lower().endswith((".jsonl", ".ndjson")):
         return True
     with open(path, "rb") as fh:
@@ -61,22 +66,35 @@ def _looks_like_jsonl(path: str) -> bool:
     return False
 
 
+def _is_pipe(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
     if "://" not in path and not os.path.exists(path):
         raise RunDirError(f"{path}: no such run directory or log file")
-    if not os.path.isfile(path):
+    piped = _is_pipe(path)
+    if not (piped or os.path.isfile(path)):
         yield path
         return
     from rlscope.collectors.importers import IMPORTERS
 
-    # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
-    kinds = ("verl-jsonl", "verl-log") if _looks_like_jsonl(path) else ("verl-log", "verl-jsonl")
     with tempfile.TemporaryDirectory(prefix="rlscope-import-") as tmp:
+        source = path
+        if piped:  # ``<(zcat x.log.gz)``: read once into a file, which both formats can then read
+            source = os.path.join(tmp, "piped-input")
+            with open(path, "rb") as pipe, open(source, "wb") as copy:
+                shutil.copyfileobj(pipe, copy)
+        # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
+        kinds = ("verl-jsonl", "verl-log") if _looks_like_jsonl(source) else ("verl-log", "verl-jsonl")
         for kind in kinds:
             run_dir = os.path.join(tmp, kind)
-            if IMPORTERS[kind]([path], run_dir).steps:
+            if IMPORTERS[kind]([source], run_dir).steps:
                 break
         else:
             hint = ""
