@@ -30,6 +30,7 @@ from rlscope.collectors.importers import (
     import_verl_log,
     import_wandb_csv,
 )
+from rlscope.collectors.importers._source import MAX_LINE_BYTES
 from rlscope.collectors.verl_config import config_from_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -428,6 +429,22 @@ def test_a_repeated_line_becomes_a_second_attempt(tmp_path):
     assert value(df, 1, "timing_s/gen", attempt=1) == 1.0 and value(df, 2, "timing_s/gen") == 2.0
 
 
+@pytest.mark.parametrize("via_stdin", [False, True], ids=["file", "stdin"])
+def test_a_log_whose_lines_end_with_a_lone_cr_is_read_whole(tmp_path, monkeypatch, via_stdin):
+    # 2,000 lines of 1 kB: more than the 1 MiB a line may have, with no line feed anywhere
+    line = "step:{} - timing_s/gen:{}.5 - " + " - ".join(f"k/{i}:{i}" for i in range(120))
+    data = "\r".join(line.format(s, s) for s in range(1, 2001)).encode() + b"\r"
+    assert len(data) > MAX_LINE_BYTES and b"\n" not in data
+    log = tmp_path / "mac.log"
+    log.write_bytes(data)
+    if via_stdin:
+        monkeypatch.setattr(sys, "stdin", _stdin(data))
+    summary = import_verl_log(["-" if via_stdin else log], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert summary.steps == 2000 and value(df, 2000, "timing_s/gen") == 2000.5 and value(df, 1, "k/119") == 119
+    assert summary.skipped == {} and summary.notes == []  # the last CR ends the last line
+
+
 def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):
     log = tmp_path / "mixed.log"
     with open(log, "wb") as fh:
@@ -450,6 +467,15 @@ def test_stdin(tmp_path, capsys, monkeypatch):
     code, out, _ = run_cli(capsys, "verl-log", "-", "--out", tmp_path / "run")
     assert code == 0 and "7 steps (1..6)" in out
     assert RunReader(tmp_path / "run").meta["importer"]["sources"] == ["<stdin>"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_a_utf16_log_is_named_as_such(tmp_path, capsys, encoding):
+    log = tmp_path / "powershell.log"
+    log.write_text("step:1 - timing_s/gen:1.5\n", encoding=encoding)
+    code, out, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "run")
+    assert code == 1 and out == ""
+    assert err == f"rlscope: {log}: UTF-16 text; convert it to UTF-8 first (iconv -f utf-16 -t utf-8)\n"
 
 
 @pytest.mark.parametrize(

@@ -90,10 +90,23 @@ def _stdin_head() -> bytes:
 def _check_head(name: str, head: bytes, decompress: str) -> None:
     if head.startswith(b"\x1f\x8b"):
         raise ImportInputError(f"{name}: gzip-compressed; {decompress}")
+    if _is_utf16(head):  # PowerShell's ``>`` writes UTF-16
+        raise ImportInputError(f"{name}: UTF-16 text; convert it to UTF-8 first (iconv -f utf-16 -t utf-8)")
     if b"\0" in head:
         raise ImportInputError(f"{name}: binary data (NUL bytes), not a text file")
     if head and head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10:
         raise ImportInputError(f"{name}: binary data (not UTF-8 text)")
+
+
+def _is_utf16(head: bytes) -> bool:
+    """A byte-order mark, or text whose every other byte is NUL (ASCII in UTF-16 without one)."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    sample = head[: min(len(head), 256) // 2 * 2]
+    if len(sample) < 8:
+        return False
+    even, odd = sample[0::2], sample[1::2]
+    return (not odd.strip(b"\0") and b"\0" not in even) or (not even.strip(b"\0") and b"\0" not in odd)
 
 
 def read_lines(
@@ -128,7 +141,7 @@ def _numbered(
         if chunk is None:
             yield IDLE
             continue
-        complete = chunk.endswith(b"\n")
+        complete = chunk.endswith((b"\n", b"\r"))  # a CR ends a line too (old Mac tools)
         if dropping:
             dropping = not complete
             continue
@@ -145,12 +158,24 @@ def _numbered(
 
 def _stdin_lines() -> Iterator[bytes]:
     stream = sys.stdin.buffer
-    first = True
-    while chunk := stream.readline(MAX_LINE_BYTES):
+    first, rest = True, b""
+    while chunk := stream.readline(MAX_LINE_BYTES - len(rest)):
         if first:  # the peek before saw what the pipe had delivered, perhaps a byte: look again
             _check_head("standard input", chunk[:_SNIFF_BYTES], _STDIN_DECOMPRESS)
             first = False
+        chunk, rest = _whole_cr_lines(rest + chunk)
         yield chunk
+    if rest:
+        yield rest
+
+
+def _whole_cr_lines(piece: bytes) -> tuple[bytes, bytes]:
+    """``piece`` as (what to give now, what to keep for the next read): a piece of
+    MAX_LINE_BYTES without a line feed gives the lines that end with a lone CR, if any."""
+    if piece.endswith(b"\n") or len(piece) < MAX_LINE_BYTES:
+        return piece, b""
+    cr = piece.rfind(b"\r")
+    return (piece[: cr + 1], piece[cr + 1 :]) if cr >= 0 else (piece, b"")
 
 
 def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None]:
@@ -161,8 +186,8 @@ def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None
         if chunk:
             partial += chunk
             if partial.endswith(b"\n") or len(partial) >= MAX_LINE_BYTES:
-                yield partial
-                partial = b""
+                whole, partial = _whole_cr_lines(partial)
+                yield whole
             continue
         if not follow or draining:
             break
