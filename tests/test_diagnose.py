@@ -618,3 +618,44 @@ def test_an_unreadable_log_is_a_one_line_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(builtins, "open", refusing_open)
     assert main(["diagnose", str(log)]) == 1
     assert capsys.readouterr().err == f"rlscope: {log}: cannot read (Permission denied)\n"
+
+
+def test_the_step_time_says_when_it_is_the_sum_of_stage_timers(tmp_path, capsys):
+    log = tmp_path / "no-step-timer.log"
+    log.write_text("".join(f"step:{i} - timing_s/gen:30.0 - timing_s/update_actor:10.0\n" for i in range(1, 5)))
+    code, doc = _run_json(capsys, str(log))
+    assert code == 0 and doc["headline"]["step_s"] == 40.0  # 30 + 10: a lower bound of the wall clock
+    assert doc["headline"]["step_s_basis"] == "sum of stage timers"
+    assert main(["diagnose", str(log)]) == 0
+    assert "40 s (recent mean; the sum of its stage timers, no timing_s/step)" in capsys.readouterr().out
+    log.write_text("".join(f"step:{i} - timing_s/gen:30.0 - timing_s/step:45.0\n" for i in range(1, 5)))
+    assert _run_json(capsys, str(log))[1]["headline"]["step_s_basis"] == "step timer"
+
+
+def test_a_restarted_log_is_told(tmp_path, capsys):
+    log = tmp_path / "resumed.log"
+    log.write_text(
+        "".join(f"step:{i} - timing_s/gen:30.0 - timing_s/step:45.0\n" for i in (1, 2, 3, 2, 3, 4))
+    )  # killed after step 3, resumed from the checkpoint of step 1
+    code, doc = _run_json(capsys, str(log))
+    assert code == 0
+    assert (
+        "the log restarted 1 time(s) (steps logged again): each step is read from its latest attempt"
+        in doc["run"]["warnings"]
+    )
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+def test_a_waterfall_charging_an_estimated_tail_says_so(tmp_path, capsys):
+    args = [str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"), "--gpus", "8", "--gpu-type", "H100"]
+    args += ["--active-params", "1.5e9", "--meta", '{"batch_size": 128, "group_size": 8}']
+    code, doc = _run_json(capsys, *args)
+    assert code == 0 and doc["long_tail"]["estimated"] is True and doc["mfu"]["tail_estimated"] is True
+    waterfall = next(f for f in doc["findings"] if f["id"] == "mfu-waterfall")
+    assert waterfall["evidence"]["tail_estimated"] is True
+    assert "(long_tail is estimated from response lengths)" in waterfall["recommendation"]
+    for fmt in ("text", "markdown"):
+        assert main(["diagnose", *args, "--format", fmt]) == 0
+        assert "long tail (estimated)" in capsys.readouterr().out
+    _, measured = _run_json(capsys, str(SAMPLES / "longtail-8b"))
+    assert measured["mfu"]["tail_estimated"] is False

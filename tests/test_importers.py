@@ -23,6 +23,7 @@ import pytest
 from rlscope import RunReader
 from rlscope.cli import main as cli
 from rlscope.collectors.importers import (
+    ImportInputError,
     StepSink,
     Tail,
     import_tensorboard,
@@ -443,6 +444,21 @@ def test_a_log_whose_lines_end_with_a_lone_cr_is_read_whole(tmp_path, monkeypatc
     df = steps(tmp_path / "run")
     assert summary.steps == 2000 and value(df, 2000, "timing_s/gen") == 2000.5 and value(df, 1, "k/119") == 119
     assert summary.skipped == {} and summary.notes == []  # the last CR ends the last line
+
+
+def test_the_rest_of_a_wrapped_line_cut_off_by_another_line_is_counted(tmp_path):
+    log = tmp_path / "interleaved.log"
+    log.write_text(
+        "step:4 - a/x:1.5 - prompt_length/max\n"
+        "(WorkerDict pid=4735) x\n"
+        ":397.000 - prompt_length/min:12.0 - timing_s/step:131.608\n"
+    )
+    summary = import_verl_log([log], tmp_path / "run")
+    assert set(steps(tmp_path / "run").key) == {"a/x"}
+    assert summary.skipped == {"free_text_field": 1, "orphaned_fields": 1}
+    log.write_text("step:4 - a/x:1.5\n(WorkerDict pid=4735) x\n - prompt_length/min:12.0 - timing_s/step:131.6\n")
+    with pytest.raises(ImportInputError, match=r"interleaved.log:3: orphaned fields:  - prompt_length/min:12.0"):
+        import_verl_log([log], tmp_path / "strict", strict=True)
 
 
 def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):

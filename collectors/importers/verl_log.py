@@ -78,6 +78,7 @@ _SEP = re.compile(r"\s+-(?:\s+|(?=[A-Za-z_]))")
 _TRAILING_JUNK = re.compile(r"(?:\\[nr]|[\s\"'`,])+$")
 # the rest of a wrapped metric line: a fragment, " - key:value" fields, maybe the start of one more
 _TAIL_FIELDS = re.compile(r"^\S*(?:\s+-\s+[^\s:]+:\S*)*(?:\s+-\s*[^\s:]*)?\s*$")
+_METRIC_FIELD = re.compile(r"(?:^|\s)-\s+[^\s:]+/[^\s:]*:(\S+)")  # " - a/b:value"
 _TAIL_NUMBER = re.compile(r"^[\d.eE+-]+(?:\\[nr]|[\s\"'`,])*$")  # what _TRAILING_JUNK strips may follow
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
@@ -127,6 +128,12 @@ def _wrapped_launch(text: str) -> bool:
     mid-word at its first character, and every word after the first is an override (``k=v``)."""
     words = text.split()
     return bool(words) and not text[0].isspace() and all("=" in w for w in words[1:])
+
+
+def _orphaned_fields(text: str) -> bool:
+    """Whether ``text`` holds metric fields (`` - a/b:1.5 - c/d:2``) without the ``step:N`` that
+    starts their line: the rest of a wrapped line whose first part another line cut off."""
+    return sum(parse_number(value) is not None for value in _METRIC_FIELD.findall(text)) >= 2
 
 
 def _unseen(metrics: Mapping[str, float], seen: Mapping[str, float]) -> dict[str, float]:
@@ -277,6 +284,9 @@ class _Parser:
             if bad:
                 self.sink.skip("bad_step", where, bad.group(0))
                 return
+        if _orphaned_fields(text):
+            self.sink.skip("orphaned_fields", where, text)
+            return
         stripped = text.strip()
         lowered = stripped.lower()
         if " contains " in text:

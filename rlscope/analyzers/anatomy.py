@@ -115,7 +115,8 @@ class AnatomyResult:
     ``seconds``: index step, one column per phase, ``other`` and ``step``. ``shares``: the
     same columns (without ``step``) divided by ``step``. ``trend``: index phase, columns
     ``first``, ``last`` (mean share over the first / last quarter of steps), ``change`` and
-    ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged.
+    ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged. ``timed``: index
+    step, whether its ``step`` is that timer (else the sum of its stage timers).
     ``overlapped``: generation ran beside the step (see the module docstring).
     """
 
@@ -125,6 +126,7 @@ class AnatomyResult:
     step_timer: bool
     overlapped: bool = False
     findings: list[Finding] = field(default_factory=list)
+    timed: pd.Series = field(default_factory=lambda: pd.Series(dtype=bool))
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResult:
@@ -144,7 +146,9 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
         index=pd.Index(list(trends), name="phase"),
     )
     step_timer = f"{_PREFIX}step" in frames.steps.columns
-    result = AnatomyResult(seconds, shares, table, step_timer, overlapped)
+    timer = frames.steps[f"{_PREFIX}step"].reindex(seconds.index) if step_timer else None
+    timed = timer > 0 if timer is not None else pd.Series(False, index=seconds.index)  # NaN: not timed
+    result = AnatomyResult(seconds, shares, table, step_timer, overlapped, timed=timed)
     if not seconds.empty:
         result.findings.extend(_findings(result))
         if step_timer:

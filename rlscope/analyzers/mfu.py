@@ -186,6 +186,7 @@ class MFUResult:
     part), ``eta_forward``, ``eta_training``. ``mfu``: recent whole-step MFU (fraction).
     ``waterfall``: points lost per cause (sums to 100 - 100 * mfu). ``cross_check``: index
     verl key; ``stage``, ``verl``, ``rlscope``, ``ratio`` (verl / rlscope), recent means.
+    ``tail_estimated``: the long tail it charges is estimated from response lengths.
     """
 
     per_step: pd.DataFrame
@@ -194,6 +195,7 @@ class MFUResult:
     cross_check: pd.DataFrame
     findings: list[Finding] = field(default_factory=list)
     missing: tuple[str, ...] = ()  # what MFU lacks, as the options of ``rlscope diagnose`` that give it
+    tail_estimated: bool = False
 
 
 def analyze(
@@ -250,7 +252,7 @@ def analyze(
     fall = waterfall([e for s in window for e in ledgers[s]], budget)
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
     check = _cross_check(frames.steps.reindex(window), ours)
-    result = MFUResult(per_step, fall.mfu, fall.lost, check)
+    result = MFUResult(per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated)
     result.findings.extend(_findings(result))
     return result
 
@@ -354,10 +356,17 @@ def _findings(r: MFUResult) -> list[Finding]:
             finding(
                 "mfu-waterfall",
                 Severity.INFO,
-                {"mfu": r.mfu, "top_cause": top, "top_points": float(r.waterfall[top]), **points},
+                {
+                    "mfu": r.mfu,
+                    "top_cause": top,
+                    "top_points": float(r.waterfall[top]),
+                    "tail_estimated": r.tail_estimated,
+                    **points,
+                },
                 "100% -> "
                 + " ".join(f"-{p:.1f} {c}" for c, p in r.waterfall.items() if p >= 0.05)
-                + f" = {r.mfu:.1%}: attack {top} first, and judge every change by step time, not MFU",
+                + f" = {r.mfu:.1%}: attack {top} first, and judge every change by step time, not MFU"
+                + (" (long_tail is estimated from response lengths)" if r.tail_estimated else ""),
             )
         )
     for key, row in r.cross_check.iterrows():

@@ -12,6 +12,7 @@ __all__ = [
     "HEADLINE_TITLE",
     "REWARD_COLUMNS",
     "WHAT_IF_COLUMNS",
+    "cause_label",
     "generation",
     "gpus",
     "headline_rows",
@@ -38,6 +39,23 @@ REWARD_COLUMNS = (
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's Cc: what drives a terminal, not text
+
+
+_CAUSE_LABELS = {
+    "decode": "decode throughput",
+    "long_tail": "long tail",
+    "forward": "forward (logprobs)",
+    "training": "training",
+    "weight_sync": "weight sync",
+    "switching": "switching",
+    "idle_other": "idle / other",
+}
+
+
+def cause_label(cause: str, mfu: dict[str, Any]) -> str:
+    """A waterfall cause as the reports name it, saying when the long tail is estimated."""
+    label = _CAUSE_LABELS.get(cause, cause)
+    return label + " (estimated)" if cause == "long_tail" and mfu.get("tail_estimated") else label
 
 
 def shown(text: Any) -> str:
@@ -89,9 +107,13 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
         tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
     if head["tail_share"] is None:
-        tail = "n/a (no trajectory finish times, nor response lengths to estimate from, were read)"
+        tail = "n/a (needs trajectory finish times, or response_length/mean, response_length/max and timing_s/gen)"
+    basis = {
+        "sum of stage timers": "; the sum of its stage timers, no timing_s/step",
+        "mixed": "; timing_s/step, else the sum of the stage timers",
+    }.get(head.get("step_s_basis") or "", "")
     rows = [
-        ("step time", f"{secs(head['step_s'])} (recent mean)"),
+        ("step time", f"{secs(head['step_s'])} (recent mean{basis})"),
         ("generation", generation(head)),
         ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] and head["tail_share"] is not None else "")),
         ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc)),

@@ -116,6 +116,11 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
         if type(n) is int and n > 0  # not True
     )
     out = [f"the import ({name}) left out {counts}"] if counts else []
+    restarts = record.get("restarts")
+    if type(restarts) is int and restarts > 0:
+        out.append(
+            f"the log restarted {restarts} time(s) (steps logged again): each step is read from its latest attempt"
+        )
     notes = record.get("notes")
     return out + [str(n) for n in notes] if isinstance(notes, list) else out
 
@@ -144,8 +149,11 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         rows = d.gpu_idle.by_step[d.gpu_idle.by_step["role"] == learner_role(d.gpu_idle.by_step["role"])]
         if len(rows):
             trainer_idle = _num((rows["idle_share"] * rows["samples"]).sum() / rows["samples"].sum())
+    timed = recent(d.anatomy.timed) if len(d.anatomy.timed) else d.anatomy.timed
+    basis = "step timer" if timed.all() else "sum of stage timers" if not timed.any() else "mixed"
     return {
         "step_s": _num(step_s),
+        "step_s_basis": basis if not math.isnan(step_s) else None,
         "step_s_model": _num(t.step_now_s),
         "generation_share": _num(gen_share),
         "generation_s": _num(gen_s),
@@ -184,6 +192,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
         "mfu": {
             "mfu": d.mfu.mfu,
             "waterfall_points": d.mfu.waterfall,
+            "tail_estimated": d.mfu.tail_estimated,
             "cross_check": d.mfu.cross_check,
             "missing": list(d.mfu.missing),
         },

@@ -46,7 +46,8 @@ def waterfall(d: Diagnosis) -> go.Figure | None:
     lost = d.mfu.waterfall
     if lost is None or len(lost) == 0 or not 0 <= d.mfu.mfu <= 1:  # NaN, or above 1: a fact is wrong
         return None
-    labels = ["ideal", *[_safe(c) for c in lost.index], "MFU"]
+    estimated = {"long_tail": "long_tail (estimated)"} if d.mfu.tail_estimated else {}
+    labels = ["ideal", *[_safe(estimated.get(c, c)) for c in lost.index], "MFU"]
     values = [100.0, *(-lost.to_numpy(dtype=float)), 0.0]
     measures = ["absolute", *["relative"] * len(lost), "total"]
     fig = go.Figure(go.Waterfall(x=labels, y=values, measure=measures, connector={"line": {"color": "#999"}}))

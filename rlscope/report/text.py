@@ -16,6 +16,7 @@ from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
+    cause_label,
     gpus,
     headline_rows,
     reward_rows,
@@ -26,15 +27,6 @@ from rlscope.report._format import (
 __all__ = ["render_text"]
 
 _STYLE = {"critical": "bold red", "warn": "yellow", "info": "cyan"}
-_CAUSES = {
-    "decode": "decode throughput",
-    "long_tail": "long tail",
-    "forward": "forward (logprobs)",
-    "training": "training",
-    "weight_sync": "weight sync",
-    "switching": "switching",
-    "idle_other": "idle / other",
-}
 
 
 def _plain(*parts: tuple[str, str] | str) -> Text:
@@ -90,7 +82,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         console.print()
         console.print(_plain(("MFU waterfall", "bold underline"), " (points of 100% peak FLOP/s lost, by cause)"))
-        rows = [(_CAUSES.get(k, k), v) for k, v in waterfall.items() if v is not None]
+        rows = [(cause_label(k, doc["mfu"]), v) for k, v in waterfall.items() if v is not None]
         rows.append(("= MFU", 100 * doc["mfu"]["mfu"]))
         width = max(len(label) for label, _ in rows)
         for label, points in rows:
