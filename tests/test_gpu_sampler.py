@@ -165,7 +165,34 @@ def test_collect_cli_samples_for_a_duration(tmp_path, capsys, monkeypatch):
     )
     rows = RunReader(run).read("gpu").to_pylist()
     assert len(rows) >= 4 and {r["role"] for r in rows} == {"rollout"} and {r["gpu"] for r in rows} == {0, 1}
-    assert "samples written" in capsys.readouterr().out
+    assert f"{len(rows)} of {len(rows)} samples written, 0 read errors" in capsys.readouterr().out
+
+
+def test_collect_cli_refuses_a_run_directory_it_cannot_write(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=1))
+    (tmp_path / "afile").write_text("")
+    for run, reason in (
+        (tmp_path / "afile", "is a file, expected a run directory"),
+        (tmp_path / "afile" / "run", f"cannot create it, {tmp_path / 'afile'} is a file"),
+    ):
+        assert main(["collect", "gpu", "--run-dir", str(run), "--duration", "0.2"]) == 1
+        assert capsys.readouterr().err == f"rlscope: {run}: {reason}\n"
+
+
+def test_collect_cli_says_so_when_samples_do_not_reach_the_disk(tmp_path, capsys, monkeypatch):
+    import rlscope.trace.recorder as recorder_module
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=1))
+    monkeypatch.setattr(recorder_module, "write_segment", full_disk)
+    run = str(tmp_path / "run")
+    assert main(["collect", "gpu", "--run-dir", run, "--interval", "0.05", "--duration", "0.3"]) == 1
+    out, err = capsys.readouterr()
+    last = err.splitlines()[-1]  # after the recorder's warning when the write failed
+    assert out.splitlines()[-1].startswith("0 of ") and last.startswith(f"rlscope: {run}: samples were not written (")
+    assert "No space left on device" in last
 
 
 class _Unpicklable(dict):

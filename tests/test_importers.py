@@ -1136,3 +1136,27 @@ def test_a_log_given_as_a_pipe_loses_no_line_to_the_look_at_its_head(tmp_path):
     writer.join(5)
     assert done.returncode == 0 and "2000 steps (1..2000)" in done.stdout
     assert value(steps(tmp_path / "run"), 1, "a") == 1.0
+
+
+def test_a_meta_json_that_does_not_parse_is_never_replaced_by_an_import(tmp_path, capsys):
+    log = tmp_path / "x.log"
+    log.write_text("step:1 - timing_s/gen:1.5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    typo = '{"schema_version": 1, "gpu": {"type": "H100", "count": 8},}'  # a trailing comma
+    (run / "meta.json").write_text(typo)
+    code, out, err = run_cli(capsys, "verl-log", log, "--out", run)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"rlscope: {run / 'meta.json'}: not valid JSON") and "the import would replace it" in err
+    assert (run / "meta.json").read_text() == typo and not (run / "steps").exists()
+
+
+def test_a_hand_written_meta_json_is_merged_into(tmp_path, capsys):
+    log = tmp_path / "x.log"
+    log.write_text("step:1 - timing_s/gen:1.5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text('{"gpu": {"type": "H100", "count": 8}}')  # no schema_version
+    code, _, _ = run_cli(capsys, "verl-log", log, "--out", run)
+    meta = RunReader(run).meta
+    assert code == 0 and meta["gpu"] == {"type": "H100", "count": 8} and meta["importer"]["steps"] == 1

@@ -94,6 +94,30 @@ def test_resuming_a_run_merges_meta(tmp_path):
     assert meta["gpu"] == {"type": "H100", "count": 32} and meta["model"] == {"active_params": 8e9}
 
 
+def test_a_meta_json_that_does_not_parse_is_kept_beside_not_overwritten(tmp_path, caplog):
+    run = tmp_path / "run"
+    run.mkdir()
+    typo = '{"schema_version": 1, "gpu": {"type": "H100", "count": 8},}'  # a trailing comma
+    (run / "meta.json").write_text(typo)
+    with Recorder(str(run), meta={"topology": "async"}) as rec:
+        rec.log_step(1, {"timing_s/gen": 1.0})
+    kept = list(run.glob("meta.json.unreadable-*"))
+    assert len(kept) == 1 and kept[0].read_text() == typo
+    assert RunReader(run).meta["topology"] == "async"
+    assert "not valid JSON" in caplog.text and f"kept as {kept[0]}" in caplog.text
+
+
+def test_a_hand_written_meta_json_is_extended(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text('{"gpu": {"type": "H100", "count": 8}}')  # no schema_version
+    with Recorder(str(run), meta={"topology": "async"}):
+        pass
+    meta = RunReader(run).meta
+    assert meta["gpu"] == {"type": "H100", "count": 8} and meta["topology"] == "async"
+    assert not list(run.glob("meta.json.unreadable-*"))
+
+
 def test_trajectories_in_every_accepted_shape(tmp_path):
     run = str(tmp_path / "run")
     with Recorder(run) as rec:

@@ -24,11 +24,12 @@ from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
 from rlscope.errors import MetaError, RunDirError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
+    check_can_write,
     is_segment_name,
     locate,
     merge_meta,
+    meta_to_extend,
     new_writer_id,
-    read_meta,
     write_meta,
     write_segment,
 )
@@ -175,8 +176,12 @@ class StepSink:
         info = loc.fs.get_file_info(loc.path)
         if info.type == pafs.FileType.File:
             raise RunDirError(f"{loc.path}: is a file, expected a run directory to write")
-        if isinstance(loc.fs, pafs.LocalFileSystem):
-            _check_local_target(loc.path)
+        check_can_write(loc)
+        if info.type == pafs.FileType.Directory:
+            try:
+                meta_to_extend(loc)
+            except MetaError as exc:  # the import would merge into it: never replace what it holds
+                raise RunDirError(f"{exc}; the import would replace it: fix it, or move it away") from None
         folder = loc.fs.get_file_info(loc.join("steps"))
         if folder.type == pafs.FileType.Directory:
             entries = loc.fs.get_file_info(pafs.FileSelector(folder.path))
@@ -308,10 +313,7 @@ class StepSink:
         # meta.json as it was before this import: each write states the facts found so far in
         # full, so a fact a later config no longer states does not linger from an earlier write
         if self._meta_before is None:
-            try:
-                self._meta_before = read_meta(self._loc)
-            except MetaError:
-                self._meta_before = {}
+            self._meta_before = meta_to_extend(self._loc)
         s = self.summary
         record = {
             "name": s.importer,
@@ -340,14 +342,3 @@ def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def _source_name(source: str) -> str:
     return "<stdin>" if source == "-" else os.path.abspath(source)
-
-
-def _check_local_target(path: str) -> None:
-    """``RunDirError`` unless ``path`` is, or can be made, a directory this process may write."""
-    existing = path
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise RunDirError(f"{path}: cannot create it, {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirError(f"{path}: cannot write there, {existing} is not writable (permission denied)")

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from rlscope.cli._args import parser_for
-from rlscope.errors import UsageError
+from rlscope.errors import RunDirError, UsageError
 
 __all__ = ["main"]
 
@@ -36,7 +36,9 @@ def main(argv: Sequence[str]) -> int:
     from rlscope.collectors.gpu_sampler import GpuSampler
     from rlscope.collectors.nvml import NvmlBackend
     from rlscope.trace.recorder import Recorder
+    from rlscope.trace.store import check_can_write, locate
 
+    check_can_write(locate(args.run_dir))  # one line now, not a sampler that writes nothing for hours
     backend = NvmlBackend()  # raises NoGpuError (exit 4) before anything is written
     with Recorder(args.run_dir, flush_interval=max(1.0, args.interval * 4)) as rec:
         sampler = GpuSampler(rec, interval=args.interval, role=args.role, backend=lambda: backend)
@@ -50,5 +52,8 @@ def main(argv: Sequence[str]) -> int:
             pass
         finally:
             sampler.stop()
-        print(f"{sampler.samples} samples written, {sampler.errors} read errors")
+    status = rec.status()  # after close: what reached the disk, not what was queued
+    print(f"{status['rows_written']} of {sampler.samples} samples written, {sampler.errors} read errors")
+    if sampler.samples and status["rows_written"] < sampler.samples:
+        raise RunDirError(f"{args.run_dir}: samples were not written ({status['last_error'] or 'see the warnings'})")
     return 0

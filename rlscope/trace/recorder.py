@@ -50,8 +50,8 @@ from rlscope.trace.store import (
     conform,
     locate,
     merge_meta,
+    meta_to_extend,
     new_writer_id,
-    read_meta,
     write_meta,
     write_segment,
 )
@@ -246,10 +246,14 @@ def _meta_file_lock(loc: RunLocation) -> threading.Lock:
 
 
 def _existing_meta(loc: Any) -> dict[str, Any]:
-    """meta.json of a run being resumed, so a restart adds to it instead of replacing it."""
+    """meta.json of a run being resumed, so a restart adds to it instead of replacing it. One
+    that does not parse is kept beside (``meta.json.unreadable-<time>``), never overwritten."""
     try:
-        return read_meta(loc)
-    except MetaError:
+        return meta_to_extend(loc)
+    except MetaError as exc:
+        kept = f"{loc.join(META_FILE)}.unreadable-{time.time():.0f}"
+        loc.fs.move(loc.join(META_FILE), kept)
+        log.warning("rlscope recorder (%s): %s; kept as %s, and a new meta.json written", loc.path, exc, kept)
         return {}
 
 

@@ -27,10 +27,12 @@ from rlscope.trace.schema import SCHEMA_VERSION, TABLES
 
 __all__ = [
     "RunLocation",
+    "check_can_write",
     "conform",
     "is_segment_name",
     "locate",
     "merge_meta",
+    "meta_to_extend",
     "new_writer_id",
     "read_meta",
     "require_directory",
@@ -196,9 +198,39 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+def check_can_write(loc: RunLocation) -> None:
+    """``RunDirError`` unless a local ``loc`` is, or can be made, a directory this process may
+    write (a one-line error before any work, not a traceback after it); remote ones are not checked."""
+    if not isinstance(loc.fs, pafs.LocalFileSystem):
+        return
+    existing = loc.path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = (
+            "is a file, expected a run directory" if existing == loc.path else f"cannot create it, {existing} is a file"
+        )
+        raise RunDirError(f"{loc.path}: {what}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"{loc.path}: cannot write there, {existing} is not writable (permission denied)")
+
+
 def read_meta(run_dir: str | os.PathLike[str] | RunLocation) -> dict[str, Any]:
     """Read and check ``meta.json``; raise ``MetaError`` with a one-line reason if it is bad."""
+    return _load_meta(locate(run_dir), hand_written=False)
+
+
+def meta_to_extend(run_dir: str | os.PathLike[str] | RunLocation) -> dict[str, Any]:
+    """``meta.json`` as a writer about to merge into it reads it: ``{}`` when there is none, a
+    JSON object written by hand (without ``schema_version``) as it is. ``MetaError`` for one
+    that a merge would lose (not JSON, not an object, a newer schema): never overwrite that."""
     loc = locate(run_dir)
+    if loc.fs.get_file_info(loc.join(META_FILE)).type == pafs.FileType.NotFound:
+        return {}
+    return _load_meta(loc, hand_written=True)
+
+
+def _load_meta(loc: RunLocation, *, hand_written: bool) -> dict[str, Any]:
     path = loc.join(META_FILE)
     info = loc.fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
@@ -215,6 +247,8 @@ def read_meta(run_dir: str | os.PathLike[str] | RunLocation) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise MetaError(f"{path}: expected a JSON object, found {type(doc).__name__}")
     version = doc.get("schema_version")
+    if version is None and hand_written:
+        return doc
     if not isinstance(version, int):
         raise MetaError(f"{path}: schema_version is missing or not an integer")
     if version > SCHEMA_VERSION:
