@@ -84,6 +84,27 @@ def test_compaction_keeps_every_row_once_even_for_a_live_reader(tmp_path):
     assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2, 3, 4]
 
 
+def test_a_compaction_that_fills_the_disk_leaves_no_temporary_file_and_says_so(tmp_path, capsys, monkeypatch):
+    import rlscope.trace.compact as compact_module
+
+    run = _run(tmp_path, [[0], [1], [2]])
+    before = sorted(os.listdir(os.path.join(run, "steps")))
+    read_whole = compact_module._read_whole
+    calls = []
+
+    def then_full(*args):
+        calls.append(1)
+        if len(calls) == 2:  # the merged file half written
+            raise OSError(28, "No space left on device")
+        return read_whole(*args)
+
+    monkeypatch.setattr(compact_module, "_read_whole", then_full)
+    assert main(["compact", run]) == 1
+    assert capsys.readouterr().err == "rlscope: [Errno 28] No space left on device\n"
+    assert sorted(os.listdir(os.path.join(run, "steps"))) == before  # the originals, and nothing else
+    assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2]
+
+
 def test_crash_between_compaction_rename_and_delete_counts_no_row_twice(tmp_path):
     run = _run(tmp_path, [[0], [1], [2]])
     folder = os.path.join(run, "steps")
@@ -418,3 +439,13 @@ def test_segments_that_never_read_are_given_up_after_a_few_reads(tmp_path, monke
     for _ in range(2):  # read again, in case the store was at fault; never raised
         assert reader.read_new("steps", cursor).num_rows == 0
     assert len(cursor.seen_in("steps")) == 3  # the third failed read gave them up
+
+
+def test_compact_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("not a run")
+    assert main(["compact", str(tmp_path)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"rlscope: {tmp_path}: no meta.json and no table segments: not an rlscope run directory\n"
+    )
+    assert os.listdir(tmp_path) == ["notes.txt"]

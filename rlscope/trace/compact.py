@@ -6,9 +6,10 @@ so a crash between the rename and the deletes leaves duplicates on disk that eve
 ignores, and the next compaction deletes. Two compactions at once each write a merged
 segment of the same inputs; readers keep one of them, and the next compaction deletes the
 other, and temporary files of writes that died over an hour ago. Segments that appear while compacting
-(a live writer) are left alone. A table one of whose segments does not read is left as it is,
-with a warning naming the file; a copy is deleted only when the segment that holds its rows
-reads whole.
+(a live writer) are left alone. A segment whose footer does not read is no segment to readers:
+it stays, with a warning, and the others are merged. A table one of whose segments has data
+that does not read is left as it is, with a warning naming the file; a copy is deleted only
+when the segment that holds its rows reads whole.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
             log.warning("%s: unreadable data (%s); table %s left as it is: move the file out, then compact", *exc.args)
             results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
             continue
+        except BaseException:  # a full disk, Ctrl-C: leave no partial file to fill the disk further
+            with contextlib.suppress(OSError):
+                loc.fs.delete_file(tmp)
+            raise
         loc.fs.move(tmp, dest)
         for seg in segments:
             with contextlib.suppress(FileNotFoundError):  # another compaction deleted it first
