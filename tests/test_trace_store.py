@@ -216,6 +216,15 @@ def test_a_file_where_a_table_folder_should_be_is_a_warning(tmp_path):
     assert reader.warnings == [f"{run}/gpu: is a file, expected a folder of segments; table gpu skipped"]
 
 
+def test_a_table_folder_that_links_to_nothing_is_a_warning(tmp_path):
+    run = _run(tmp_path, [[0]])
+    os.symlink(tmp_path / "unmounted", os.path.join(run, "gpu"))  # storage that is not mounted
+    reader = RunReader(run)
+    assert reader.read("gpu").num_rows == 0 and reader.read("gpu").num_rows == 0
+    message = f"{run}/gpu: a link to {tmp_path / 'unmounted'}, which does not exist; table gpu skipped"
+    assert reader.warnings == [message]  # once
+
+
 def test_unknown_table_or_column_is_a_clear_error(tmp_path):
     reader = RunReader(_run(tmp_path, [[0]]))
     with pytest.raises(RunDirError, match="unknown table 'stepz'"):

@@ -165,6 +165,9 @@ class RunReader:
         folder = loc.join(table)
         info = loc.fs.get_file_info(folder)
         if info.type == pafs.FileType.NotFound:
+            if loc.is_local and os.path.islink(folder) and folder not in self._segments:  # unmounted storage?
+                self._segments[folder] = None
+                self._warn(f"{folder}: a link to {os.readlink(folder)}, which does not exist; table {table} skipped")
             return []
         if info.type != pafs.FileType.Directory:
             if folder not in self._segments:
