@@ -503,13 +503,11 @@ class LiveRun:
             if self._steps:
                 traj = self._traj.reset_index(drop=True)
                 tables = {
-                    "trajectories": pa.Table.from_pandas(traj, preserve_index=False),
-                    "spans": pa.Table.from_pandas(self._spans.reset_index(drop=True), preserve_index=False),
-                    "logprob": pa.Table.from_pandas(self._logprob_rows.reset_index(drop=True), preserve_index=False),
+                    "trajectories": _arrow("trajectories", traj),
+                    "spans": _arrow("spans", self._spans),
+                    "logprob": _arrow("logprob", self._logprob_rows),
                     "steps": _long_table(self._wide),
-                    "gpu": pa.Table.from_pandas(
-                        pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu"), preserve_index=False
-                    ),
+                    "gpu": _arrow("gpu", pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu")),
                 }
                 frames = RunFrames(self._wide, traj, self.meta, _WindowReader(self.meta, tables))
                 result = analyze_run(frames)
@@ -618,6 +616,13 @@ def _error_counts(traj: pd.DataFrame) -> pd.DataFrame:
     counts = frame.groupby([frame.index, "source", "code"]).size().rename("count").reset_index(level=[1, 2])
     counts.index.name = "step"
     return counts
+
+
+def _arrow(table: str, frame: pd.DataFrame) -> pa.Table:
+    """A window frame back in Arrow with its table's types (an empty frame, or a column of
+    nulls, would otherwise come back typed null, which the analyzers' kernels refuse)."""
+    schema = pa.schema([TABLES[table].field(c) for c in _COLUMNS[table]])
+    return pa.Table.from_pandas(frame.reset_index(drop=True), schema=schema, preserve_index=False)
 
 
 def _long_table(wide: pd.DataFrame) -> pa.Table:

@@ -22,6 +22,7 @@ pytest.importorskip("dash")
 pytest.importorskip("plotly")
 
 from rlscope import Recorder
+from rlscope.analyzers import analyze_run
 from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
 from rlscope.trace.compact import RunReader, compact_run
@@ -616,6 +617,18 @@ def test_early_and_partial_runs_say_what_is_missing(tmp_path):
     assert not run.meta_missing and run.facts.n_gpus == 8
     gone = LiveRun(2, str(tmp_path / "not-yet"), "not-yet")
     assert not gone.refresh(force=True) and "waiting for data" in gone.problem
+
+
+def test_a_run_without_a_logprob_table_is_analysed_as_diagnose_analyses_it(tmp_path):
+    path = tmp_path / "run"
+    shutil.copytree(SAMPLES / "healthy-colocated", path)  # 30 steps: the window holds the whole run
+    shutil.rmtree(path / "logprob")
+    run = LiveRun(0, str(path), "run")
+    assert run.refresh(force=True) and run.n_steps == 30
+    live = run.analysis()
+    whole = analyze_run(RunReader(path))
+    assert [(f.id, f.severity) for f in live.findings] == [(f.id, f.severity) for f in whole.findings]
+    assert live.mfu.mfu == pytest.approx(whole.mfu.mfu)
 
 
 def test_only_listed_runs_can_be_selected():
