@@ -176,6 +176,37 @@ def test_rewards_by_source_tell_errors_from_zeros(run):
     assert _value(registry, "rlscope_reward_trajectories_total", source="code") == 80.0
 
 
+def test_a_source_that_stops_appearing_leaves_the_window_of_the_runs_steps(tmp_path):
+    # "flaky" (2 errors in 4 samples) appears in steps 1-5 only; "good" in every step
+    def rows(step: int) -> list[dict]:
+        out = [{"data_source": "good", "reward": 1.0, "reward_status": "ok"}] * 4
+        if step <= 5:
+            out += [{"data_source": "flaky", "reward": 1.0, "reward_status": "ok"}] * 2
+            out += [{"data_source": "flaky", "reward_status": "error", "reward_error": "TIMEOUT"}] * 2
+        return out
+
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 8):
+            rec.log_trajectories(step, rows(step))
+        rec.flush()
+        # the run's last 5 steps are 3-7: flaky's steps 3-5 hold 6 errors in 12 samples
+        assert _value(registry, "rlscope_reward_error_ratio", source="flaky") == 0.5
+        for step in range(8, 11):
+            rec.log_trajectories(step, rows(step))
+        rec.flush()
+    finally:
+        rec.close()
+    # steps 6-10 hold no flaky sample: its gauges go, so an alert on them resolves; counters stay
+    for name in ("rlscope_reward_error_ratio", "rlscope_reward_mean", "rlscope_reward_zero_ratio"):
+        assert _value(registry, name, source="flaky") is None, name
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="flaky") is None
+    assert _value(registry, "rlscope_reward_trajectories_total", source="flaky") == 20.0
+    assert _value(registry, "rlscope_reward_errors_total", source="flaky", code="TIMEOUT") == 10.0
+    assert _value(registry, "rlscope_reward_error_ratio", source="good") == 0.0
+
+
 def test_tail_staleness_and_logprob(run):
     registry, _ = _registry(run)
     # finish times 1..10 s: t90 = 9 s, tail 1 s of 10

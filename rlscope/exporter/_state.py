@@ -54,7 +54,7 @@ log = logging.getLogger("rlscope")
 # Steps of metrics and trajectories kept for the analyzers; they judge the run by its last
 # quarter, so tail share, MFU and the split describe the last 2 complete steps.
 WINDOW_STEPS = 8
-REWARD_WINDOW_STEPS = 5  # per source: the reward gauges cover its last 5 steps
+REWARD_WINDOW_STEPS = 5  # the reward gauges cover the run's last 5 steps with trajectories
 STALENESS_STEPS = 2
 MEDIAN_STEPS = 64
 GPU_STALE_SECONDS = 300.0
@@ -79,21 +79,25 @@ Sample = tuple[str, tuple[str, ...], float]
 
 @dataclass
 class _SourceRewards:
-    """Reward counts of one source: per step for its last steps, summed before that."""
+    """Reward counts of one source: per step for the run's last steps, summed before that."""
 
     recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
     base_scored: float = 0.0
     base_zeros: float = 0.0
 
-    def add(self, step: int, counts: np.ndarray) -> None:
-        if step in self.recent:
-            self.recent[step] += counts
-        elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
-            self.recent[step] = counts.copy()
-        else:  # older than the window: straight into the baseline
+    def add(self, step: int, counts: np.ndarray, horizon: int) -> None:
+        """Count one step's samples; ``horizon`` is the first step of the run's window."""
+        if step < horizon:  # older than the window: straight into the baseline
             self._to_baseline(counts)
-        while len(self.recent) > REWARD_WINDOW_STEPS:
-            self._to_baseline(self.recent.pop(min(self.recent)))
+        elif step in self.recent:
+            self.recent[step] += counts
+        else:
+            self.recent[step] = counts.copy()
+
+    def evict(self, horizon: int) -> None:
+        """Move the steps before ``horizon`` out of the window, into the baseline."""
+        for step in [s for s in self.recent if s < horizon]:
+            self._to_baseline(self.recent.pop(step))
 
     def _to_baseline(self, counts: np.ndarray) -> None:
         """A step that left the window joins the baseline, unless it scored (almost) only zeros:
@@ -105,6 +109,10 @@ class _SourceRewards:
         self.base_zeros += zeros
 
     def gauges(self) -> dict[str, float]:
+        """The source's gauges; none when it has no samples in the window, so that its series go
+        stale and an alert on a source that stopped appearing resolves."""
+        if not self.recent:
+            return {}
         n, scored, total, zeros, errors = np.sum(list(self.recent.values()), axis=0)
         out: dict[str, float] = {}
         if n > 0:
@@ -153,6 +161,7 @@ class RunState:
         self._source_cap = LabelCap(MAX_SOURCES)
         self._code_cap = LabelCap(MAX_ERROR_CODES)
         self._rewards: dict[str, _SourceRewards] = {}
+        self._reward_steps: list[int] = []  # the run's last REWARD_WINDOW_STEPS steps with trajectories
         self._sent: Counter[str] = Counter()
         self._errors: Counter[tuple[str, str]] = Counter()
         self._traj: dict[int, list[pa.Table]] = {}
@@ -295,10 +304,15 @@ class RunState:
             zeros=(scored & df["reward"].eq(0.0)).astype(float),
             errors=error.astype(float),
         )
+        steps = np.unique(rows.column("step").to_numpy())
+        self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_WINDOW_STEPS:]
+        horizon = self._reward_steps[0]
         cols = ["n", "scored", "total", "zeros", "errors"]
         for (source, step), counts in df.groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy())
+            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy(), horizon)
             self._sent[source] += int(counts["n"])
+        for source_rewards in self._rewards.values():
+            source_rewards.evict(horizon)
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
         for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
@@ -307,7 +321,6 @@ class RunState:
         self._lag_sum += float(pc.sum(lags).as_py() or 0)
         self._lag_count += len(lags)
 
-        steps = np.unique(rows.column("step").to_numpy())
         keep = sorted(set(self._traj) | {int(s) for s in steps})[-WINDOW_STEPS:]
         for s in set(self._traj) - set(keep):
             del self._traj[s]
