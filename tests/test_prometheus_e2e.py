@@ -131,7 +131,7 @@ def test_prometheus_fires_the_run_alerts_and_no_others(tmp_path):
             assert alert["labels"]["run"] == RUN and alert["labels"]["job"] == "rlscope"
             assert alert["annotations"]["runbook_url"].startswith("rules/runbook.md#")
         failing = next(a for a in seen if a["labels"]["alertname"] == "RLScopeRewardSourceFailing")
-        assert failing["labels"]["severity"] == "critical"
+        assert failing["labels"]["severity"] == "warning"  # as diagnose rates 30% errors: critical from 50%
         assert "deepscaler" in failing["annotations"]["summary"]
     finally:
         for proc in (prometheus, exporter):

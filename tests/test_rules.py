@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
+from rlscope import Recorder
 from rlscope.advice import thresholds
 from rlscope.advice.catalogue import CATALOGUE
-from rlscope.exporter import METRICS
+from rlscope.analyzers import analyze_run
+from rlscope.exporter import METRICS, RLScopeCollector
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "rules"
@@ -37,7 +40,9 @@ SHARED_THRESHOLDS = {
     "rlscope:idle_ratio_high:threshold": thresholds.IDLE_RATIO_HIGH,
     "rlscope:idle_ratio_low:threshold": thresholds.IDLE_RATIO_LOW,
     "rlscope:reward_error_ratio:threshold": thresholds.REWARD_ERROR_WARN,
+    "rlscope:reward_error_ratio_critical:threshold": thresholds.REWARD_ERROR_CRITICAL,
     "rlscope:reward_zero_collapse_ratio:threshold": thresholds.REWARD_ZERO_COLLAPSE,
+    "rlscope:reward_zero_rise_min:threshold": thresholds.REWARD_ZERO_RISE_MIN,
     "rlscope:staleness_p90:threshold": thresholds.STALENESS_P90_WARN,
     "rlscope:tail_share:threshold": thresholds.LONG_TAIL_WARN,
     "rlscope:gpu_idle_utilization:threshold": thresholds.GPU_IDLE_UTIL_PCT / 100,
@@ -114,6 +119,60 @@ def test_promtool_unit_tests():
     done = subprocess.run([PROMTOOL, "test", "rules", *files], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("SUCCESS") == len(files)
+
+
+@needs_promtool
+def test_a_single_source_collapse_fires_as_diagnose_reports_it(tmp_path):
+    # the run's one source scores 0 on 30% of its 20 samples in steps 1-30, then on 95% (19 of 20)
+    run = tmp_path / "single"
+    with Recorder(run, meta={"gpu_count": 8}) as rec:
+        for step in range(1, 41):
+            zeros = 6 if step <= 30 else 19
+            rows = [{"data_source": "math", "reward": float(i >= zeros), "reward_status": "ok"} for i in range(20)]
+            rec.log_trajectories(step, rows)
+    (found,) = [f for f in analyze_run(run).findings if f.id == "reward-source-zero-collapse"]
+    registry = CollectorRegistry()
+    RLScopeCollector([run], registry=registry, min_refresh_s=0)
+    labels = {"run": "single", "source": "math"}
+    exported = {
+        name: registry.get_sample_value(name, labels)
+        for name in ("rlscope_reward_error_ratio", "rlscope_reward_zero_ratio", "rlscope_reward_zero_ratio_baseline")
+    }
+    # the run's last 5 steps (36-40) against steps 1-30 (31-35, 95% zeros, are no baseline)
+    assert exported == {
+        "rlscope_reward_error_ratio": 0.0,
+        "rlscope_reward_zero_ratio": pytest.approx(0.95),
+        "rlscope_reward_zero_ratio_baseline": pytest.approx(0.3),
+    }
+    selector = '{job="rlscope",instance="i",run="single",source="math"}'
+    series = [{"series": name + selector, "values": f"{value}x20"} for name, value in exported.items()]
+    firing = {"alertname": "RLScopeRewardSourceZeroCollapse", "job": "rlscope", "instance": "i", **labels}
+    firing["severity"] = {"warn": "warning", "critical": "critical"}[found.severity.value]
+    firing["alertstate"] = "firing"
+    test = {
+        "rule_files": [str(RULES / "recording.yml"), str(RULES / "alerts.yml")],
+        "evaluation_interval": "1m",
+        "group_eval_order": ["rlscope-thresholds", "rlscope-recording", "rlscope-alerts"],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "10m",
+                        "exp_samples": [
+                            {"labels": "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in firing.items()) + "}", "value": 1}
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "single_test.yml"
+    path.write_text(yaml.safe_dump(test))
+    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # -- alert completeness ---------------------------------------------------------------------
