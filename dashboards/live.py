@@ -33,10 +33,10 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, wide_steps
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
-from rlscope.errors import MetaError, RLScopeError
+from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
-from rlscope.trace.store import read_meta
+from rlscope.trace.store import read_meta, require_directory
 
 __all__ = ["WINDOW_STEPS", "LiveRun", "LiveRuns", "UnknownRun"]
 
@@ -147,6 +147,7 @@ class LiveRun:
         self.window = max(1, int(window))
         self.version = 0  # bumped whenever new rows were folded in
         self.problem: str | None = "no data read yet"
+        self._gone = False  # the run directory read so far was deleted
         self._refreshed = -math.inf
         self._lock = threading.RLock()
         self._reset()
@@ -232,6 +233,8 @@ class LiveRun:
     def _refresh(self) -> bool:
         if self.meta_missing and self._meta_appeared():
             self._reset()  # the facts (GPUs, topology) changed: rebuild every aggregate with them
+        if self._reader is not None and self._deleted():
+            return False
         if self._reader is None and not self._open():
             return False
         reader = self._reader
@@ -265,6 +268,23 @@ class LiveRun:
             self.problem = f"waiting for data: {exc}"
             return False
         return True
+
+    def _deleted(self) -> bool:
+        """Whether the run directory was deleted: said on the page, and once in the log; what was
+        read stays shown. A directory made again in its place is read from the start."""
+        assert self._reader is not None
+        try:
+            require_directory(self._reader.location)
+        except RunDirError as exc:
+            if not self._gone:
+                log.warning("dashboard: %s: run directory no longer exists (%s)", self.label, exc)
+            self._gone = True
+            self.problem = "run directory no longer exists (showing what was read before)"
+            return True
+        if self._gone:
+            self._gone = False
+            self._reset()
+        return False
 
     def _meta_appeared(self) -> bool:
         try:

@@ -631,6 +631,24 @@ def test_a_run_without_a_logprob_table_is_analysed_as_diagnose_analyses_it(tmp_p
     assert live.mfu.mfu == pytest.approx(whole.mfu.mfu)
 
 
+def test_a_deleted_run_directory_is_said_on_the_page_and_once_in_the_log(tmp_path, caplog):
+    from rlscope.dashboards.pages import _common as common
+
+    path = _small_run(tmp_path / "run", steps=2)
+    run = LiveRun(0, str(path), "run")
+    assert run.refresh(force=True) and run.problem is None
+    shutil.rmtree(path)
+    with caplog.at_level("WARNING", logger="rlscope"):
+        for _ in range(3):  # three ticks
+            assert not run.refresh(force=True)
+    assert run.problem.startswith("run directory no longer exists")
+    assert "run: run directory no longer exists" in str(common.notices([run]))
+    assert len([r for r in caplog.records if "no longer exists" in r.getMessage()]) == 1
+    assert run.n_steps == 2  # what was read stays shown
+    _small_run(path, steps=3)  # a run made again in its place: read from the start
+    assert run.refresh(force=True) and run.problem is None and run.n_steps == 3
+
+
 def test_only_listed_runs_can_be_selected():
     live = LiveRuns([SAMPLES / "healthy-colocated", SAMPLES / "async-drift"])
     assert [r.label for r in live.resolve([1, 0, 1])] == ["async-drift", "healthy-colocated"]
