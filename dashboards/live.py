@@ -198,6 +198,18 @@ class LiveRun:
     def n_steps(self) -> int:
         return len(self._steps)
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the reader left out and why (unreadable segments), as ``rlscope diagnose`` lists them."""
+        return list(self._reader.warnings) if self._reader is not None else []
+
+    def unread(self, table: str) -> bool:
+        """Whether some of ``table``'s data was left out because it could not be read."""
+        if self._reader is None:
+            return False
+        folder = self._reader.location.join(table)
+        return any(w.startswith(folder) for w in self._reader.warnings)
+
     # -- reading ------------------------------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> bool:

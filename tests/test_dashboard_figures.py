@@ -785,6 +785,24 @@ def test_a_broken_histogram_row_does_not_stop_the_dashboard(tmp_path):
     assert sorted(live.logprob.index) == [1, 2]
 
 
+def test_unreadable_segments_are_named_on_the_page(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import overview
+
+    path = _small_run(tmp_path / "run", steps=2)
+    for segment in (path / "steps").glob("*.parquet"):  # both steps' timers, torn
+        segment.write_bytes(segment.read_bytes()[:-12])
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    notices, _, phases, *_ = overview._render([run], False)
+    lines = [n.children for n in notices]
+    assert len(lines) == 2 and all(line.startswith("run: ") and "unreadable segment skipped" in line for line in lines)
+    assert sorted(line.split("/steps/")[1].split(":")[0] for line in lines) == sorted(
+        p.name for p in (path / "steps").glob("*.parquet")
+    )
+    assert _is_placeholder(phases)
+    assert phases.layout.annotations[0].text == "the step metrics could not be read (see the notices above)"
+
+
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists
     from rlscope.dashboards.pages import rollout
 

@@ -89,7 +89,8 @@ def graph(component_id: str, figure: go.Figure | None = None) -> dcc.Graph:
 
 
 def notices(runs: Sequence[LiveRun]) -> list[html.Div]:
-    """One line per run that has nothing (or only part) to show yet, as text."""
+    """One line per run that has nothing (or only part) to show yet, and one per segment left out
+    because it could not be read (the warnings ``rlscope diagnose`` lists), as text."""
     out = []
     if not runs:
         out.append(html.Div("No run selected: pick one above.", className="rls-notice"))
@@ -104,6 +105,7 @@ def notices(runs: Sequence[LiveRun]) -> list[html.Div]:
                     className="rls-notice",
                 )
             )
+        out += [html.Div(f"{run.label}: {warning}", className="rls-notice") for warning in run.warnings]
     return out
 
 

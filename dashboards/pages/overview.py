@@ -87,7 +87,12 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
     headline = [_headline(r, analyses[r.label]) for r in runs]
     if len(runs) == 1:
         run, d = runs[0], analyses[runs[0].label]
-        phases = figures.step_phases(run.phases, overlapped=run.facts.overlapped)
+        if run.phases.empty and run.unread("steps"):
+            phases = figures.placeholder(
+                "the step metrics could not be read (see the notices above)", "Step time by phase"
+            )
+        else:
+            phases = figures.step_phases(run.phases, overlapped=run.facts.overlapped)
         if d is None:
             waterfall = figures.placeholder("no steps yet", "MFU waterfall")
         else:
