@@ -206,12 +206,12 @@ def test_every_page_renders_without_console_errors(server, page):
 def test_growing_run_shows_new_steps_after_a_refresh(server, page):
     page.goto(server + "?runs=0")
     _rendered(page)
-    first = int(re.search(r"last (\d+)", page.inner_text(".rls-cards")).group(1))
+    first = int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
     page.wait_for_function(
-        f"() => (/last (\\d+)/.exec(document.querySelector('.rls-cards').innerText) || [0, 0])[1] > {first + 1}",
+        f"() => (/latest step (\\d+)/.exec(document.querySelector('.rls-cards').innerText) || [0, 0])[1] > {first + 1}",
         timeout=15000,
     )
-    later = int(re.search(r"last (\d+)", page.inner_text(".rls-cards")).group(1))
+    later = int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
     bars = page.evaluate(
         "() => Array.from(document.querySelector('#overview-phases .js-plotly-plot')._fullData[0].x, Number)"
     )

@@ -803,6 +803,21 @@ def test_unreadable_segments_are_named_on_the_page(tmp_path, client):  # client:
     assert phases.layout.annotations[0].text == "the step metrics could not be read (see the notices above)"
 
 
+def test_headline_cards_name_the_steps_they_cover(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import overview
+
+    path = _small_run(tmp_path / "run", steps=12)
+    run = LiveRun(0, str(path), "run", window=8)
+    run.refresh(force=True)
+    cards = overview._headline(run, run.analysis()).children
+    shown = {c.children[0].children: c.children[1].children for c in cards}
+    # the window is the last 8 steps; the numbers are means over its last quarter, steps 11-12
+    assert shown["steps"] == "12 (latest step 12)"
+    assert shown["step time (last 2 steps)"] == "27.5 s"  # timing_s/step 27 and 28
+    assert {"generation / step (last 2 steps)", "tail share (last 2 steps)", "MFU (last 2 steps)"} <= set(shown)
+    assert "findings (last 8 steps)" in shown
+
+
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists
     from rlscope.dashboards.pages import rollout
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 import dash
+import pandas as pd
 from dash import Input, Output, State, callback, dcc, html
 from dash.exceptions import PreventUpdate
 
@@ -54,6 +55,11 @@ def _card(name: str, value: str) -> html.Div:
     )
 
 
+def _last(per_step: pd.DataFrame) -> str:
+    """The steps a headline number describes: the last quarter of those in the analysed window."""
+    return f" (last {len(recent(per_step))} steps)" if len(per_step) else ""
+
+
 def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     facts = run.facts
     topology = facts.kind.replace("_", " ")
@@ -61,7 +67,10 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         topology += f" {facts.rollout_gpus}:{facts.train_gpus}"
     step_s = gen = tail = mfu = math.nan
     counts = "-"
+    timed = tailed = rated = found_in = ""
     if d is not None:
+        timed, tailed, rated = _last(d.anatomy.seconds), _last(d.longtail.per_step), _last(d.mfu.per_step)
+        found_in = f" (last {min(run.n_steps, run.window)} steps)"
         if not d.anatomy.seconds.empty:
             now = recent(d.anatomy.seconds).mean()
             step_s, gen = float(now["step"]), float(now["gen"] / now["step"]) if now["step"] > 0 else math.nan
@@ -72,12 +81,12 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         _card("run", run.label),
         _card("topology", topology),
         _card("GPUs", str(facts.n_gpus or "?")),
-        _card("steps", f"{run.n_steps} (last {run.last_step})" if run.n_steps else "none yet"),
-        _card("step time", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
-        _card("generation / step", _number(gen, ".0%")),
-        _card("tail share", _number(tail, ".0%")),
-        _card("MFU", _number(mfu, ".1%")),
-        _card("findings", counts),
+        _card("steps", f"{run.n_steps} (latest step {run.last_step})" if run.n_steps else "none yet"),
+        _card(f"step time{timed}", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
+        _card(f"generation / step{timed}", _number(gen, ".0%")),
+        _card(f"tail share{tailed}", _number(tail, ".0%")),
+        _card(f"MFU{rated}", _number(mfu, ".1%")),
+        _card(f"findings{found_in}", counts),
     ]
     return html.Div(cards, className="rls-cards")
 
