@@ -818,6 +818,26 @@ def test_headline_cards_name_the_steps_they_cover(tmp_path, client):  # client: 
     assert "findings (last 8 steps)" in shown
 
 
+def test_the_topology_card_is_unknown_without_meta(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import overview
+
+    def cards(run: LiveRun) -> dict[str, str]:
+        run.refresh(force=True)
+        return {
+            c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children
+        }
+
+    (tmp_path / "empty").mkdir()
+    no_meta = _small_run(tmp_path / "no-meta", steps=2)
+    (no_meta / "meta.json").unlink()
+    for run in (LiveRun(0, str(tmp_path / "empty"), "empty"), LiveRun(1, str(no_meta), "no-meta")):
+        shown = cards(run)
+        assert shown["topology"] == shown["GPUs"] == "?", run.label
+    assert (
+        cards(LiveRun(2, str(SAMPLES / "separated-8b"), "separated"))["topology"] == "separated sync 46:18"
+    )  # DOMAIN: 46:18
+
+
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists
     from rlscope.dashboards.pages import rollout
 
