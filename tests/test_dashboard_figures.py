@@ -752,6 +752,8 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
     assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--port", "70000"]) == 2
     assert "--port must be 0-65535" in capsys.readouterr().err
     assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--refresh", "-1"]) == 2
+    assert main(["dashboard", str(SAMPLES / "healthy-colocated"), "--refresh", "nan"]) == 2
+    assert main(["export", str(SAMPLES / "healthy-colocated"), "--min-refresh", "nan"]) == 2
     capsys.readouterr()
     with socket.create_server(("127.0.0.1", 0)) as taken:  # werkzeug would print two lines and exit
         port = taken.getsockname()[1]

@@ -659,3 +659,25 @@ def test_a_waterfall_charging_an_estimated_tail_says_so(tmp_path, capsys):
         assert "long tail (estimated)" in capsys.readouterr().out
     _, measured = _run_json(capsys, str(SAMPLES / "longtail-8b"))
     assert measured["mfu"]["tail_estimated"] is False
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_the_old_one(tmp_path, capsys, monkeypatch):
+    import rlscope.cli.diagnose as diagnose_cli
+
+    report = tmp_path / "report.json"
+    report.write_text('{"the": "previous report"}')
+    real_replace = os.replace
+
+    def disk_full(src, dst):
+        if str(dst) == str(report):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(diagnose_cli.os, "replace", disk_full)
+    run = str(SAMPLES / "healthy-colocated")
+    assert main(["diagnose", run, "--format", "json", "-o", str(report)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot write {report}: No space left on device\n"
+    assert report.read_text() == '{"the": "previous report"}' and os.listdir(tmp_path) == ["report.json"]
+    monkeypatch.setattr(diagnose_cli.os, "replace", real_replace)
+    assert main(["diagnose", run, "--format", "json", "-o", str(report)]) == 0
+    assert json.loads(report.read_text())["schema"] == "rlscope.diagnose/1"

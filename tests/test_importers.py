@@ -850,7 +850,11 @@ def test_bad_input_is_one_line(tmp_path, capsys, case):
     [
         (["csv", "x.log", "--out", "r"], "invalid choice"),
         (["verl-log", "x.log"], "--out"),
-        (["verl-log", "x.log", "--out", "r", "--poll", "0"], "--poll must be positive"),
+        (
+            ["verl-log", "x.log", "--out", "r", "--poll", "0"],
+            "--poll: expected a finite number of seconds above 0, got 0",
+        ),
+        (["verl-log", "x.log", "--out", "r", "--poll", "nan"], "--poll: expected a finite number of seconds above 0"),
         (["verl-log", "x.log", "--out", "r", "--meta", "[1]"], "expected a JSON object"),
     ],
 )

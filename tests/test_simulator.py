@@ -366,6 +366,7 @@ def test_cli_writes_a_run(tmp_path, capsys):
         (["--scenario", "healthy-colocated", "--steps", "0"], "new"),
         (["--scenario", "healthy-colocated", "--steps", "-4"], "new"),
         (["--scenario", "healthy-colocated", "--steps", "two"], "new"),
+        (["--scenario", "healthy-colocated", "--steps", "2", "--seed", "-1"], "new"),
         (["--scenario", "healthy-colocated", "--steps", "2"], "file"),
         (["--scenario", "healthy-colocated", "--steps", "2"], "non-empty"),
         (["--scenario", "healthy-colocated", "--steps", "2"], "missing"),
@@ -383,6 +384,8 @@ def test_cli_bad_input_is_one_line_and_nonzero(tmp_path, capsys, args, out_is):
     assert code != 0
     assert len(err.strip().splitlines()) == 1 and err.startswith("rlscope: ")
     assert "Traceback" not in err
+    if out_is == "new":
+        assert not out.exists()  # nothing left behind
     if out_is == "non-empty":
         assert [p.name for p in out.iterdir()] == ["something"]
 

@@ -92,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"rlscope: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    _setup_logging()
-    _use_jemalloc()
-    module = importlib.import_module(COMMANDS[name][0])
     try:
+        _setup_logging()
+        _use_jemalloc()
+        module = importlib.import_module(COMMANDS[name][0])  # Ctrl-C while importing is an interrupt too
         return int(module.main(rest))
     except RLScopeError as exc:
         print(f"rlscope: {exc}", file=sys.stderr)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from rlscope.errors import UsageError
@@ -32,6 +34,22 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("expected a JSON object")
     return value
+
+
+def seconds(*, zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0 (from 0 with ``zero``); NaN refused."""
+    bound = "0 or more" if zero else "above 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+            raise argparse.ArgumentTypeError(f"expected a finite number of seconds {bound}, got {text}")
+        return value
+
+    return parse
 
 
 def check_port(port: int) -> None:

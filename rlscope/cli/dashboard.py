@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from rlscope.cli._args import check_port, parser_for
-from rlscope.errors import RLScopeError, UsageError
+from rlscope.cli._args import check_port, parser_for, seconds
+from rlscope.errors import RLScopeError
 from rlscope.trace.store import require_directory
 
 __all__ = ["main"]
@@ -42,11 +42,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050; 0 picks one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS", help="refresh period (5; 0 = never)")
+    parser.add_argument(
+        "--refresh", type=seconds(zero=True), default=5.0, metavar="SECONDS", help="refresh period (5; 0 = never)"
+    )
     args = parser.parse_args(argv)
     check_port(args.port)
-    if args.refresh < 0:
-        raise UsageError(f"--refresh must be >= 0, got {args.refresh}")
     for run_dir in args.run_dirs:
         require_directory(run_dir)  # it may still be empty: a run about to start
     try:

@@ -23,6 +23,7 @@ The JSON format is documented in docs/diagnose-json.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import logging
@@ -130,8 +131,7 @@ def main(argv: Sequence[str]) -> int:
     if report is not None:
         if args.output:
             try:
-                with open(args.output, "w", encoding="utf-8") as fh:
-                    fh.write(report)
+                _write_whole(args.output, report)
             except OSError as exc:
                 raise RLScopeError(f"cannot write {args.output}: {exc.strerror or exc}") from None
         else:
@@ -199,6 +199,32 @@ def warn_unusable_meta(source: str, problems: list[str]) -> None:
     """One warning per meta.json value the analyzers ignore (see ``analyzers._data.meta_problems``)."""
     for problem in problems:
         log.warning("%s: meta.json: %s; ignored", source, problem)
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a CI gate never reads half a report): under
+    a temporary name beside it, then renamed. A device or a pipe (``/dev/stdout``) is written to."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _check_writable(path: str) -> None:

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import pyarrow.fs as pafs
 
-from rlscope.cli._args import check_port, parser_for
-from rlscope.errors import RLScopeError, UsageError
+from rlscope.cli._args import check_port, parser_for, seconds
+from rlscope.errors import RLScopeError
 from rlscope.exporter import DEFAULT_HOST, DEFAULT_PORT, serve
 from rlscope.trace.reader import RunReader
 from rlscope.trace.store import locate
@@ -50,12 +50,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument(
-        "--min-refresh", type=float, default=1.0, metavar="SECONDS", help="scrapes within this share one read (1)"
+        "--min-refresh",
+        type=seconds(zero=True),
+        default=1.0,
+        metavar="SECONDS",
+        help="scrapes within this share one read (1)",
     )
     args = parser.parse_args(argv)
     check_port(args.port)
-    if args.min_refresh < 0:
-        raise UsageError(f"--min-refresh must be >= 0, got {args.min_refresh}")
     for run_dir in args.run_dirs:
         try:
             RunReader(run_dir)  # a foreign directory or a file is a one-line error now, not a silent 0 later

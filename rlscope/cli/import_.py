@@ -32,9 +32,8 @@ import signal
 import threading
 from collections.abc import Iterator, Sequence
 
-from rlscope.cli._args import json_object, parser_for
+from rlscope.cli._args import json_object, parser_for, seconds
 from rlscope.collectors.importers import IMPORTERS, ImportInputError, Tail
-from rlscope.errors import UsageError
 
 __all__ = ["main"]
 
@@ -63,14 +62,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
     parser.add_argument("--strict", action="store_true", help="stop at the first unreadable metric line")
     parser.add_argument("--follow", action="store_true", help="keep reading the last SOURCE as it grows")
-    parser.add_argument("--poll", type=float, default=0.5, metavar="SECONDS", help="--follow's poll interval")
+    parser.add_argument(
+        "--poll", type=seconds(zero=False), default=0.5, metavar="SECONDS", help="--follow's poll interval"
+    )
     parser.add_argument(
         "--meta", type=json_object, metavar="JSON", help='meta.json entries, e.g. \'{"gpu": {"count": 8}}\''
     )
     parser.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)  # bound for tests and scripts
     args = parser.parse_args(argv)
-    if args.poll <= 0:
-        raise UsageError("rlscope import: --poll must be positive")
     tail = Tail(follow=args.follow, poll_interval=args.poll, max_seconds=args.max_seconds)
     with _sigterm_interrupts(args.follow):
         summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)

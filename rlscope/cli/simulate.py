@@ -42,6 +42,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     if not args.scenario or not args.out:
         raise UsageError("simulate: --scenario and --out are required (or --list to see the scenarios)")
+    if not 0 <= args.seed < 2**32:  # numpy's seeds
+        raise UsageError(f"simulate: --seed must be a whole number from 0 to 2**32 - 1, got {args.seed}")
     scenario = get_scenario(args.scenario)
     steps = scenario.default_steps if args.steps is None else args.steps
     meta = simulate(scenario, steps, args.out, seed=args.seed)
