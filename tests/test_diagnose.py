@@ -681,3 +681,11 @@ def test_a_report_that_cannot_be_written_whole_leaves_the_old_one(tmp_path, caps
     monkeypatch.setattr(diagnose_cli.os, "replace", real_replace)
     assert main(["diagnose", run, "--format", "json", "-o", str(report)]) == 0
     assert json.loads(report.read_text())["schema"] == "rlscope.diagnose/1"
+
+
+def test_a_run_with_neither_trajectories_nor_lengths_estimates_no_tail(tmp_path, capsys):
+    log = tmp_path / "timers-only.log"
+    log.write_text("".join(f"step:{i} - timing_s/gen:30.0 - timing_s/step:45.0\n" for i in range(1, 5)))
+    code, doc = _run_json(capsys, str(log))
+    assert code == 0 and doc["headline"]["tail_share"] is None and doc["long_tail"]["per_step"] == []
+    assert doc["long_tail"]["estimated"] is False and doc["headline"]["tail_estimated"] is False

@@ -148,7 +148,8 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     now = recent(per_step)
     t_thr, t_tail = float(now["t_thr_s"].mean()), float(now["t_tail_s"].mean())
     share = t_tail / (t_thr + t_tail) if t_thr + t_tail > 0 else math.nan
-    result = LongTailResult(per_step, not measured, trend(per_step["tail_share"]), t_thr, t_tail, share)
+    estimated = not measured and not per_step.empty  # nothing to estimate from is no estimate
+    result = LongTailResult(per_step, estimated, trend(per_step["tail_share"]), t_thr, t_tail, share)
     result.findings.extend(_findings(result))
     return result
 
