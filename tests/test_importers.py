@@ -856,6 +856,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, case):
         ),
         (["verl-log", "x.log", "--out", "r", "--poll", "nan"], "--poll: expected a finite number of seconds above 0"),
         (["verl-log", "x.log", "--out", "r", "--meta", "[1]"], "expected a JSON object"),
+        (["verl-log", "x.log", "--out", "r", "--meta", '{"gpu": {"count": -1}}'], "--meta: gpu.count"),
     ],
 )
 def test_usage_errors(capsys, args, message):

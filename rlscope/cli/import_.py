@@ -70,6 +70,12 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)  # bound for tests and scripts
     args = parser.parse_args(argv)
+    if args.meta:
+        from rlscope.analyzers._data import meta_problems
+
+        problems = meta_problems(args.meta)  # as diagnose --meta refuses them: not written to be ignored later
+        if problems:
+            parser.error(f"--meta: {problems[0]}")
     tail = Tail(follow=args.follow, poll_interval=args.poll, max_seconds=args.max_seconds)
     with _sigterm_interrupts(args.follow):
         summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)
