@@ -689,3 +689,14 @@ def test_a_run_with_neither_trajectories_nor_lengths_estimates_no_tail(tmp_path,
     code, doc = _run_json(capsys, str(log))
     assert code == 0 and doc["headline"]["tail_share"] is None and doc["long_tail"]["per_step"] == []
     assert doc["long_tail"]["estimated"] is False and doc["headline"]["tail_estimated"] is False
+
+
+def test_a_report_written_through_a_link_lands_in_its_target(tmp_path, capsys):
+    target = tmp_path / "reports" / "latest.md"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "report.md"
+    link.symlink_to(target)
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "markdown", "-o", str(link)]) == 0
+    assert link.is_symlink() and target.read_text().startswith("# rlscope diagnose")
+    assert sorted(os.listdir(target.parent)) == ["latest.md"]  # no temporary file left

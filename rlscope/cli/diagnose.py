@@ -203,18 +203,23 @@ def warn_unusable_meta(source: str, problems: list[str]) -> None:
 
 def _write_whole(path: str, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all (a CI gate never reads half a report): under
-    a temporary name beside it, then renamed. A device or a pipe (``/dev/stdout``) is written to."""
-    if os.path.exists(path) and not os.path.isfile(path):
+    a temporary name beside the file (a link's target), then renamed. A device or a pipe
+    (``/dev/stdout``), or a file in a folder this process may not write, is written in place."""
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    special = os.path.abspath(path).startswith(("/dev/", "/proc/")) or (
+        os.path.exists(path) and not os.path.isfile(path)
+    )
+    if special or not os.access(folder, os.W_OK | os.X_OK):
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         return
-    folder, name = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.chmod(tmp, os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~_umask())
-        os.replace(tmp, path)
+        os.chmod(tmp, os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask())
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
