@@ -19,6 +19,11 @@ class MetaError(RLScopeError):
     """``meta.json`` is missing, unreadable or not the object rlscope expects."""
 
 
+class MetaNotJSONError(MetaError):
+    """``meta.json`` is there and read, but is not a JSON object: what it holds is no meta a
+    writer could merge into (a typo, a truncated write)."""
+
+
 class UsageError(RLScopeError):
     """The command line asks for something that cannot be done (bad option value)."""
 

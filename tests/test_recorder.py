@@ -107,6 +107,18 @@ def test_a_meta_json_that_does_not_parse_is_kept_beside_not_overwritten(tmp_path
     assert "not valid JSON" in caplog.text and f"kept as {kept[0]}" in caplog.text
 
 
+def test_a_meta_json_of_a_newer_schema_is_left_as_it_is(tmp_path, caplog):
+    run = tmp_path / "run"
+    run.mkdir()
+    newer = '{"schema_version": 99, "model": {"name": "x"}}'
+    (run / "meta.json").write_text(newer)
+    rec = Recorder(str(run), meta={"topology": "async"})
+    rec.log_step(1, {"timing_s/gen": 1.0})
+    rec.close(timeout=1.0)
+    assert (run / "meta.json").read_text() == newer and not list(run.glob("meta.json.unreadable-*"))
+    assert "newer than this rlscope reads" in caplog.text and not (run / "steps").exists()  # not written into it
+
+
 def test_a_hand_written_meta_json_is_extended(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.errors import MetaError
+from rlscope.errors import MetaNotJSONError
 from rlscope.trace.schema import (
     GPU,
     IS_WEIGHT_CAP,
@@ -247,10 +247,11 @@ def _meta_file_lock(loc: RunLocation) -> threading.Lock:
 
 def _existing_meta(loc: Any) -> dict[str, Any]:
     """meta.json of a run being resumed, so a restart adds to it instead of replacing it. One
-    that does not parse is kept beside (``meta.json.unreadable-<time>``), never overwritten."""
+    that does not parse is kept beside (``meta.json.unreadable-<time>``), never overwritten; one
+    that cannot be read now, or is of a newer schema, raises (meta.json is then left alone)."""
     try:
         return meta_to_extend(loc)
-    except MetaError as exc:
+    except MetaNotJSONError as exc:
         kept = f"{loc.join(META_FILE)}.unreadable-{time.time():.0f}"
         loc.fs.move(loc.join(META_FILE), kept)
         log.warning("rlscope recorder (%s): %s; kept as %s, and a new meta.json written", loc.path, exc, kept)
