@@ -43,7 +43,6 @@ _BAD_INPUT = frozenset(
         "free_text_field",
         "bad_step",
         "empty_step_line",
-        "orphaned_fields",
         "bad_json",
         "bad_row",
         "bad_event",

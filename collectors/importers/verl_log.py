@@ -78,6 +78,8 @@ _SEP = re.compile(r"\s+-(?:\s+|(?=[A-Za-z_]))")
 _TRAILING_JUNK = re.compile(r"(?:\\[nr]|[\s\"'`,])+$")
 # the rest of a wrapped metric line: a fragment, " - key:value" fields, maybe the start of one more
 _TAIL_FIELDS = re.compile(r"^\S*(?:\s+-\s+[^\s:]+:\S*)*(?:\s+-\s*[^\s:]*)?\s*$")
+_ANY_STEP = re.compile(r"(?<!/)step\s*:", re.I)  # a step of its own, not a key like timing_s/step
+_MID_FIELD = re.compile(r"^\s*(?::|-\s|[^\s:]*:\S*\s+-\s)")  # ":397.0 - ", "- a/b:1", "max:397.0 - "
 _METRIC_FIELD = re.compile(r"(?:^|\s)-\s+[^\s:]+/[^\s:]*:(\S+)")  # " - a/b:value"
 _TAIL_NUMBER = re.compile(r"^[\d.eE+-]+(?:\\[nr]|[\s\"'`,])*$")  # what _TRAILING_JUNK strips may follow
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
@@ -131,8 +133,11 @@ def _wrapped_launch(text: str) -> bool:
 
 
 def _orphaned_fields(text: str) -> bool:
-    """Whether ``text`` holds metric fields (`` - a/b:1.5 - c/d:2``) without the ``step:N`` that
-    starts their line: the rest of a wrapped line whose first part another line cut off."""
+    """Whether ``text`` (a line without a Ray prefix) is the rest of a wrapped metric line whose
+    first part another line cut off: it opens mid-field (``:397.0 - ``, `` - a/b:1``), holds
+    metric fields (`` - a/b:1.5 - c/d:2``), and no step of its own (``global_step:5``, ``Step:2``)."""
+    if _ANY_STEP.search(text) or not _MID_FIELD.match(text):
+        return False
     return sum(parse_number(value) is not None for value in _METRIC_FIELD.findall(text)) >= 2
 
 
@@ -284,8 +289,8 @@ class _Parser:
             if bad:
                 self.sink.skip("bad_step", where, bad.group(0))
                 return
-        if _orphaned_fields(text):
-            self.sink.skip("orphaned_fields", where, text)
+        if not prefix and _orphaned_fields(text):
+            self.sink.skip("orphaned_fields", where, text, bad=False)
             return
         stripped = text.strip()
         lowered = stripped.lower()
