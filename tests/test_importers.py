@@ -267,8 +267,12 @@ def test_a_cut_off_last_csv_row_loses_its_last_cell(tmp_path):
     summary = import_wandb_csv([csv_file], tmp_path / "run")
     df = steps(tmp_path / "run")
     assert value(df, 1, "timing_s/step") == 131.608 and value(df, 2, "a") == 2.5
-    assert set(df[df.step == 2].key) == {"a"} and "its last cell may be cut off" in summary.notes[0]
+    assert set(df[df.step == 2].key) == {"a"} and "its last cell may be cut off, so it was left out" in summary.notes[0]
     assert summary.skipped == {"cut_off_field": 1}
+    csv_file.write_bytes(b"a,_step\n1.5,1\n2.5,2")  # the step itself may be cut short: the row goes
+    summary = import_wandb_csv([csv_file], tmp_path / "step-last", strict=True)
+    assert sorted(set(steps(tmp_path / "step-last").step)) == [1] and summary.skipped == {"cut_off_field": 1}
+    assert "so the row was left out" in summary.notes[0]
 
 
 @pytest.mark.parametrize("rest", ['5"', "5'", '5",', '5\\n"', "5 ,"])

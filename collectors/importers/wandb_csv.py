@@ -32,23 +32,17 @@ _STEP_COLUMNS = ("_step", "step")
 
 
 class _Rows:
-    """The lines of one CSV source for ``csv.reader``, remembering the number of the last one."""
+    """The lines of one CSV source for ``csv.reader``, remembering the number of the last one and
+    whether it was cut off (the last line, without its line end)."""
 
     def __init__(self, sink: StepSink, path: str, name: str, tail: Tail, follow: bool):
-        self.name, self.lineno, self._sink = name, 0, sink
+        self.name, self.lineno, self.cut = name, 0, False
         self._lines = source_lines(sink, path, name, tail, follow=follow)
 
     def __iter__(self) -> Iterator[str]:
         for item in self._lines:
             if item is not IDLE:
-                self.lineno, line, cut = item
-                if cut:  # its last cell may stop mid-number: left empty
-                    self._sink.skip("cut_off_field", f"{self.name}:{self.lineno}", bad=False)
-                    self._sink.note(
-                        f"{self.name}:{self.lineno}: the last line has no line end (copied while being written?); "
-                        "its last cell may be cut off and was left out"
-                    )
-                    line = line[: line.rfind(",") + 1]
+                self.lineno, line, self.cut = item
                 yield line + "\n"
 
 
@@ -75,6 +69,10 @@ def _import_file(sink: StepSink, rows: _Rows) -> None:
         where = f"{rows.name}:{rows.lineno}"
         if not any(cell.strip() for cell in row):
             continue
+        if rows.cut:  # its last cell may stop mid-number
+            row = _without_cut_cell(sink, where, header, row, step_col)
+            if row is None:
+                continue
         if len(row) != len(header):
             sink.skip("bad_row", where, f"{len(row)} cells, header has {len(header)}")
             continue
@@ -95,6 +93,19 @@ def _import_file(sink: StepSink, rows: _Rows) -> None:
             else:
                 metrics[name] = value
         sink.add(step, metrics, when=when)
+
+
+def _without_cut_cell(sink: StepSink, where: str, header: list[str], row: list[str], step_col: int) -> list[str] | None:
+    """A cut-off last row with its last cell (maybe a number cut short) emptied and told, or None
+    when that cell is the step, or the row stops short of its last column."""
+    last = len(row) - 1
+    whole = len(row) == len(header) and last != step_col
+    sink.skip("cut_off_field", where, header[min(last, len(header) - 1)], bad=False)
+    sink.note(
+        f"{where}: the last line has no line end (copied while being written?); its last cell may be cut off, "
+        + ("so it was left out" if whole else "so the row was left out")
+    )
+    return [*row[:last], ""] if whole else None
 
 
 def import_wandb_csv(
