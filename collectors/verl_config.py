@@ -10,8 +10,12 @@ what-ifs, and verl states them in three places a collector can see:
   data.train_batch_size=128 ...``), which a log of a ``set -x`` script keeps.
 
 The fully async and one-step-off trainers give rollout its own pool (a top-level ``rollout``
-section with its own ``nnodes`` and ``n_gpus_per_node``): the GPU count is then both pools,
-and the split and topology follow (``async_training`` marks the fully async trainer).
+section with its own ``nnodes`` and ``n_gpus_per_node``), and so does the v1 trainer's
+``trainer.v1.trainer_mode=separate_async`` (``actor_rollout_ref.rollout.nnodes`` and
+``n_gpus_per_node``): the GPU count is then both pools, and the split and topology follow
+(``async_training`` marks the fully async trainer). ``colocate_async`` is async on the
+trainer's GPUs, which rollout and training take in turns: topology ``colocate_async``, both
+sides of the split all GPUs.
 
 verl also prints each Hugging Face model's size as it builds it (``verl/utils/model.py``,
 ``print_model_size``: ``Qwen2ForCausalLM contains 494.03M parameters``). The first causal LM
@@ -85,14 +89,26 @@ def meta_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if max_response:
         meta["max_response_length"] = max_response
     train = _gpus(cfg, "trainer")
-    if isinstance(cfg.get("rollout"), Mapping):  # rollout on a pool of its own
-        rollout = _gpus(cfg, "rollout")
-        meta["topology"] = "async" if "async_training" in cfg else "one_step_overlap"
+    mode = _get(cfg, "trainer.v1.trainer_mode") if _get(cfg, "trainer.use_v1") is not False else None
+    pool: tuple[int | None, str] | None = None  # a rollout pool of its own: (its GPUs, the topology)
+    if isinstance(cfg.get("rollout"), Mapping):  # the fully async and one-step-off trainers
+        pool = _gpus(cfg, "rollout"), "async" if "async_training" in cfg else "one_step_overlap"
+    elif mode == "separate_async":  # v1: a standalone rollout pool beside the trainer's
+        nodes = _int(_get(cfg, "actor_rollout_ref.rollout.nnodes"))
+        per_node = _int(_get(cfg, "actor_rollout_ref.rollout.n_gpus_per_node")) or _int(
+            _get(cfg, "trainer.n_gpus_per_node")  # verl's default for the rollout pool's
+        )
+        pool = (nodes * per_node if nodes and per_node else None), "async"
+    if pool is not None:
+        rollout, meta["topology"] = pool
         if train and rollout:
             meta["gpu"] = {"count": train + rollout}
             meta["split"] = {"rollout": rollout, "train": train}
     elif train:
         meta["gpu"] = {"count": train}
+        if mode == "colocate_async":  # v1: async, rollout and training take turns on the same GPUs
+            meta["topology"] = "colocate_async"
+            meta["split"] = {"rollout": train, "train": train}
     if isinstance(model, str) and "$" not in model:
         meta["model"] = {"name": model}
     config = {

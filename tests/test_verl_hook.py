@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 
 from rlscope import RunReader
+from rlscope.analyzers._data import RunFacts
 from rlscope.collectors.verl import _hook as hook_state
 from rlscope.collectors.verl._hook import CROSSCHECK_KEY, SOURCE, Hook
 from rlscope.collectors.verl._patch import Target, install_targets
+from rlscope.collectors.verl_config import meta_from_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORT = ROOT / "tests" / "verl_support"
@@ -219,6 +221,35 @@ def test_meta_says_verl_and_what_the_config_states(driven):
     assert (meta["batch_size"], meta["group_size"], meta["max_response_length"]) == (2, 2, 10)
     assert meta["gpu"] == {"count": 8} and meta["model"] == {"name": "Qwen/Qwen2.5-0.5B"}
     assert "topology" not in meta  # not stated by the config: left absent
+
+
+def _v1_config(*overrides: str) -> dict[str, Any]:
+    """verl's own ppo_trainer config with ``overrides``, resolved as the v1 trainer hands it to Tracking."""
+    import verl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@needs_verl
+def test_meta_counts_the_v1_async_trainers_gpus_and_topology():
+    # trainer_separate_async.py: the standalone rollout pool is actor_rollout_ref.rollout.nnodes x
+    # n_gpus_per_node (the latter defaults to the trainer's), beside the trainer's 1 x 4 GPUs
+    pools = ["trainer.nnodes=1", "trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.nnodes=2"]
+    meta = meta_from_config(_v1_config("trainer.v1.trainer_mode=separate_async", *pools))
+    assert (meta["gpu"], meta["split"]) == ({"count": 12}, {"rollout": 8, "train": 4})
+    facts = RunFacts.from_meta(meta)
+    assert facts.kind == "async_streaming" and facts.is_pooled
+    # trainer_colocate_async.py: generation and training take turns on the trainer's 4 GPUs
+    meta = meta_from_config(_v1_config("trainer.v1.trainer_mode=colocate_async", *pools))
+    assert (meta["gpu"], meta["split"]) == ({"count": 4}, {"rollout": 4, "train": 4})
+    facts = RunFacts.from_meta(meta)
+    assert facts.kind == "async_streaming" and facts.overlapped and not facts.is_pooled
+    meta = meta_from_config(_v1_config("trainer.v1.trainer_mode=sync", *pools))  # colocated, as verl defaults
+    assert meta["gpu"] == {"count": 4} and "topology" not in meta and "split" not in meta
 
 
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):
