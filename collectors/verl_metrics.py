@@ -30,6 +30,11 @@ read at 1dda039b9, 2026-08-22):
   then ``str(Role.RefPolicy)``, which is ``"ref"``). ``ref_log_prob`` is a spelling of some
   forks outside verl; it is mapped to ``ref`` too.
 
+- verl's fully async trainer names its weight-sync timer after the metric
+  (``marked_timer("timing_s/param_sync", ...)``, fully_async_trainer.py, v0.9.1), so
+  ``compute_timing_metrics`` logs ``timing_s/timing_s/param_sync``: the doubled prefix is
+  dropped (``timer_stage``), giving ``timing_s/param_sync``.
+
 Not aliased on purpose: ``actor/entropy_loss`` became ``actor/entropy`` in b4aa2dce8 (v0.4.1)
 but the model-engine workers log ``actor/entropy_loss`` again since f1d5e0e27 (2026-01-08).
 """
@@ -49,6 +54,7 @@ __all__ = [
     "canonical_metric",
     "is_substage",
     "is_validation_key",
+    "timer_stage",
     "timing_phase",
     "timing_stage",
 ]
@@ -157,11 +163,16 @@ def _resolve(key: str) -> tuple[str, float]:
             break
     for prefix in _STAGE_PREFIXES:
         if key.startswith(prefix):
-            head, sep, tail = key[len(prefix) :].partition("/")
-            if head in _RENAMED_STAGES:
-                key = prefix + _RENAMED_STAGES[head] + sep + tail
+            head, sep, tail = timer_stage(key[len(prefix) :]).partition("/")
+            key = prefix + _RENAMED_STAGES.get(head, head) + sep + tail
             break
     return key, factor
+
+
+def timer_stage(name: str) -> str:
+    """The stage a ``marked_timer`` name times: ``timing_s/param_sync`` (a timer named after
+    its metric, as verl's fully async trainer names one) times ``param_sync``."""
+    return name.removeprefix("timing_s/")
 
 
 def canonical(key: str) -> str:

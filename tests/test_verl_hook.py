@@ -19,16 +19,19 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rlscope import RunReader
+from rlscope.analyzers import anatomy
 from rlscope.analyzers._data import RunFacts
 from rlscope.collectors.verl import _hook as hook_state
 from rlscope.collectors.verl._hook import CROSSCHECK_KEY, SOURCE, Hook
 from rlscope.collectors.verl._patch import Target, install_targets
+from rlscope.collectors.verl._timers import wrap_marked_timer
 from rlscope.collectors.verl_config import meta_from_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -250,6 +253,27 @@ def test_meta_counts_the_v1_async_trainers_gpus_and_topology():
     assert facts.kind == "async_streaming" and facts.overlapped and not facts.is_pooled
     meta = meta_from_config(_v1_config("trainer.v1.trainer_mode=sync", *pools))  # colocated, as verl defaults
     assert meta["gpu"] == {"count": 4} and "topology" not in meta and "split" not in meta
+
+
+@needs_verl
+def test_a_timer_named_after_its_metric_is_weight_sync_in_steps_and_spans(tmp_path):
+    # fully_async_trainer.py times ``marked_timer("timing_s/param_sync", timing_raw)`` and
+    # compute_timing_metrics logs every timer as f"timing_s/{name}"
+    from verl.utils.profiler import marked_timer
+
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    timer = wrap_marked_timer(hook, marked_timer)
+    timing: dict[str, float] = {}
+    with timer("step", timing):
+        with timer("timing_s/param_sync", timing):
+            time.sleep(0.05)
+    hook.on_log(1, {f"timing_s/{name}": seconds for name, seconds in timing.items()})
+    hook.flush()
+    seconds = anatomy.analyze(str(run)).seconds.loc[1]
+    assert seconds["weight_sync"] == timing["timing_s/param_sync"]
+    assert seconds["other"] == pytest.approx(timing["step"] - timing["timing_s/param_sync"])
+    assert sorted(s["phase"] for s in RunReader(str(run)).read("spans").to_pylist()) == ["param_sync", "step"]
 
 
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):

@@ -27,6 +27,7 @@ from rlscope.collectors import verl_metrics as vm
         ("rollouter/active_time", "fully_async/rollouter/active_time"),
         ("rollouter/validate_time", "rollouter/validate_time"),  # never renamed by verl
         ("timing_s/ref_log_prob", "timing_s/ref"),
+        ("timing_s/timing_s/param_sync", "timing_s/param_sync"),  # fully_async_trainer.py's timer name
         ("timing/ref", "timing_s/ref"),
         ("actor/entropy_loss", "actor/entropy_loss"),  # logged again by verl's model-engine workers
         ("val-core/gsm8k/acc/mean@1", "val-core/gsm8k/acc/mean@1"),
@@ -80,6 +81,7 @@ def test_every_alias_lands_on_a_fixed_point():
         ("timing_s/update_critic", "update_critic", "training"),
         ("timing_s/update_weights", "update_weights", "weight_sync"),
         ("timing_s/param_sync", "param_sync", "weight_sync"),
+        ("timing_s/timing_s/param_sync", "param_sync", "weight_sync"),
         ("timing_s/wait_last_valid", "wait_last_valid", "wait"),
         ("timing_s/wait_for_something_new", "wait_for_something_new", "wait"),
         ("timing_s/save_checkpoint", "save_checkpoint", "checkpoint"),

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlscope.collectors.verl_metrics import timer_stage
 from rlscope.trace.recorder import Recorder
 
 __all__ = [
@@ -198,7 +199,7 @@ class Hook:
                 self.pending_dropped += 1
 
     def add_span(self, phase: str, start: float, end: float) -> None:
-        self._hold(self._spans, (str(phase), start, end), MAX_PENDING_SPANS)
+        self._hold(self._spans, (timer_stage(str(phase)), start, end), MAX_PENDING_SPANS)
 
     def add_logprob(self, deltas: np.ndarray, probs_diff_max: float) -> None:
         self._hold(self._logprob, (deltas, probs_diff_max), MAX_PENDING_LOGPROB)
