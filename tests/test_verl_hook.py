@@ -28,6 +28,7 @@ import pytest
 from rlscope import RunReader
 from rlscope.analyzers import anatomy
 from rlscope.analyzers._data import RunFacts
+from rlscope.collectors.verl import _agent_loop
 from rlscope.collectors.verl import _hook as hook_state
 from rlscope.collectors.verl._hook import CROSSCHECK_KEY, SOURCE, Hook
 from rlscope.collectors.verl._patch import Target, install_targets
@@ -274,6 +275,20 @@ def test_a_timer_named_after_its_metric_is_weight_sync_in_steps_and_spans(tmp_pa
     assert seconds["weight_sync"] == timing["timing_s/param_sync"]
     assert seconds["other"] == pytest.approx(timing["step"] - timing["timing_s/param_sync"])
     assert sorted(s["phase"] for s in RunReader(str(run)).read("spans").to_pylist()) == ["param_sync", "step"]
+
+
+def test_a_sample_without_a_training_step_is_a_counted_fault(tmp_path, caplog):
+    # fully_async_rollouter.py feeds prepare_single_generation_data's batches, which set no
+    # meta_info["global_steps"]: verl's agent loop passes -1 as the sample's step
+    hook = Hook(str(tmp_path / "run"))
+    with caplog.at_level("WARNING", logger="rlscope"):
+        for _ in range(3):  # one _run_agent_loop per sample
+            token = _agent_loop._enter_sample(hook, (0, {"step": -1, "validate": False}), {})
+            _agent_loop._after_postprocess(hook, (), {"output": {"response_ids": [1, 2]}, "validate": False})
+            _agent_loop._leave_sample(token)
+    status = hook.status()
+    assert status["faults"] == {"trajectories": 3} and status["recorder"] is None  # nothing written
+    assert caplog.text.count("carries no training step") == 1
 
 
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):

@@ -131,8 +131,8 @@ def _capture(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     step = _step_of(kwargs.get("global_steps"))
     if step is None and sample is not None:
         step = _step_of(sample.step)
-    if step is None:
-        hook.warn_once("trajectories:step", "rlscope verl hook: agent-loop samples carry no step; not recorded")
+    if step is None:  # verl's fully async rollouter: its samples carry weight versions, no training step
+        hook.fault("trajectories", LookupError("an agent-loop sample carries no training step; not recorded"))
         return
     finish = time.time()
     submit = sample.submit if sample is not None else None
