@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from rlscope import RunReader
-from rlscope.analyzers import anatomy
+from rlscope.analyzers import anatomy, staleness
 from rlscope.analyzers._data import RunFacts
 from rlscope.collectors.verl import _agent_loop
 from rlscope.collectors.verl import _hook as hook_state
@@ -169,6 +169,7 @@ def test_each_agent_loop_sample_is_one_trajectory_row_that_verl_reduces(driven):
             assert row["turns"] == (4 if case["tool_tokens"] else 2)
             assert row["reward"] == pytest.approx(case["response"] / 10) and row["reward_status"] == "ok"
             assert 0 <= row["submit_time"] < row["finish_time"]
+            assert row["trainer_version"] == int(step) - 1  # the legacy trainer updates from version s - 1
         assert mine[0]["group"] == mine[1]["group"] != mine[2]["group"] == mine[3]["group"]
         metrics = seen["metrics"]
         gen = [r["gen_s"] for r in mine]
@@ -284,11 +285,38 @@ def test_a_sample_without_a_training_step_is_a_counted_fault(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="rlscope"):
         for _ in range(3):  # one _run_agent_loop per sample
             token = _agent_loop._enter_sample(hook, (0, {"step": -1, "validate": False}), {})
-            _agent_loop._after_postprocess(hook, (), {"output": {"response_ids": [1, 2]}, "validate": False})
+            _agent_loop._after_postprocess(hook, None, (), {"output": {"response_ids": [1, 2]}, "validate": False})
             _agent_loop._leave_sample(token)
     status = hook.status()
     assert status["faults"] == {"trajectories": 3} and status["recorder"] is None  # nothing written
     assert caplog.text.count("carries no training step") == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "versions", "lags"),
+    [
+        # v1 sync (trainer_sync.py) and the legacy trainer (ray_trainer.py) sync weights version s at
+        # the end of step s, so step 7 generates on version 6 and its update starts from version 6
+        ({"trainer": {"v1": {"trainer_mode": "sync"}}}, [6, 6], [0, 0]),
+        ({"trainer": {"v1": {"trainer_mode": "sync"}}}, [4, 6], [2, 0]),
+        # async modes train on samples of earlier steps: which update consumes one is not known here
+        ({"trainer": {"v1": {"trainer_mode": "separate_async"}}}, [6, 6], []),
+        ({"trainer": {"v1": {"trainer_mode": "colocate_async"}}}, [6, 6], []),
+    ],
+)
+def test_a_synchronous_trainers_samples_carry_the_version_their_update_starts_from(tmp_path, config, versions, lags):
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    worker = type("Worker", (), {"config": config})()
+    for i, version in enumerate(versions):
+        output = {"response_ids": [1] * 10, "extra_fields": {"min_global_steps": version, "max_global_steps": 6}}
+        kwargs = {"output": output, "validate": False, "global_steps": 7, "uid": f"u{i}", "session_id": 0}
+        _agent_loop._after_postprocess(hook, worker, (), kwargs)
+    hook.flush()
+    rows = RunReader(str(run)).read("trajectories", ["trainer_version"]).to_pylist()
+    assert [r["trainer_version"] for r in rows] == [6 if lags else None] * 2
+    per_step = staleness.analyze(str(run)).per_step
+    assert (per_step["max"].tolist(), per_step["n"].tolist()) == (([max(lags)], [2]) if lags else ([], []))
 
 
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):

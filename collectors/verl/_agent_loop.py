@@ -83,7 +83,13 @@ def _seconds(value: Any) -> float | None:
 
 
 def trajectory_rows(
-    outputs: list[Any], sample: Mapping[str, Any], submit: float | None, finish: float, origin: float, index: Any
+    outputs: list[Any],
+    sample: Mapping[str, Any],
+    submit: float | None,
+    finish: float,
+    origin: float,
+    index: Any,
+    trainer_version: int | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of the trajectories table for one sample's agent-loop output(s)."""
     uid = sample.get("uid")
@@ -113,6 +119,7 @@ def trajectory_rows(
                 "finish_time": finish - origin,
                 "policy_version_start": extra.get("min_global_steps"),
                 "policy_version_end": extra.get("max_global_steps"),
+                "trainer_version": trainer_version,
                 "reward": None if reward is None else float(reward),
                 "reward_status": None if reward is None else "ok",
             }
@@ -120,7 +127,18 @@ def trajectory_rows(
     return rows
 
 
-def _capture(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _trainer_version(config: Any, step: int, v1: bool) -> int | None:
+    """The policy version the update consuming a sample of ``step`` starts from, where the trainer
+    trains each step on that step's own samples: ``step - 1`` (verl syncs version ``s`` at the
+    end of step ``s``; its ``trajectory_staleness`` is ``(global_steps - 1) - version``). None
+    for trainers that train on samples of earlier steps: the v1 async modes, and the legacy
+    worker under the one-step-off trainer (a top-level ``rollout`` section)."""
+    trainer = _field(config, "trainer")
+    synchronous = _field(_field(trainer, "v1"), "trainer_mode") == "sync" if v1 else _field(config, "rollout") is None
+    return step - 1 if synchronous else None
+
+
+def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     output = kwargs["output"] if "output" in kwargs else args[0]
     validate = kwargs["validate"] if "validate" in kwargs else args[1]
     sample = _current.get()
@@ -128,7 +146,8 @@ def _capture(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         return
     if sample is not None:
         sample.captured = True  # a subclass that calls super() must not write the sample twice
-    step = _step_of(kwargs.get("global_steps"))
+    step = _step_of(kwargs.get("global_steps"))  # the v1 worker's, else the legacy worker's
+    v1 = step is not None
     if step is None and sample is not None:
         step = _step_of(sample.step)
     if step is None:  # verl's fully async rollouter: its samples carry weight versions, no training step
@@ -138,7 +157,8 @@ def _capture(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     submit = sample.submit if sample is not None else None
     index = f"{sample.sample_index}_{sample.rollout_n}" if sample is not None else None
     outputs = output if isinstance(output, list) else [output]
-    for row in trajectory_rows(outputs, kwargs, submit, finish, _origin(step, submit or finish), index):
+    version = _trainer_version(config, step, v1)
+    for row in trajectory_rows(outputs, kwargs, submit, finish, _origin(step, submit or finish), index, version):
         hook.log_trajectory(step, row)
 
 
@@ -162,9 +182,9 @@ def _leave_sample(token: contextvars.Token | None) -> None:
         _current.reset(token)
 
 
-def _after_postprocess(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _after_postprocess(hook: Hook, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     try:
-        _capture(hook, args, kwargs)
+        _capture(hook, getattr(worker, "config", None), args, kwargs)
     except Exception as exc:  # noqa: BLE001 - never harm training
         hook.fault("trajectories", exc)
 
@@ -189,7 +209,7 @@ def wrap_postprocess(hook: Hook, original: Callable[..., Any]) -> Callable[..., 
     @functools.wraps(original)
     async def _agent_loop_postprocess(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await original(self, *args, **kwargs)
-        _after_postprocess(hook, args, kwargs)
+        _after_postprocess(hook, self, args, kwargs)
         return result
 
     return _agent_loop_postprocess
