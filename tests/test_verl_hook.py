@@ -448,6 +448,21 @@ def test_a_module_imported_later_is_patched_on_import_and_keeps_its_loader(tmp_p
     assert module.Tracker().log(1) == 2 and calls == [3, 1]
 
 
+def test_a_module_only_looked_up_before_its_import_is_still_patched(tmp_path, monkeypatch):
+    # importlib.util.find_spec (pkgutil, "is X installed" checks) finds a spec it never executes
+    (tmp_path / "rlscope_fake_probed.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, "rlscope_fake_probed", raising=False)
+    hook = Hook(str(tmp_path / "run"))
+    install_targets(hook, [Target("f", "rlscope_fake_probed", "f", lambda hook, original: lambda: original() + 1)])
+    assert importlib.util.find_spec("rlscope_fake_probed") is not None
+    assert hook.patches == {"rlscope_fake_probed:f": "pending"}
+    module = importlib.import_module("rlscope_fake_probed")
+    assert hook.patches == {"rlscope_fake_probed:f": "patched"} and module.f() == 2
+    assert not any(type(f).__name__ == "_Watcher" for f in sys.meta_path)
+
+
 def test_a_bad_gpu_interval_turns_off_sampling_only(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("RLSCOPE_GPU_INTERVAL", "abc")
     monkeypatch.setenv("RLSCOPE_EXPORT_PORT", str(_free_port()))

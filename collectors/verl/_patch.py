@@ -10,6 +10,7 @@ and module-level functions are also replaced where other verl modules hold them 
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
@@ -143,11 +144,17 @@ class _Watcher(importlib.abc.MetaPathFinder):
             self._busy.name = None
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        targets = self._waiting.pop(fullname)
-        spec.loader = _PatchAfterExec(spec.loader, lambda module: _apply_guarded(self._hook, targets, module))
+        spec.loader = _PatchAfterExec(spec.loader, functools.partial(self._patch, fullname))
+        return spec
+
+    def _patch(self, fullname: str, module: ModuleType) -> None:
+        """Once the module's code has run (a spec that is only looked at, never executed, leaves
+        its targets waiting for the real import): patch it, and stop watching when all are done."""
+        targets = self._waiting.pop(fullname, None)
+        if targets:
+            _apply_guarded(self._hook, targets, module)
         if not self._waiting and self in sys.meta_path:
             sys.meta_path.remove(self)
-        return spec
 
 
 def install_targets(hook: Hook, targets: Sequence[Target]) -> None:
