@@ -812,6 +812,45 @@ def test_one_run_directory_one_meta_lock_however_it_is_spelled(tmp_path):
     assert all(_meta_file_lock(locate(s)) is lock for s in spellings)
 
 
+def _hold_meta_lock(run: Path) -> int:
+    """Lock the run's meta.json as another process merging into it would (flock locks an open
+    file, so a second open of it in this process is held off too)."""
+    import fcntl
+
+    from rlscope.trace.recorder import META_LOCK_FILE
+
+    run.mkdir(exist_ok=True)
+    fd = os.open(run / META_LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_meta_json_merges_wait_for_another_process_merging_into_it(tmp_path):
+    run = tmp_path / "run"
+    fd = _hold_meta_lock(run)
+    rec = Recorder(str(run), meta={"mine": 1})
+    time.sleep(0.5)
+    assert not (run / "meta.json").exists()  # waits while the other process reads, merges, writes
+    (run / "meta.json").write_text('{"schema_version": 1, "theirs": 2}')
+    os.close(fd)
+    rec.close()
+    meta = read_meta(str(run))
+    assert (meta["mine"], meta["theirs"]) == (1, 2) and rec.status()["last_error"] is None
+
+
+def test_a_meta_lock_held_too_long_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
+    monkeypatch.setattr("rlscope.trace.recorder.META_LOCK_WAIT", 0.2)
+    run = tmp_path / "run"
+    fd = _hold_meta_lock(run)
+    try:
+        with Recorder(str(run), meta={"mine": 1}) as rec:
+            assert rec.flush(5)
+        assert read_meta(str(run))["mine"] == 1
+        assert rec.status()["last_error"].startswith("meta-lock: TimeoutError")
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize(("setting", "value"), [("flush_rows", 10**400), ("flush_interval", 1e300)])
 def test_settings_beyond_what_the_writer_can_wait_or_count_are_refused(tmp_path, setting, value):
     with pytest.raises(ValueError, match=f"^Recorder {setting} must be a positive"):

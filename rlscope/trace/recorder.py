@@ -58,6 +58,11 @@ from rlscope.trace.store import (
 
 __all__ = ["Recorder", "logprob_histogram_row"]
 
+try:
+    import fcntl
+except ImportError:  # Windows: only the threads of one process are kept out of meta.json
+    fcntl = None
+
 log = logging.getLogger("rlscope")
 
 _MAX_TEXT = 1024  # longest text value kept for a non-numeric metric
@@ -233,6 +238,9 @@ def _quantiles(d: np.ndarray, infinite: bool) -> list[float]:
     return np.quantile(np.clip(d, -1e300, 1e300), LOGPROB_QUANTILES, method="closest_observation").tolist()
 
 
+META_LOCK_FILE = ".meta.lock"  # locked (flock) by each process merging into a local meta.json
+META_LOCK_WAIT = 5.0  # seconds a merge waits for another process's before going ahead
+
 _META_LOCKS: dict[str, threading.Lock] = {}
 _META_LOCKS_GUARD = threading.Lock()
 
@@ -243,6 +251,35 @@ def _meta_file_lock(loc: RunLocation) -> threading.Lock:
     key = os.path.realpath(loc.path) if loc.is_local else f"{type(loc.fs).__name__}:{loc.path}"
     with _META_LOCKS_GUARD:
         return _META_LOCKS.setdefault(key, threading.Lock())
+
+
+@contextlib.contextmanager
+def _meta_process_lock(loc: RunLocation) -> Iterator[bool]:
+    """Keep other processes out of a local run directory's meta.json for one read-merge-write:
+    ``flock`` on ``.meta.lock`` beside it, waited for at most ``META_LOCK_WAIT`` seconds (then
+    the merge goes ahead unlocked rather than stall the writer). Yields whether it gave up
+    waiting. A remote filesystem (``s3://``) is not locked, and a network mount may not honour
+    ``flock``."""
+    if not loc.is_local or fcntl is None:
+        yield False
+        return
+    os.makedirs(loc.path, exist_ok=True)
+    fd = os.open(os.path.join(loc.path, META_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + META_LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                gave_up = False
+                break
+            except BlockingIOError:
+                gave_up = time.monotonic() >= deadline
+                if gave_up:
+                    break
+                time.sleep(0.01)
+        yield gave_up
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _existing_meta(loc: Any) -> dict[str, Any]:
@@ -630,11 +667,14 @@ class Recorder:
                 meta, version = dict(self._meta), self._meta_version
             try:
                 loc = self._loc or locate(self.run_dir)
-                with _meta_file_lock(loc):  # two Recorders of one run must not drop each other's keys
+                # two Recorders of one run, in one process or several, must not drop each other's keys
+                with _meta_file_lock(loc), _meta_process_lock(loc) as gave_up:
                     write_meta(loc, merge_meta(_existing_meta(loc), meta))
             except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
                 self._fail("meta", exc)
                 return self._loc is not None  # open, only meta.json behind: rows still go in
+            if gave_up:
+                self._fail("meta-lock", TimeoutError(f"{META_LOCK_FILE} held over {META_LOCK_WAIT:g} s; merged anyway"))
             with self._meta_lock:
                 self._loc = loc
                 self._meta_pending = self._meta_version != version  # more came meanwhile
