@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -234,6 +236,14 @@ def test_mfu_without_ref_and_tokens_from_trajectories(tmp_path):
     assert row["tokens"] == 4000 and row["flops"] == 10 * 1e9 * 4000
     # 4e13 FLOPs / (20 s * 1 GPU * 1e12) = 2.0: a toy peak; the point is the arithmetic
     assert row["mfu"] == pytest.approx(2.0)
+
+
+def test_every_verl_mfu_key_the_cross_check_reads_is_one_verl_logs():
+    spec = importlib.util.find_spec("verl")
+    if spec is None or spec.origin is None:
+        pytest.skip("verl is not installed")
+    source = "".join(p.read_text(errors="replace") for p in Path(spec.origin).parent.rglob("*.py"))
+    assert set(mfu.VERL_MFU_KEYS) <= set(re.findall(r"[\"'](perf/mfu/\w+)[\"']", source))
 
 
 def test_mfu_cross_check_with_verl(tmp_path):

@@ -64,12 +64,12 @@ __all__ = [
 
 CAUSES = ("decode", "long_tail", "forward", "training", "weight_sync", "switching", "idle_other")
 
-# verl's per-stage MFU keys and the anatomy phase each one measures
+# verl's per-stage MFU keys and the anatomy phase each one measures (verl 0.9.1 logs no ref MFU;
+# actor_infer only in the legacy and experimental trainers)
 VERL_MFU_KEYS = {
     "perf/mfu/actor": "update_actor",
     "perf/mfu/critic": "update_critic",
     "perf/mfu/actor_infer": "old_log_prob",
-    "perf/mfu/ref": "ref",
 }
 
 _FORWARD = ("old_log_prob", "ref", "values")
