@@ -52,7 +52,7 @@ _SETTLE_S = 1.0  # a folder modified this recently is listed again (coarse mtime
 
 _COLUMNS: dict[str, list[str]] = {
     "steps": ["step", "attempt", "time", "key", "value"],
-    "spans": ["step", "phase", "role", "host", "start", "end"],
+    "spans": ["step", "attempt", "phase", "role", "host", "start", "end"],
     "trajectories": sorted(
         {*TRAJECTORY_COLUMNS, "traj_id", "data_source", "reward", "reward_status", "reward_error"},
         key=TABLES["trajectories"].names.index,

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from rlscope import RunReader
-from rlscope.analyzers import anatomy, staleness
+from rlscope.analyzers import anatomy, gpu_idle, staleness
 from rlscope.analyzers._data import RunFacts
 from rlscope.collectors.verl import _agent_loop
 from rlscope.collectors.verl import _hook as hook_state
@@ -317,6 +317,28 @@ def test_a_synchronous_trainers_samples_carry_the_version_their_update_starts_fr
     assert [r["trainer_version"] for r in rows] == [6 if lags else None] * 2
     per_step = staleness.analyze(str(run)).per_step
     assert (per_step["max"].tolist(), per_step["n"].tolist()) == (([max(lags)], [2]) if lags else ([], []))
+
+
+def test_a_resumed_process_logs_the_steps_it_repeats_as_a_later_attempt(tmp_path):
+    # a crash after step 3, then verl resumes from the step-1 checkpoint in a new process: steps 2
+    # and 3 again (docs/run-directory.md: attempt = earlier runs that logged the step; step 4 is new)
+    run = tmp_path / "run"
+    for first, last, t0 in ((1, 3, 0.0), (2, 4, 100.0)):
+        hook = Hook(str(run))  # a new process
+        for step in range(first, last + 1):
+            start = t0 + 10 * step
+            hook.add_span("step", start, start + 1)
+            hook.on_log(step, {"timing_s/step": 1.0})
+        hook.flush()
+    hook.recorder().log_gpu([{"time": t, "gpu": 0, "util_pct": 50.0} for t in (10.5, 20.5, 30.5, 60, 120.5, 130.5)])
+    hook.flush()
+    reader = RunReader(str(run))
+    steps = sorted((r["step"], r["attempt"]) for r in reader.read("steps", ["step", "attempt"]).to_pylist())
+    assert steps == [(1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0)]
+    spans = sorted((r["step"], r["attempt"]) for r in reader.read("spans", ["step", "attempt"]).to_pylist())
+    assert spans == steps
+    by_step = gpu_idle.analyze(str(run)).by_step.set_index("step")["samples"]
+    assert by_step.to_dict() == {1: 1, 2: 1, 3: 1}  # step 2 is [120, 121], not stretched over the downtime
 
 
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):

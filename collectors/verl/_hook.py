@@ -16,11 +16,14 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
 from rlscope.collectors.verl_metrics import timer_stage
+from rlscope.errors import RunDirError
+from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import Recorder
 
 __all__ = [
@@ -45,6 +48,8 @@ SOURCE = "verl-hook"  # the ``source`` of the logprob rows this hook writes
 MAX_PENDING_SPANS = 10_000
 MAX_PENDING_LOGPROB = 4  # per-token arrays are large: a few steps' worth at most
 CROSSCHECK_KEY = "rlscope/verl_hook/probs_diff_max"  # max |exp(old) - exp(rollout)| over the same tokens as verl
+# seconds the first Tracking.log waits for the steps already on disk (read from Tracking.__init__ on)
+RESUME_WAIT = 1.0
 
 # Services the driver (the process that builds verl's Tracking) starts beside the patches.
 ENV_GPU_INTERVAL = "RLSCOPE_GPU_INTERVAL"  # seconds between NVML samples of this node; 0 turns it off
@@ -54,6 +59,28 @@ ENV_EXPORT_HOST = "RLSCOPE_EXPORT_HOST"
 
 # A phase's role in the spans table; every other verl stage runs on the trainer's GPUs.
 _ROLES = {"gen": "rollout", "reward": "reward"}
+
+
+def _attempts_on_disk(run_dir: str) -> dict[int, int]:
+    """Each step already in the run's ``steps`` table, with the highest attempt it was logged under."""
+    try:
+        steps = RunReader(run_dir, require_meta=False).read("steps", ["step", "attempt"]).to_pandas()
+    except RunDirError:  # a new run: nothing on disk yet
+        return {}
+    return {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
+
+
+def _in_background(fn: Any, *args: Any) -> Future:
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - handed to whoever waits
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="rlscope-resume", daemon=True).start()
+    return future
 
 
 def verl_version() -> str | None:
@@ -88,6 +115,8 @@ class Hook:
         self.pending_dropped = 0
         self._warned: set[str] = set()
         self._services: dict[str, Any] | None = None  # started once, in the driver
+        self._on_disk: Future | None = None  # steps logged before this process: step -> last attempt
+        self._prior: dict[int, int] | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return process_hook, ()
@@ -198,6 +227,26 @@ class Hook:
                 queue.popleft()
                 self.pending_dropped += 1
 
+    def read_prior_steps(self) -> None:
+        """Start reading, off the trainer's thread, the steps earlier processes of this run logged."""
+        with self._lock:
+            if self._on_disk is None and self.run_dir is not None:
+                self._on_disk = _in_background(_attempts_on_disk, self.run_dir)
+
+    def _attempt(self, step: int) -> int:
+        """The attempt this process logs ``step`` under: 0, or one more than the last attempt on
+        disk when an earlier process of the run (before a crash and resume) logged it."""
+        if self._prior is None:
+            self.read_prior_steps()
+            assert self._on_disk is not None
+            try:
+                self._prior = self._on_disk.result(RESUME_WAIT)
+            except Exception as exc:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
+                self._prior = {}
+                self.fault("resume", exc)
+        prior = self._prior.get(step)
+        return 0 if prior is None else prior + 1
+
     def add_span(self, phase: str, start: float, end: float) -> None:
         self._hold(self._spans, (timer_stage(str(phase)), start, end), MAX_PENDING_SPANS)
 
@@ -207,16 +256,17 @@ class Hook:
     def on_log(self, step: Any, data: Mapping[str, Any]) -> None:
         """A ``Tracking.log``: record its metrics and give everything waiting this step."""
         rec = self.recorder()
-        rec.log_step(step, data)
         step = int(step)
+        attempt = self._attempt(step)
+        rec.log_step(step, data, attempt=attempt)
         with self._lock:
             spans, self._spans = self._spans, deque()
             logprob, self._logprob = self._logprob, deque()
         for phase, start, end in spans:
-            rec.log_span(step, phase, start, end, role=_ROLES.get(phase, "trainer"))
+            rec.log_span(step, phase, start, end, role=_ROLES.get(phase, "trainer"), attempt=attempt)
         for deltas, probs_diff_max in logprob:
             rec.log_logprob_delta(step, deltas, source=SOURCE)
-            rec.log_step(step, {CROSSCHECK_KEY: probs_diff_max})
+            rec.log_step(step, {CROSSCHECK_KEY: probs_diff_max}, attempt=attempt)
 
     def log_trajectory(self, step: int, row: Mapping[str, Any]) -> None:
         self.recorder().log_trajectories(step, [row])

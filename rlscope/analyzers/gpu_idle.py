@@ -147,6 +147,17 @@ def _timed(spans: pa.Table) -> pa.Table:
     return spans.filter(keep)
 
 
+def _latest_attempt(spans: pa.Table) -> pa.Table:
+    """The spans of each step's last attempt: a restarted run's repeat of a step replaces the
+    earlier one, as in ``wide_steps`` (a missing attempt is 0)."""
+    attempt = pc.fill_null(spans.column("attempt"), 0)
+    if pc.max(attempt).as_py() in (None, 0):
+        return spans
+    frame = pd.DataFrame({"step": spans.column("step").to_numpy(), "attempt": attempt.to_numpy()})
+    latest = frame.groupby("step")["attempt"].transform("max")
+    return spans.filter(pa.array((frame["attempt"] == latest).to_numpy()))
+
+
 def _step_windows(spans: pa.Table) -> pd.DataFrame:
     """Per step (index), the ``start`` and ``end`` of its wall window: its ``step`` span (verl's
     step timer), else from its first span's start to its last span's end.
@@ -173,7 +184,9 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     by_role = samples.aggregate(None, None, np.zeros(1, dtype=np.intp), np.zeros(1), "window")
     result = GpuIdleResult(True, by_role.drop(columns="window").set_index("role"))
 
-    spans = _timed(reader.read("spans", ["step", "phase", "start", "end"], dictionary=["phase"]))
+    spans = _latest_attempt(
+        _timed(reader.read("spans", ["step", "attempt", "phase", "start", "end"], dictionary=["phase"]))
+    )
     if spans.num_rows == 0:
         return result
     steps = _step_windows(spans)

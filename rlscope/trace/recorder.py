@@ -441,10 +441,19 @@ class Recorder:
         return _Span(self, {"step": step, "phase": phase, "role": role, "host": host or self.host})
 
     def log_span(
-        self, step: int, phase: str, start: float, end: float, role: str = "trainer", host: str | None = None
+        self,
+        step: int,
+        phase: str,
+        start: float,
+        end: float,
+        role: str = "trainer",
+        host: str | None = None,
+        *,
+        attempt: int = 0,
     ) -> None:
         """Record a phase span whose start and end (unix seconds) were measured elsewhere."""
-        row = {"step": step, "phase": phase, "role": role, "host": host or self.host, "start": start, "end": end}
+        host = host or self.host
+        row = {"step": step, "attempt": attempt, "phase": phase, "role": role, "host": host, "start": start, "end": end}
         self._enqueue("spans", row, 1, _row_bytes(row))
 
     def log_gpu(self, samples: Iterable[Mapping[str, Any]]) -> None:

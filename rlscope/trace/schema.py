@@ -42,6 +42,7 @@ STEPS = pa.schema(
 SPANS = pa.schema(
     [
         pa.field("step", pa.int64(), nullable=False),
+        pa.field("attempt", pa.int32()),  # as in steps: 1, 2, ... when a restarted run times the step again
         pa.field("phase", pa.string()),  # verl stage name: gen, reward, old_log_prob, ...
         pa.field("role", pa.string()),  # trainer, rollout, reward, ...
         pa.field("host", pa.string()),
