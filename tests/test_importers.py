@@ -261,6 +261,16 @@ def test_a_cut_off_last_line_of_a_wrapped_step_line_loses_its_last_field(tmp_pat
     assert summary.skipped == {"cut_off_field": 1}
 
 
+def test_a_cut_off_last_jsonl_line_is_told_not_bad(tmp_path):
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_bytes(b'{"step": 1, "data": {"a": 1.5}}\n{"step": 2, "data": {"a": 2')
+    summary = import_verl_jsonl([jsonl], tmp_path / "run", strict=True)
+    assert sorted(set(steps(tmp_path / "run").step)) == [1] and summary.skipped == {"cut_off_field": 1}
+    jsonl.write_bytes(b'{"step": 1, "data": {"a": 1.5}}\n{"step": 2, "data": {"a": 2.5}}')  # whole, no line end
+    import_verl_jsonl([jsonl], tmp_path / "whole", strict=True)
+    assert value(steps(tmp_path / "whole"), 2, "a") == 2.5
+
+
 def test_a_cut_off_last_csv_row_loses_its_last_cell(tmp_path):
     csv_file = tmp_path / "history.csv"
     csv_file.write_bytes(b"_step,a,timing_s/step\n1,1.5,131.608\n2,2.5,13")
@@ -571,8 +581,8 @@ def test_verl_jsonl(tmp_path):
     assert math.isnan(value(df, 1, "actor/pg_loss"))  # orjson writes NaN as null
     assert value(df, 2, "actor/entropy") == 0.5
     assert value(df, 1, "timing_s/gen", attempt=1) == 9.0  # the step went back: a restart
-    # not JSON, a step that is not a number, the truncated last line; a list value
-    assert summary.skipped == {"bad_json": 3, "non_numeric_value": 1}
+    # not JSON, a step that is not a number; the truncated last line; a list value
+    assert summary.skipped == {"bad_json": 2, "cut_off_field": 1, "non_numeric_value": 1}
     assert RunReader(tmp_path / "run").meta["importer"]["name"] == "verl-jsonl"
 
 

@@ -45,13 +45,14 @@ def _step(value: Any) -> int | None:
     return whole_step(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _read_line(sink: StepSink, where: str, line: str, when: float | None) -> None:
+def _read_line(sink: StepSink, where: str, line: str, when: float | None, *, cut: bool = False) -> None:
     if not line.strip():
         return
     try:
         record = json.loads(line)
     except (ValueError, RecursionError) as exc:
-        sink.skip("bad_json", where, str(exc))
+        # the last line, cut off where a copy stopped: told, not a bad line (as in the other formats)
+        sink.skip("cut_off_field" if cut else "bad_json", where, str(exc), bad=not cut)
         return
     if not isinstance(record, dict) or "step" not in record:
         sink.skip("bad_json", where, "expected an object with a step")
@@ -98,6 +99,6 @@ def import_verl_jsonl(
                         sink.note(
                             f"{name}:{lineno}: the last line has no line end (copied while being written?); read as it is"
                         )
-                    _read_line(sink, f"{name}:{lineno}", line, time.time() if live else None)
+                    _read_line(sink, f"{name}:{lineno}", line, time.time() if live else None, cut=cut)
 
     return run_import(sink, tail, body)
