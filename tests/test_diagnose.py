@@ -700,3 +700,12 @@ def test_a_report_written_through_a_link_lands_in_its_target(tmp_path, capsys):
     assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "markdown", "-o", str(link)]) == 0
     assert link.is_symlink() and target.read_text().startswith("# rlscope diagnose")
     assert sorted(os.listdir(target.parent)) == ["latest.md"]  # no temporary file left
+
+
+def test_gzip_given_to_diagnose_through_a_pipe_names_the_pipe(tmp_path, capsys):
+    import gzip
+
+    fifo, writer = _write_through_a_pipe(tmp_path, gzip.compress(b"step:1 - timing_s/gen:1.5\n"))
+    assert main(["diagnose", fifo]) == 1
+    writer.join(5)
+    assert capsys.readouterr().err == f"rlscope: {fifo}: gzip-compressed; decompress it in the pipe: <(zcat FILE.gz)\n"

@@ -1184,3 +1184,19 @@ def test_a_hand_written_meta_json_is_merged_into(tmp_path, capsys):
     code, _, _ = run_cli(capsys, "verl-log", log, "--out", run)
     meta = RunReader(run).meta
     assert code == 0 and meta["gpu"] == {"type": "H100", "count": 8} and meta["importer"]["steps"] == 1
+
+
+def test_gzip_through_a_pipe_is_named_as_on_stdin(tmp_path, capsys):
+    fifo = tmp_path / "piped.log"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(gzip.compress(b"step:1 - a:1\n" * 100))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    code, out, err = run_cli(capsys, "verl-log", fifo, "--out", tmp_path / "run")
+    writer.join(5)
+    assert code == 1 and out == "" and not (tmp_path / "run").exists()
+    assert err == f"rlscope: {fifo}: gzip-compressed; decompress it in the pipe: <(zcat FILE.gz)\n"

@@ -51,9 +51,10 @@ class Tail:
         return not self.should_stop()
 
 
-def check_text_file(path: str) -> None:
+def check_text_file(path: str, *, piped_from: str | None = None) -> None:
     """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text
-    (``-``: unless what waits on standard input looks like text)."""
+    (``-``: unless what waits on standard input looks like text). ``piped_from``: ``path`` is a
+    copy of what that pipe (``<(zcat x.gz)``) gave, and messages name the pipe."""
     if path == "-":
         _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
         return
@@ -68,11 +69,15 @@ def check_text_file(path: str) -> None:
             head = fh.read(_SNIFF_BYTES)
     except OSError as exc:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if piped_from is not None:
+        _check_head(piped_from, head, _PIPE_DECOMPRESS)
+        return
     how = f"gunzip -k {path}" if path.endswith(".gz") else f"zcat {path} > {path}.txt"
     _check_head(path, head, f"decompress it first ({how}) and import that")
 
 
 _STDIN_DECOMPRESS = "decompress it in the pipe: zcat FILE.gz | rlscope import ... -"
+_PIPE_DECOMPRESS = "decompress it in the pipe: <(zcat FILE.gz)"
 
 
 def _stdin_head() -> bytes:
@@ -129,7 +134,21 @@ def read_lines(
         yield from _numbered(_stdin_lines(), on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
-        yield from _numbered(_file_lines(fh, tail, follow), on_overlong, on_unterminated)
+        chunks = _file_lines(fh, tail, follow)
+        if not os.path.isfile(path):  # a pipe, which check_text_file could not look into
+            chunks = _checked_first(path, chunks)
+        yield from _numbered(chunks, on_overlong, on_unterminated)
+
+
+def _checked_first(name: str, chunks: Iterator[bytes | None]) -> Iterator[bytes | None]:
+    """``chunks``, the first of which is checked to look like text (gzip, UTF-16, binary)."""
+    for chunk in chunks:
+        if chunk:
+            _check_head(name, chunk[:_SNIFF_BYTES], _PIPE_DECOMPRESS)
+            yield chunk
+            break
+        yield chunk
+    yield from chunks
 
 
 def _numbered(

@@ -53,10 +53,10 @@ FINDINGS_EXIT = 3
 _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
-def _looks_like_jsonl(path: str) -> bool:
+def _looks_like_jsonl(path: str, piped_from: str | None = None) -> bool:
     from rlscope.collectors.importers import check_text_file
 
-    check_text_file(path)  # a one-line error for a file that cannot be read or is not text
+    check_text_file(path, piped_from=piped_from)  # a one-line error for a file that cannot be read or is not text
     if path.lower().endswith((".jsonl", ".ndjson")):
         return True
     with open(path, "rb") as fh:
@@ -92,7 +92,8 @@ def open_run(path: str) -> Iterator[str]:
             with open(path, "rb") as pipe, open(source, "wb") as copy:
                 shutil.copyfileobj(pipe, copy)
         # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
-        kinds = ("verl-jsonl", "verl-log") if _looks_like_jsonl(source) else ("verl-log", "verl-jsonl")
+        looks_jsonl = _looks_like_jsonl(source, path if piped else None)
+        kinds = ("verl-jsonl", "verl-log") if looks_jsonl else ("verl-log", "verl-jsonl")
         for kind in kinds:
             run_dir = os.path.join(tmp, kind)
             if IMPORTERS[kind]([source], run_dir).steps:
