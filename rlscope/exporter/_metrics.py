@@ -117,13 +117,13 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_reward_mean",
         "gauge",
-        "Mean reward of the successfully scored trajectories of this source in the run's last 5 steps with trajectories.",
+        "Mean reward of the successfully scored trajectories of this source in its last 5 steps with samples.",
         ("source",),
     ),
     MetricSpec(
         "rlscope_reward_zero_ratio",
         "gauge",
-        "Share of this source's successfully scored trajectories whose reward is exactly 0, over the run's last 5 steps "
+        "Share of this source's successfully scored trajectories whose reward is exactly 0, over its last 5 steps "
         "(errors are not zeros and are left out).",
         ("source",),
     ),
@@ -137,7 +137,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_reward_error_ratio",
         "gauge",
-        "Share of this source's trajectories whose reward service returned an error, over the run's last 5 steps.",
+        "Share of this source's trajectories whose reward service returned an error, over its last 5 steps.",
         ("source",),
     ),
     MetricSpec(

@@ -42,6 +42,7 @@ __all__ = [
     "MAX_PHASES",
     "MAX_SOURCES",
     "MEDIAN_STEPS",
+    "REWARD_GONE_STEPS",
     "REWARD_WINDOW_STEPS",
     "STALENESS_STEPS",
     "WINDOW_STEPS",
@@ -54,7 +55,8 @@ log = logging.getLogger("rlscope")
 # Steps of metrics and trajectories kept for the analyzers; they judge the run by its last
 # quarter, so tail share, MFU and the split describe the last 2 complete steps.
 WINDOW_STEPS = 8
-REWARD_WINDOW_STEPS = 5  # the reward gauges cover the run's last 5 steps with trajectories
+REWARD_WINDOW_STEPS = 5  # per source: the reward gauges cover its last 5 steps with samples
+REWARD_GONE_STEPS = 20  # a source absent from the run's last 20 steps with trajectories has no gauges
 STALENESS_STEPS = 2
 MEDIAN_STEPS = 64
 GPU_STALE_SECONDS = 300.0
@@ -79,25 +81,21 @@ Sample = tuple[str, tuple[str, ...], float]
 
 @dataclass
 class _SourceRewards:
-    """Reward counts of one source: per step for the run's last steps, summed before that."""
+    """Reward counts of one source: per step for its last steps, summed before that."""
 
     recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
     base_scored: float = 0.0
     base_zeros: float = 0.0
 
-    def add(self, step: int, counts: np.ndarray, horizon: int) -> None:
-        """Count one step's samples; ``horizon`` is the first step of the run's window."""
-        if step < horizon:  # older than the window: straight into the baseline
-            self._to_baseline(counts)
-        elif step in self.recent:
+    def add(self, step: int, counts: np.ndarray) -> None:
+        if step in self.recent:
             self.recent[step] += counts
-        else:
+        elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
             self.recent[step] = counts.copy()
-
-    def evict(self, horizon: int) -> None:
-        """Move the steps before ``horizon`` out of the window, into the baseline."""
-        for step in [s for s in self.recent if s < horizon]:
-            self._to_baseline(self.recent.pop(step))
+        else:  # older than the window: straight into the baseline
+            self._to_baseline(counts)
+        while len(self.recent) > REWARD_WINDOW_STEPS:
+            self._to_baseline(self.recent.pop(min(self.recent)))
 
     def _to_baseline(self, counts: np.ndarray) -> None:
         """A step that left the window joins the baseline, unless it scored (almost) only zeros:
@@ -108,10 +106,11 @@ class _SourceRewards:
         self.base_scored += scored
         self.base_zeros += zeros
 
-    def gauges(self) -> dict[str, float]:
-        """The source's gauges; none when it has no samples in the window, so that its series go
-        stale and an alert on a source that stopped appearing resolves."""
-        if not self.recent:
+    def gauges(self, since: int) -> dict[str, float]:
+        """The source's gauges; none when it has had no samples since step ``since``, so that its
+        series go stale and an alert on a source that stopped appearing resolves. (A source that
+        skips a few steps keeps them: its alerts must not restart their ``for:`` each time.)"""
+        if not self.recent or max(self.recent) < since:
             return {}
         n, scored, total, zeros, errors = np.sum(list(self.recent.values()), axis=0)
         out: dict[str, float] = {}
@@ -161,7 +160,7 @@ class RunState:
         self._source_cap = LabelCap(MAX_SOURCES)
         self._code_cap = LabelCap(MAX_ERROR_CODES)
         self._rewards: dict[str, _SourceRewards] = {}
-        self._reward_steps: list[int] = []  # the run's last REWARD_WINDOW_STEPS steps with trajectories
+        self._reward_steps: list[int] = []  # the run's last REWARD_GONE_STEPS steps with trajectories
         self._sent: Counter[str] = Counter()
         self._errors: Counter[tuple[str, str]] = Counter()
         self._traj: dict[int, list[pa.Table]] = {}
@@ -305,14 +304,11 @@ class RunState:
             errors=error.astype(float),
         )
         steps = np.unique(rows.column("step").to_numpy())
-        self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_WINDOW_STEPS:]
-        horizon = self._reward_steps[0]
+        self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_GONE_STEPS:]
         cols = ["n", "scored", "total", "zeros", "errors"]
         for (source, step), counts in df.groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy(), horizon)
+            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy())
             self._sent[source] += int(counts["n"])
-        for source_rewards in self._rewards.values():
-            source_rewards.evict(horizon)
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
         for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
@@ -428,8 +424,9 @@ class RunState:
         out += [("rlscope_step_seconds", (phase,), v) for phase, v in sorted(self._phases.items())]
         out += [("rlscope_idle_ratio", (role,), mark[3]) for role, mark in sorted(self._idle.items())]
         out += [("rlscope_reward_score", (stat,), mark[3]) for stat, mark in sorted(self._score.items())]
+        since = self._reward_steps[0] if self._reward_steps else 0
         for source, rewards in sorted(self._rewards.items()):
-            out += [(name, (source,), v) for name, v in rewards.gauges().items()]
+            out += [(name, (source,), v) for name, v in rewards.gauges(since).items()]
             out.append(("rlscope_reward_trajectories_total", (source,), float(self._sent[source])))
         out += [("rlscope_reward_errors_total", key, float(n)) for key, n in sorted(self._errors.items())]
         for name, value in (("rlscope_tail_share", self._tail_share), ("rlscope_mfu_ratio", self._mfu)):
