@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, wide_steps
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
+from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
@@ -408,10 +409,14 @@ class LiveRun:
         if new.empty:
             return
         attempts = long.groupby("step")["attempt"].max()
+        validation = long["key"].map({k: is_validation_key(k) for k in long["key"].unique()}).astype(bool)
+        validation_only = validation.groupby(long["step"]).all()  # a resume validating its checkpoint step
         replace, merge = [], []
         for step in new.index:
             previous, now = self._attempt.get(step, -1), int(attempts[step])
-            if now > previous:
+            if now > previous and previous >= 0 and validation_only[step]:
+                merge.append(step)  # keeps the step's training, as wide_steps does
+            elif now > previous:
                 replace.append(step)
                 self._attempt[step] = now
             elif now == previous:
@@ -510,6 +515,8 @@ class LiveRun:
         if not spans.empty:
             last = sorted(spans["step"].unique())[-steps:]
             spans = spans[spans["step"].isin(last)]
+            attempt = spans["attempt"].fillna(0)  # a resumed run's repeat of a step replaces it, as in gpu_idle
+            spans = spans[attempt == attempt.groupby(spans["step"]).transform("max")]
             lo, hi = spans["start"].min(), spans["end"].max()
             gpu = gpu[(gpu["time"] >= lo) & (gpu["time"] <= hi)]
         return gpu.sort_values("time", kind="stable").reset_index(drop=True), spans

@@ -19,9 +19,9 @@ class MetaError(RLScopeError):
     """``meta.json`` is missing, unreadable or not the object rlscope expects."""
 
 
-class MetaNotJSONError(MetaError):
-    """``meta.json`` is there and read, but is not a JSON object: what it holds is no meta a
-    writer could merge into (a typo, a truncated write)."""
+class MetaMalformedError(MetaError):
+    """``meta.json`` is there and read, but is no meta a writer could merge into: not JSON (a
+    typo, a truncated write), not an object, or a ``schema_version`` that is not a whole number."""
 
 
 class UsageError(RLScopeError):

@@ -366,6 +366,23 @@ def test_wide_steps_keeps_the_latest_attempt_whole():
     assert wide.loc[2, "actor/lr"] == pytest.approx(1e-5)
 
 
+def test_a_resumed_runs_validation_of_its_checkpoint_step_keeps_that_steps_training():
+    # steps 1-2 trained and validated; the run resumes from step 2's checkpoint, validates it
+    # again (verl's val_before_train: a record of validation keys alone, attempt 1), trains on
+    long = pd.DataFrame(
+        {
+            "step": [1, 2, 2, 2, 2, 3],
+            "attempt": [0, 0, 0, 0, 1, 1],
+            "time": [1.0, 2.0, 2.0, 2.0, 9.0, 10.0],
+            "key": ["timing_s/step", "timing_s/step", "actor/pg_loss", "val-core/acc", "val-core/acc", "timing_s/step"],
+            "value": [10.0, 20.0, 0.5, 0.6, 0.7, 30.0],
+        }
+    )
+    wide = wide_steps(long)
+    assert wide.loc[2, "timing_s/step"] == 20.0 and wide.loc[2, "actor/pg_loss"] == 0.5  # training kept
+    assert wide.loc[2, "val-core/acc"] == 0.7  # validation from the latest attempt
+
+
 def test_wide_steps_drops_stage_timers_no_clock_could_measure():
     long = pd.DataFrame(
         {

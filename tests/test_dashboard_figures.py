@@ -875,3 +875,25 @@ def test_a_first_load_that_fails_halfway_is_retried_from_nothing(tmp_path, monke
     assert live.refresh(force=True)
     for name in AGGREGATES:  # nothing folded in twice
         pd.testing.assert_frame_equal(getattr(live, name), getattr(fresh, name), check_dtype=False, obj=name)
+
+
+def test_a_resumed_run_validating_its_checkpoint_step_keeps_that_steps_training_live(tmp_path):
+    from rlscope import Recorder
+
+    run_dir = tmp_path / "run"
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in (1, 2, 3):
+            rec.log_step(step, {"timing_s/step": 10.0 * step, "timing_s/gen": 5.0})
+            rec.log_span(step, "step", 100.0 * step, 100.0 * step + 10)
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:  # resumed from step 2: validates it, then trains step 3 again
+        rec.log_step(2, {"val-core/acc": 0.5}, attempt=1)
+        rec.log_step(3, {"timing_s/step": 33.0, "timing_s/gen": 5.0}, attempt=1)
+        rec.log_span(3, "step", 1000.0, 1010.0, attempt=1)
+        rec.log_gpu([{"time": t, "gpu": 0, "util_pct": 50.0} for t in (205.0, 305.0, 500.0, 1005.0)])
+    live.refresh(force=True)
+    assert live._wide.loc[2, "timing_s/step"] == 20.0 and live._wide.loc[2, "val-core/acc"] == 0.5
+    assert live._wide.loc[3, "timing_s/step"] == 33.0
+    gpu, spans = live.gpu_window(2)  # steps 2 and 3: step 3 as retrained, not from its first attempt
+    assert sorted(spans["start"]) == [200.0, 1000.0] and sorted(gpu["time"]) == [205.0, 305.0, 500.0, 1005.0]

@@ -464,7 +464,7 @@ def test_the_rest_of_a_wrapped_line_cut_off_by_another_line_is_counted(tmp_path)
     log.write_text(
         "step:4 - a/x:1.5 - prompt_length/max\n"
         "(WorkerDict pid=4735) x\n"
-        ":397.000 - prompt_length/min:12.0 - timing_s/step:131.608\n"
+        ":397.000 - prompt_length/min:12.0 - timing_s/step:131.608 - perf/time_per_step:131.6\n"
     )
     summary = import_verl_log([log], tmp_path / "run")
     assert set(steps(tmp_path / "run").key) == {"a/x"}

@@ -6,6 +6,8 @@ import dataclasses
 import decimal
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -117,6 +119,18 @@ def test_a_meta_json_of_a_newer_schema_is_left_as_it_is(tmp_path, caplog):
     rec.close(timeout=1.0)
     assert (run / "meta.json").read_text() == newer and not list(run.glob("meta.json.unreadable-*"))
     assert "newer than this rlscope reads" in caplog.text and not (run / "steps").exists()  # not written into it
+
+
+def test_a_meta_json_whose_schema_version_is_no_whole_number_is_kept_beside(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text('{"schema_version": "1", "model": {"name": "x"}}')
+    with Recorder(str(run), meta={"topology": "async"}) as rec:
+        rec.log_step(1, {"timing_s/gen": 1.0})
+    assert [p.read_text() for p in run.glob("meta.json.unreadable-*")] == [
+        '{"schema_version": "1", "model": {"name": "x"}}'
+    ]
+    assert RunReader(run).meta["topology"] == "async" and rec.status()["rows_written"] == 1
 
 
 def test_a_hand_written_meta_json_is_extended(tmp_path):
@@ -812,27 +826,40 @@ def test_one_run_directory_one_meta_lock_however_it_is_spelled(tmp_path):
     assert all(_meta_file_lock(locate(s)) is lock for s in spellings)
 
 
-def _hold_meta_lock(run: Path) -> int:
-    """Lock the run's meta.json as another process merging into it would (flock locks an open
-    file, so a second open of it in this process is held off too)."""
-    import fcntl
-
+def _hold_meta_lock(run: Path) -> subprocess.Popen:
+    """Lock the run's meta.json from another process, as one merging into it would; closing the
+    child's stdin releases it."""
     from rlscope.trace.recorder import META_LOCK_FILE
 
     run.mkdir(exist_ok=True)
-    fd = os.open(run / META_LOCK_FILE, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
+    code = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+        "fcntl.lockf(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(run / META_LOCK_FILE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def _release(child: subprocess.Popen) -> None:
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait(10)
 
 
 def test_meta_json_merges_wait_for_another_process_merging_into_it(tmp_path):
     run = tmp_path / "run"
-    fd = _hold_meta_lock(run)
+    child = _hold_meta_lock(run)
     rec = Recorder(str(run), meta={"mine": 1})
     time.sleep(0.5)
     assert not (run / "meta.json").exists()  # waits while the other process reads, merges, writes
     (run / "meta.json").write_text('{"schema_version": 1, "theirs": 2}')
-    os.close(fd)
+    _release(child)
     rec.close()
     meta = read_meta(str(run))
     assert (meta["mine"], meta["theirs"]) == (1, 2) and rec.status()["last_error"] is None
@@ -841,14 +868,50 @@ def test_meta_json_merges_wait_for_another_process_merging_into_it(tmp_path):
 def test_a_meta_lock_held_too_long_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
     monkeypatch.setattr("rlscope.trace.recorder.META_LOCK_WAIT", 0.2)
     run = tmp_path / "run"
-    fd = _hold_meta_lock(run)
+    child = _hold_meta_lock(run)
     try:
         with Recorder(str(run), meta={"mine": 1}) as rec:
             assert rec.flush(5)
         assert read_meta(str(run))["mine"] == 1
         assert rec.status()["last_error"].startswith("meta-lock: TimeoutError")
     finally:
-        os.close(fd)
+        _release(child)
+
+
+def test_a_filesystem_without_locks_never_stops_meta_or_rows(tmp_path, monkeypatch):
+    import fcntl
+
+    def no_locks(*_args):
+        raise OSError(38, "Function not implemented")  # ENOSYS: a mount without lock support
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    run = tmp_path / "run"
+    with Recorder(str(run), meta={"mine": 1}) as rec:
+        rec.log_step(1, {"timing_s/gen": 1.0})
+    assert read_meta(str(run))["mine"] == 1 and rec.status()["rows_written"] == 1
+    assert "cannot lock .meta.lock (Function not implemented); merged unlocked" in rec.status()["last_error"]
+
+
+def test_a_child_forked_while_the_meta_lock_is_held_does_not_hold_it(tmp_path):
+    import multiprocessing
+
+    from rlscope.trace.recorder import _meta_process_lock
+    from rlscope.trace.store import locate
+
+    run = tmp_path / "run"
+    loc = locate(str(run))
+    ctx = multiprocessing.get_context("fork")
+    with _meta_process_lock(loc) as unlocked:
+        assert unlocked is None
+        child = ctx.Process(target=time.sleep, args=(3,))  # forked while the lock is held
+        child.start()
+    try:
+        started = time.monotonic()
+        with _meta_process_lock(loc) as unlocked:  # the child sleeps on: the lock is free
+            assert unlocked is None and time.monotonic() - started < 1.0
+    finally:
+        child.terminate()
+        child.join()
 
 
 @pytest.mark.parametrize(("setting", "value"), [("flush_rows", 10**400), ("flush_interval", 1e300)])

@@ -27,7 +27,7 @@ import pytest
 
 from rlscope import RunReader
 from rlscope.analyzers import anatomy, gpu_idle, staleness
-from rlscope.analyzers._data import RunFacts
+from rlscope.analyzers._data import RunFacts, wide_steps
 from rlscope.collectors.verl import _agent_loop
 from rlscope.collectors.verl import _hook as hook_state
 from rlscope.collectors.verl._hook import CROSSCHECK_KEY, SOURCE, Hook
@@ -339,6 +339,28 @@ def test_a_resumed_process_logs_the_steps_it_repeats_as_a_later_attempt(tmp_path
     assert spans == steps
     by_step = gpu_idle.analyze(str(run)).by_step.set_index("step")["samples"]
     assert by_step.to_dict() == {1: 1, 2: 1, 3: 1}  # step 2 is [120, 121], not stretched over the downtime
+
+
+def test_a_resumed_process_validating_its_checkpoint_step_keeps_that_steps_training(tmp_path):
+    # verl's val_before_train: a resumed process first logs validation alone at the checkpoint step
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    for step in (1, 2):
+        hook.on_log(step, {"timing_s/step": 10.0 * step, "val-core/acc": 0.1 * step})
+    hook.flush()
+    hook = Hook(str(run))  # resumed from the step-2 checkpoint
+    hook.add_span("testing", 100.0, 101.0)
+    hook.on_log(2, {"val-core/acc": 0.25})
+    hook.on_log(3, {"timing_s/step": 30.0})
+    hook.flush()
+    reader = RunReader(str(run))
+    rows = sorted(
+        (r["step"], r["attempt"], r["key"]) for r in reader.read("steps", ["step", "attempt", "key"]).to_pylist()
+    )
+    assert (2, 0, "val-core/acc") in rows and (2, 1, "val-core/acc") not in rows  # joined the step's attempt
+    assert [r["attempt"] for r in reader.read("spans", ["attempt"]).to_pylist()] == [0]
+    wide = wide_steps(reader.read("steps"))
+    assert wide.loc[2, "timing_s/step"] == 20.0 and wide.loc[3, "timing_s/step"] == 30.0
 
 
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):

@@ -78,7 +78,7 @@ _SEP = re.compile(r"\s+-(?:\s+|(?=[A-Za-z_]))")
 _TRAILING_JUNK = re.compile(r"(?:\\[nr]|[\s\"'`,])+$")
 # the rest of a wrapped metric line: a fragment, " - key:value" fields, maybe the start of one more
 _TAIL_FIELDS = re.compile(r"^\S*(?:\s+-\s+[^\s:]+:\S*)*(?:\s+-\s*[^\s:]*)?\s*$")
-_ANY_STEP = re.compile(r"(?<!/)step\s*:", re.I)  # a step of its own, not a key like timing_s/step
+_ANY_STEP = re.compile(r"(?<![\w/.-])step\s*:", re.I)  # "Step:2", " step:3"; not timing_s/step, perf/time_per_step
 _MID_FIELD = re.compile(r"^\s*(?::|-\s|[^\s:]*:\S*\s+-\s)")  # ":397.0 - ", "- a/b:1", "max:397.0 - "
 _METRIC_FIELD = re.compile(r"(?:^|\s)-\s+[^\s:]+/[^\s:]*:(\S+)")  # " - a/b:value"
 _TAIL_NUMBER = re.compile(r"^[\d.eE+-]+(?:\\[nr]|[\s\"'`,])*$")  # what _TRAILING_JUNK strips may follow

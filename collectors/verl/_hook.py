@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlscope.collectors.verl_metrics import timer_stage
+from rlscope.collectors.verl_metrics import is_validation_key, timer_stage
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import Recorder
@@ -233,9 +233,11 @@ class Hook:
             if self._on_disk is None and self.run_dir is not None:
                 self._on_disk = _in_background(_attempts_on_disk, self.run_dir)
 
-    def _attempt(self, step: int) -> int:
+    def _attempt(self, step: int, data: Mapping[str, Any]) -> int:
         """The attempt this process logs ``step`` under: 0, or one more than the last attempt on
-        disk when an earlier process of the run (before a crash and resume) logged it."""
+        disk when an earlier process of the run (before a crash and resume) logged it. A record
+        of validation metrics alone (verl validates the checkpoint step it resumes from) joins
+        the step's attempt on disk: it repeats no training."""
         if self._prior is None:
             self.read_prior_steps()
             assert self._on_disk is not None
@@ -245,7 +247,9 @@ class Hook:
                 self._prior = {}
                 self.fault("resume", exc)
         prior = self._prior.get(step)
-        return 0 if prior is None else prior + 1
+        if prior is None:
+            return 0
+        return prior if data and all(is_validation_key(str(k)) for k in data) else prior + 1
 
     def add_span(self, phase: str, start: float, end: float) -> None:
         self._hold(self._spans, (timer_stage(str(phase)), start, end), MAX_PENDING_SPANS)
@@ -257,7 +261,7 @@ class Hook:
         """A ``Tracking.log``: record its metrics and give everything waiting this step."""
         rec = self.recorder()
         step = int(step)
-        attempt = self._attempt(step)
+        attempt = self._attempt(step, data)
         rec.log_step(step, data, attempt=attempt)
         with self._lock:
             spans, self._spans = self._spans, deque()

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import peak_flops
-from rlscope.collectors.verl_metrics import canonical_metric
+from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader, SegmentInfo
 from rlscope.trace.schema import TABLES
@@ -98,7 +98,9 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
 
     A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
     as a whole, so timings of two attempts are never mixed; within an attempt the last value
-    logged for a key wins. Text values, non-finite numbers and negative stage timers are
+    logged for a key wins. Validation metrics are judged apart: a resumed run validates the
+    step it resumes from before training on (verl's ``val_before_train``), and that record
+    replaces the step's validation metrics only, not its training. Text values, non-finite numbers and negative stage timers are
     dropped. Keys (and values whose unit changed with the name) are canonicalised by
     ``rlscope.collectors.verl_metrics``.
     """
@@ -116,7 +118,8 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     )
     # a stage that took negative seconds is a clock's fault: as unknown as a NaN one
     df = df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
-    latest = df.groupby("step")["attempt"].transform("max")
+    validation = df["key"].map({k: is_validation_key(k) for k in df["key"].unique()}).astype(bool)
+    latest = df.groupby([df["step"], validation])["attempt"].transform("max")
     df = df[df["attempt"] == latest].sort_values(["step", "time"], kind="stable")
     df = df.drop_duplicates(["step", "key"], keep="last")
     wide = df.pivot(index="step", columns="key", values="value").astype(float)

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.errors import MetaNotJSONError
+from rlscope.errors import MetaMalformedError
 from rlscope.trace.schema import (
     GPU,
     IS_WEIGHT_CAP,
@@ -238,7 +238,7 @@ def _quantiles(d: np.ndarray, infinite: bool) -> list[float]:
     return np.quantile(np.clip(d, -1e300, 1e300), LOGPROB_QUANTILES, method="closest_observation").tolist()
 
 
-META_LOCK_FILE = ".meta.lock"  # locked (flock) by each process merging into a local meta.json
+META_LOCK_FILE = ".meta.lock"  # locked (lockf) by each process merging into a local meta.json
 META_LOCK_WAIT = 5.0  # seconds a merge waits for another process's before going ahead
 
 _META_LOCKS: dict[str, threading.Lock] = {}
@@ -254,41 +254,49 @@ def _meta_file_lock(loc: RunLocation) -> threading.Lock:
 
 
 @contextlib.contextmanager
-def _meta_process_lock(loc: RunLocation) -> Iterator[bool]:
+def _meta_process_lock(loc: RunLocation) -> Iterator[str | None]:
     """Keep other processes out of a local run directory's meta.json for one read-merge-write:
-    ``flock`` on ``.meta.lock`` beside it, waited for at most ``META_LOCK_WAIT`` seconds (then
-    the merge goes ahead unlocked rather than stall the writer). Yields whether it gave up
-    waiting. A remote filesystem (``s3://``) is not locked, and a network mount may not honour
-    ``flock``."""
+    a lock on ``.meta.lock`` beside it, waited for at most ``META_LOCK_WAIT`` seconds (then
+    the merge goes ahead unlocked rather than stall the writer). Yields why it went ahead
+    unlocked, or None. A remote filesystem (``s3://``) is not locked, and a network mount may
+    not honour locks. A POSIX record lock (``lockf``), so that a child forked meanwhile does not
+    inherit it."""
     if not loc.is_local or fcntl is None:
-        yield False
+        yield None
         return
     os.makedirs(loc.path, exist_ok=True)
-    fd = os.open(os.path.join(loc.path, META_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = time.monotonic() + META_LOCK_WAIT
+        fd = os.open(os.path.join(loc.path, META_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # another user's lock file, a read-only folder: merge unlocked
+        yield f"cannot open {META_LOCK_FILE} ({exc.strerror or exc}); merged unlocked"
+        return
+    try:
+        deadline, why = time.monotonic() + META_LOCK_WAIT, None
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                gave_up = False
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
-                gave_up = time.monotonic() >= deadline
-                if gave_up:
+            except (BlockingIOError, PermissionError):  # held by another process
+                if time.monotonic() >= deadline:
+                    why = f"{META_LOCK_FILE} held over {META_LOCK_WAIT:g} s; merged anyway"
                     break
                 time.sleep(0.01)
-        yield gave_up
+            except OSError as exc:  # a filesystem without locks (ENOLCK, EOPNOTSUPP): never wait on it
+                why = f"cannot lock {META_LOCK_FILE} ({exc.strerror or exc}); merged unlocked"
+                break
+        yield why
     finally:
         os.close(fd)  # releases the lock
 
 
 def _existing_meta(loc: Any) -> dict[str, Any]:
     """meta.json of a run being resumed, so a restart adds to it instead of replacing it. One
-    that does not parse is kept beside (``meta.json.unreadable-<time>``), never overwritten; one
+    that is malformed (see ``MetaMalformedError``) is kept beside (``meta.json.unreadable-<time>``),
+    never overwritten; one
     that cannot be read now, or is of a newer schema, raises (meta.json is then left alone)."""
     try:
         return meta_to_extend(loc)
-    except MetaNotJSONError as exc:
+    except MetaMalformedError as exc:
         kept = f"{loc.join(META_FILE)}.unreadable-{time.time():.0f}"
         loc.fs.move(loc.join(META_FILE), kept)
         log.warning("rlscope recorder (%s): %s; kept as %s, and a new meta.json written", loc.path, exc, kept)
@@ -677,13 +685,13 @@ class Recorder:
             try:
                 loc = self._loc or locate(self.run_dir)
                 # two Recorders of one run, in one process or several, must not drop each other's keys
-                with _meta_file_lock(loc), _meta_process_lock(loc) as gave_up:
+                with _meta_file_lock(loc), _meta_process_lock(loc) as unlocked:
                     write_meta(loc, merge_meta(_existing_meta(loc), meta))
             except Exception as exc:  # noqa: BLE001 - a recorder never raises into training
                 self._fail("meta", exc)
                 return self._loc is not None  # open, only meta.json behind: rows still go in
-            if gave_up:
-                self._fail("meta-lock", TimeoutError(f"{META_LOCK_FILE} held over {META_LOCK_WAIT:g} s; merged anyway"))
+            if unlocked:
+                self._fail("meta-lock", TimeoutError(unlocked))
             with self._meta_lock:
                 self._loc = loc
                 self._meta_pending = self._meta_version != version  # more came meanwhile

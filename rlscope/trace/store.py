@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from rlscope.errors import MetaError, MetaNotJSONError, RunDirError
+from rlscope.errors import MetaError, MetaMalformedError, RunDirError
 from rlscope.trace.schema import SCHEMA_VERSION, TABLES
 
 __all__ = [
@@ -241,16 +241,18 @@ def _load_meta(loc: RunLocation, *, hand_written: bool) -> dict[str, Any]:
         with loc.fs.open_input_stream(path) as fh:
             doc = json.loads(fh.read().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MetaNotJSONError(f"{path}: not valid JSON ({exc})") from None
+        raise MetaMalformedError(f"{path}: not valid JSON ({exc})") from None
     except OSError as exc:
         raise MetaError(f"{path}: cannot read ({exc})") from None
     if not isinstance(doc, dict):
-        raise MetaNotJSONError(f"{path}: expected a JSON object, found {type(doc).__name__}")
+        raise MetaMalformedError(f"{path}: expected a JSON object, found {type(doc).__name__}")
     version = doc.get("schema_version")
     if version is None and hand_written:
         return doc
-    if not isinstance(version, int):
+    if version is None:
         raise MetaError(f"{path}: schema_version is missing or not an integer")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise MetaMalformedError(f"{path}: schema_version is missing or not an integer")
     if version > SCHEMA_VERSION:
         raise MetaError(
             f"{path}: schema_version {version} is newer than this rlscope reads ({SCHEMA_VERSION}); upgrade rlscope"
