@@ -520,3 +520,13 @@ def test_a_bad_gpu_interval_turns_off_sampling_only(tmp_path, monkeypatch, caplo
         assert hook.status()["services"]["gpu_sampler"] is None
     finally:
         hook._services["exporter"].stop()
+
+
+def test_a_slow_read_of_the_steps_on_disk_is_a_fault_that_says_so(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(hook_state, "RESUME_WAIT", 0.05)
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda _run_dir: time.sleep(0.5) or {})
+    hook = Hook(str(tmp_path / "run"))
+    hook.on_log(1, {"timing_s/step": 1.0})
+    hook.flush()
+    assert hook.faults == {"resume": 1}
+    assert "steps on disk not read within 0.05 s; logged as attempt 0" in caplog.text

@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -243,7 +244,12 @@ class Hook:
             assert self._on_disk is not None
             try:
                 self._prior = self._on_disk.result(RESUME_WAIT)
-            except Exception as exc:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
+            except FutureTimeout:
+                self._prior = {}
+                self.fault(
+                    "resume", TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
+                )
+            except Exception as exc:  # noqa: BLE001 - a failing read: logged as attempt 0
                 self._prior = {}
                 self.fault("resume", exc)
         prior = self._prior.get(step)
