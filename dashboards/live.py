@@ -162,7 +162,8 @@ class LiveRun:
         self._watch: dict[str, _Watch] = {}
         self._loaded = False
         self._steps: list[int] = []  # every step seen, sorted
-        self._attempt: dict[int, int] = {}
+        self._attempt: dict[int, int] = {}  # step -> attempt of its training metrics in the window
+        self._val_attempt: dict[int, int] = {}  # step -> attempt of its validation metrics
         # raw rows of the recent window
         self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
         self._traj = _empty("trajectories").set_index("step", drop=False)
@@ -403,28 +404,30 @@ class LiveRun:
         self._evict()
 
     def _merge_wide(self, long: pd.DataFrame) -> None:
-        """Steps' metrics into the wide window: a higher attempt replaces a step, the same attempt adds keys."""
+        """Steps' metrics into the wide window: a higher attempt replaces a step, the same attempt
+        adds keys. Training and validation metrics are judged apart, as ``wide_steps`` judges
+        them: a resumed run's validation of its checkpoint step keeps that step's training."""
         long = long.assign(attempt=long["attempt"].fillna(0).astype("int64"))
+        validation = long["key"].map({k: is_validation_key(k) for k in long["key"].unique()}).astype(bool)
+        self._merge_part(long[~validation], self._attempt, validation=False)
+        self._merge_part(long[validation], self._val_attempt, validation=True)
+
+    def _merge_part(self, long: pd.DataFrame, seen: dict[int, int], *, validation: bool) -> None:
         new = wide_steps(long)
         if new.empty:
             return
         attempts = long.groupby("step")["attempt"].max()
-        validation = long["key"].map({k: is_validation_key(k) for k in long["key"].unique()}).astype(bool)
-        validation_only = validation.groupby(long["step"]).all()  # a resume validating its checkpoint step
         replace, merge = [], []
         for step in new.index:
-            previous, now = self._attempt.get(step, -1), int(attempts[step])
-            if now > previous and previous >= 0 and validation_only[step]:
-                merge.append(step)  # keeps the step's training, as wide_steps does
-            elif now > previous:
+            previous, now = seen.get(step, -1), int(attempts[step])
+            if now > previous:
                 replace.append(step)
-                self._attempt[step] = now
+                seen[step] = now
             elif now == previous:
                 merge.append(step)
-        rows = [new.loc[replace]]
-        if merge:
-            old = self._wide.reindex(merge)
-            rows.append(new.loc[merge].combine_first(old))
+        old = self._wide.reindex(replace + merge)
+        other = [c for c in old.columns if is_validation_key(c) != validation]  # the other part's columns stay
+        rows = [new.loc[replace].combine_first(old.loc[replace, other]), new.loc[merge].combine_first(old.loc[merge])]
         self._wide = _upsert(self._wide, pd.concat(rows), replace + merge)
 
     def _fold_logprob(self, rows: pd.DataFrame) -> None:

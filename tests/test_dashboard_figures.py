@@ -897,3 +897,15 @@ def test_a_resumed_run_validating_its_checkpoint_step_keeps_that_steps_training_
     assert live._wide.loc[3, "timing_s/step"] == 33.0
     gpu, spans = live.gpu_window(2)  # steps 2 and 3: step 3 as retrained, not from its first attempt
     assert sorted(spans["start"]) == [200.0, 1000.0] and sorted(gpu["time"]) == [205.0, 305.0, 500.0, 1005.0]
+    with Recorder(str(run_dir)) as rec:  # validation records, later: one under an earlier attempt
+        rec.log_step(3, {"val-core/acc": 0.9}, attempt=1)
+        rec.log_step(1, {"val-core/acc": 0.4}, attempt=0)
+    live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:  # one of the crashed attempt, read later: never over the latest
+        rec.log_step(3, {"val-core/acc": 0.1}, attempt=0)
+    live.refresh(force=True)
+    fresh = LiveRun(0, str(run_dir), "run", window=8)
+    fresh.refresh(force=True)
+    for view in (live, fresh):  # live as a fresh read of the whole run sees it
+        assert view._wide.loc[3, "val-core/acc"] == 0.9 and view._wide.loc[3, "timing_s/step"] == 33.0
+        assert view._wide.loc[1, "val-core/acc"] == 0.4 and view._wide.loc[1, "timing_s/step"] == 10.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import json
 import math
 import os
 import subprocess
@@ -131,6 +132,18 @@ def test_a_meta_json_whose_schema_version_is_no_whole_number_is_kept_beside(tmp_
         '{"schema_version": "1", "model": {"name": "x"}}'
     ]
     assert RunReader(run).meta["topology"] == "async" and rec.status()["rows_written"] == 1
+
+
+@pytest.mark.parametrize(("version", "kept"), [(1.0, True), (99.0, False)])
+def test_a_schema_version_written_as_a_whole_float_is_that_version(tmp_path, version, kept):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"schema_version": version, "gpu": {"count": 8}}))
+    rec = Recorder(str(run), meta={"topology": "async"})
+    rec.close(timeout=1.0)
+    meta = json.loads((run / "meta.json").read_text())
+    assert not list(run.glob("meta.json.unreadable-*"))  # never moved aside
+    assert meta["gpu"] == {"count": 8} and (meta.get("topology") == "async") == kept  # 99: newer, left alone
 
 
 def test_a_hand_written_meta_json_is_extended(tmp_path):

@@ -363,6 +363,27 @@ def test_a_resumed_process_validating_its_checkpoint_step_keeps_that_steps_train
     assert wide.loc[2, "timing_s/step"] == 20.0 and wide.loc[3, "timing_s/step"] == 30.0
 
 
+def test_a_retrained_steps_own_validation_record_joins_the_retrained_attempt(tmp_path):
+    # the fully async trainer logs a step's validation as a record of its own, after its training
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    for step in (1, 2):
+        hook.on_log(step, {"timing_s/step": 10.0 * step})
+        hook.on_log(step, {"val-core/acc": 0.1 * step})
+    hook.flush()
+    hook = Hook(str(run))  # resumed from step 1: step 2 is trained again, then validated
+    hook.on_log(2, {"timing_s/step": 22.0})
+    hook.on_log(2, {"val-core/acc": 0.9})
+    hook.flush()
+    rows = RunReader(str(run)).read("steps", ["step", "attempt", "key", "value"]).to_pylist()
+    assert {(r["attempt"], r["key"], r["value"]) for r in rows if r["step"] == 2} == {
+        (0, "timing_s/step", 20.0),
+        (0, "val-core/acc", 0.2),
+        (1, "timing_s/step", 22.0),
+        (1, "val-core/acc", 0.9),
+    }
+
+
 def test_the_config_merges_into_a_meta_json_the_user_completed(tmp_path):
     # docs/verl-hook.md: fields the config does not state are set by editing meta.json; a
     # restarted job's config must not wipe them

@@ -135,7 +135,8 @@ def _wrapped_launch(text: str) -> bool:
 def _orphaned_fields(text: str) -> bool:
     """Whether ``text`` (a line without a Ray prefix) is the rest of a wrapped metric line whose
     first part another line cut off: it opens mid-field (``:397.0 - ``, `` - a/b:1``), holds
-    metric fields (`` - a/b:1.5 - c/d:2``), and no step of its own (``global_step:5``, ``Step:2``)."""
+    metric fields (`` - a/b:1.5 - c/d:2``), and no step of its own (``Step:2``, `` step:3``; a key
+    such as ``training/global_step:5`` or ``perf/time_per_step:9`` is a field like any other)."""
     if _ANY_STEP.search(text) or not _MID_FIELD.match(text):
         return False
     return sum(parse_number(value) is not None for value in _METRIC_FIELD.findall(text)) >= 2

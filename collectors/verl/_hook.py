@@ -17,7 +17,6 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -118,6 +117,7 @@ class Hook:
         self._services: dict[str, Any] | None = None  # started once, in the driver
         self._on_disk: Future | None = None  # steps logged before this process: step -> last attempt
         self._prior: dict[int, int] | None = None
+        self._logged: dict[int, int] = {}  # step -> the attempt this process logged its training under
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return process_hook, ()
@@ -238,24 +238,24 @@ class Hook:
         """The attempt this process logs ``step`` under: 0, or one more than the last attempt on
         disk when an earlier process of the run (before a crash and resume) logged it. A record
         of validation metrics alone (verl validates the checkpoint step it resumes from) joins
-        the step's attempt on disk: it repeats no training."""
+        the attempt this process already logged the step under, else the step's attempt on disk:
+        it repeats no training."""
         if self._prior is None:
             self.read_prior_steps()
             assert self._on_disk is not None
             try:
                 self._prior = self._on_disk.result(RESUME_WAIT)
-            except FutureTimeout:
+            except Exception:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
                 self._prior = {}
-                self.fault(
-                    "resume", TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
-                )
-            except Exception as exc:  # noqa: BLE001 - a failing read: logged as attempt 0
-                self._prior = {}
+                if not self._on_disk.done():
+                    exc = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
                 self.fault("resume", exc)
+        if data and all(is_validation_key(str(k)) for k in data):
+            return self._logged.get(step, self._prior.get(step, 0))
         prior = self._prior.get(step)
-        if prior is None:
-            return 0
-        return prior if data and all(is_validation_key(str(k)) for k in data) else prior + 1
+        attempt = 0 if prior is None else prior + 1
+        self._logged[step] = attempt
+        return attempt
 
     def add_span(self, phase: str, start: float, end: float) -> None:
         self._hold(self._spans, (timer_stage(str(phase)), start, end), MAX_PENDING_SPANS)

@@ -251,8 +251,10 @@ def _load_meta(loc: RunLocation, *, hand_written: bool) -> dict[str, Any]:
         return doc
     if version is None:
         raise MetaError(f"{path}: schema_version is missing or not an integer")
+    if isinstance(version, float) and version.is_integer():  # 1.0, as some JSON writers put it
+        version = int(version)
     if not isinstance(version, int) or isinstance(version, bool):
-        raise MetaMalformedError(f"{path}: schema_version is missing or not an integer")
+        raise MetaMalformedError(f"{path}: schema_version {version!r} is not a whole number")
     if version > SCHEMA_VERSION:
         raise MetaError(
             f"{path}: schema_version {version} is newer than this rlscope reads ({SCHEMA_VERSION}); upgrade rlscope"
