@@ -551,3 +551,15 @@ def test_a_slow_read_of_the_steps_on_disk_is_a_fault_that_says_so(tmp_path, monk
     hook.flush()
     assert hook.faults == {"resume": 1}
     assert "steps on disk not read within 0.05 s; logged as attempt 0" in caplog.text
+
+
+def test_a_failing_read_of_the_steps_on_disk_is_a_fault_naming_its_error(tmp_path, monkeypatch, caplog):
+    def unreachable(_run_dir):
+        raise TimeoutError("connect to s3 timed out after 60 s")
+
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", unreachable)
+    hook = Hook(str(tmp_path / "run"))
+    hook.on_log(1, {"timing_s/step": 1.0})
+    hook.flush()
+    assert hook.faults == {"resume": 1} and "connect to s3 timed out after 60 s" in caplog.text
+    assert RunReader(str(tmp_path / "run")).read("steps").num_rows == 1  # logged as attempt 0

@@ -245,11 +245,10 @@ class Hook:
             assert self._on_disk is not None
             try:
                 self._prior = self._on_disk.result(RESUME_WAIT)
-            except Exception:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
+            except Exception as exc:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
                 self._prior = {}
-                if not self._on_disk.done():
-                    exc = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
-                self.fault("resume", exc)
+                slow = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
+                self.fault("resume", exc if self._on_disk.done() else slow)
         if data and all(is_validation_key(str(k)) for k in data):
             return self._logged.get(step, self._prior.get(step, 0))
         prior = self._prior.get(step)
