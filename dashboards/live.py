@@ -413,6 +413,7 @@ class LiveRun:
         self._merge_part(long[validation], self._val_attempt, validation=True)
 
     def _merge_part(self, long: pd.DataFrame, seen: dict[int, int], *, validation: bool) -> None:
+        long = long[np.isfinite(long["value"].astype(float))]  # what wide_steps keeps: no attempt of NaNs
         new = wide_steps(long)
         if new.empty:
             return
@@ -465,7 +466,8 @@ class LiveRun:
         if idle_keys:
             idle = wide[idle_keys].rename(columns={TRAINER_IDLE: "trainer", ROLLOUTER_IDLE: "rollouter"})
             self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
-        self.lengths = _upsert(self.lengths, _lengths(traj, wide), steps)
+        lengths = _lengths(traj, wide)  # a step whose rows left the window keeps what it had
+        self.lengths = _upsert(self.lengths, lengths, lengths.index)
         if not traj.empty:
             self.engines = _upsert(self.engines, _engine_loads(traj), steps)
             self.lags = _upsert(self.lags, _lag_counts(traj), steps)

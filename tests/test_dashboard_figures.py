@@ -878,8 +878,6 @@ def test_a_first_load_that_fails_halfway_is_retried_from_nothing(tmp_path, monke
 
 
 def test_a_resumed_run_validating_its_checkpoint_step_keeps_that_steps_training_live(tmp_path):
-    from rlscope import Recorder
-
     run_dir = tmp_path / "run"
     with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
         for step in (1, 2, 3):
@@ -909,3 +907,36 @@ def test_a_resumed_run_validating_its_checkpoint_step_keeps_that_steps_training_
     for view in (live, fresh):  # live as a fresh read of the whole run sees it
         assert view._wide.loc[3, "val-core/acc"] == 0.9 and view._wide.loc[3, "timing_s/step"] == 33.0
         assert view._wide.loc[1, "val-core/acc"] == 0.4 and view._wide.loc[1, "timing_s/step"] == 10.0
+
+
+def test_a_late_validation_record_of_a_step_past_the_window_keeps_its_aggregates(tmp_path):
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=4)
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in range(1, 9):
+            _log_step(rec, step)
+            rec.flush()
+            live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:  # a resumed run validates step 2, long out of the window
+        rec.log_step(2, {"val-core/acc": 0.5})
+    live.refresh(force=True)
+    fresh = LiveRun(0, str(run_dir), "run", window=4)
+    fresh.refresh(force=True)
+    assert list(live.lengths.index) == list(range(1, 9))
+    pd.testing.assert_frame_equal(live.lengths, fresh.lengths)
+
+
+def test_an_attempt_of_nothing_but_nans_is_no_attempt_live(tmp_path):
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        rec.log_step(1, {"timing_s/step": 10.0, "val-core/acc": 0.25})
+        rec.log_step(1, {"timing_s/step": math.nan, "val-core/acc": math.nan}, attempt=2)  # says nothing
+        rec.flush()
+        live.refresh(force=True)
+        rec.log_step(1, {"val-core/acc": 0.75})
+    live.refresh(force=True)
+    assert live._wide.loc[1, "val-core/acc"] == 0.75 and live._wide.loc[1, "timing_s/step"] == 10.0
+    fresh = LiveRun(0, str(run_dir), "run", window=8)
+    fresh.refresh(force=True)
+    assert fresh._wide.loc[1, "val-core/acc"] == 0.75

@@ -51,9 +51,16 @@ def _read_line(sink: StepSink, where: str, line: str, when: float | None, *, cut
     try:
         record = json.loads(line)
     except (ValueError, RecursionError) as exc:
-        # the last line, cut off where a copy stopped: told, not a bad line (as in the other formats)
-        sink.skip("cut_off_field" if cut else "bad_json", where, str(exc), bad=not cut)
+        if cut:  # the last line, cut off where a copy stopped: told, not a bad line (as in the other formats)
+            sink.skip("cut_off_field", where, str(exc), bad=False)
+            sink.note(
+                f"{where}: the last line has no line end (copied while being written?) and does not parse; left out"
+            )
+        else:
+            sink.skip("bad_json", where, str(exc))
         return
+    if cut:
+        sink.note(f"{where}: the last line has no line end (copied while being written?); read as it is")
     if not isinstance(record, dict) or "step" not in record:
         sink.skip("bad_json", where, "expected an object with a step")
         return
@@ -95,10 +102,6 @@ def import_verl_jsonl(
                     live = True
                 else:
                     lineno, line, cut = item
-                    if cut:  # a cut-off JSON object does not parse: a whole one is read
-                        sink.note(
-                            f"{name}:{lineno}: the last line has no line end (copied while being written?); read as it is"
-                        )
                     _read_line(sink, f"{name}:{lineno}", line, time.time() if live else None, cut=cut)
 
     return run_import(sink, tail, body)
