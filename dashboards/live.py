@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
-from rlscope.analyzers._data import TRAJECTORY_COLUMNS, wide_steps
+from rlscope.analyzers._data import TRAJECTORY_COLUMNS, usable_step_rows, wide_steps
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
 from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
@@ -407,14 +407,15 @@ class LiveRun:
         """Steps' metrics into the wide window: a higher attempt replaces a step, the same attempt
         adds keys. Training and validation metrics are judged apart, as ``wide_steps`` judges
         them: a resumed run's validation of its checkpoint step keeps that step's training."""
-        long = long.assign(attempt=long["attempt"].fillna(0).astype("int64"))
+        long = usable_step_rows(long.assign(attempt=long["attempt"].fillna(0).astype("int64")))
+        if long.empty:  # no row that says anything: no attempt either
+            return
         validation = long["key"].map({k: is_validation_key(k) for k in long["key"].unique()}).astype(bool)
         self._merge_part(long[~validation], self._attempt, validation=False)
         self._merge_part(long[validation], self._val_attempt, validation=True)
 
     def _merge_part(self, long: pd.DataFrame, seen: dict[int, int], *, validation: bool) -> None:
-        long = long[np.isfinite(long["value"].astype(float))]  # what wide_steps keeps: no attempt of NaNs
-        new = wide_steps(long)
+        new = wide_steps(long)  # of usable rows: an attempt of NaNs or negative timers is none
         if new.empty:
             return
         attempts = long.groupby("step")["attempt"].max()
@@ -466,8 +467,10 @@ class LiveRun:
         if idle_keys:
             idle = wide[idle_keys].rename(columns={TRAINER_IDLE: "trainer", ROLLOUTER_IDLE: "rollouter"})
             self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
-        lengths = _lengths(traj, wide)  # a step whose rows left the window keeps what it had
-        self.lengths = _upsert(self.lengths, lengths, lengths.index)
+        lengths = _lengths(traj, wide)
+        horizon = self._steps[-self.window] if len(self._steps) >= self.window else -math.inf
+        window = {s for s in steps if s >= horizon}  # a step whose rows left the window keeps what it had
+        self.lengths = _upsert(self.lengths, lengths, window | set(lengths.index))
         if not traj.empty:
             self.engines = _upsert(self.engines, _engine_loads(traj), steps)
             self.lags = _upsert(self.lags, _lag_counts(traj), steps)

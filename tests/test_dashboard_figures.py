@@ -940,3 +940,24 @@ def test_an_attempt_of_nothing_but_nans_is_no_attempt_live(tmp_path):
     fresh = LiveRun(0, str(run_dir), "run", window=8)
     fresh.refresh(force=True)
     assert fresh._wide.loc[1, "val-core/acc"] == 0.75
+
+
+def test_live_attempts_agree_with_a_fresh_read_of_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    lengths = {"response_length/mean": 100.0, "response_length/max": 200.0}
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/step": 10.0, "actor/loss": 1.0, **lengths})
+        rec.flush()
+        live.refresh(force=True)
+        rec.log_step(1, {"timing_s/step": 11.0}, attempt=1)  # retrained: its lengths were not logged again
+        rec.log_step(2, {"actor/lr": 0.5})
+        rec.log_step(2, {"timing_s/gen": -1.0}, attempt=1)  # a clock's fault alone: no attempt
+    live.refresh(force=True)
+    fresh = LiveRun(0, str(run_dir), "run", window=8)
+    fresh.refresh(force=True)
+    for view in (live, fresh):
+        assert list(view.lengths.index) == [2] and view._wide.loc[1, "timing_s/step"] == 11.0
+        assert view._wide.loc[2, "actor/loss"] == 1.0 and view._wide.loc[2, "actor/lr"] == 0.5
+    pd.testing.assert_frame_equal(live._wide, fresh._wide, check_like=True)

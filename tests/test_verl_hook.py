@@ -563,3 +563,33 @@ def test_a_failing_read_of_the_steps_on_disk_is_a_fault_naming_its_error(tmp_pat
     hook.flush()
     assert hook.faults == {"resume": 1} and "connect to s3 timed out after 60 s" in caplog.text
     assert RunReader(str(tmp_path / "run")).read("steps").num_rows == 1  # logged as attempt 0
+
+
+def test_a_read_that_ends_as_the_wait_times_out_is_judged_by_how_it_ended(tmp_path, caplog):
+    from concurrent.futures import Future
+
+    class EndsJustLate(Future):
+        def __init__(self, outcome: BaseException | dict) -> None:
+            super().__init__()
+            self.outcome = outcome
+
+        def result(self, timeout=None):
+            if not self.done():  # the read ends just after the wait gave up
+                if isinstance(self.outcome, BaseException):
+                    self.set_exception(self.outcome)
+                else:
+                    self.set_result(self.outcome)
+                raise TimeoutError
+            return super().result()
+
+    failed = Hook(str(tmp_path / "failed"))
+    failed._on_disk = EndsJustLate(OSError(5, "Input/output error"))
+    failed.on_log(1, {"timing_s/step": 1.0})
+    assert failed.faults == {"resume": 1} and "Input/output error" in caplog.text
+    read = Hook(str(tmp_path / "read"))
+    read._on_disk = EndsJustLate({1: 0})  # step 1 is on disk: this process's step 1 is attempt 1
+    read.on_log(1, {"timing_s/step": 1.0})
+    read.flush()
+    assert read.faults == {} and RunReader(str(tmp_path / "read")).read("steps", ["attempt"]).to_pylist() == [
+        {"attempt": 1}
+    ]

@@ -245,10 +245,14 @@ class Hook:
             assert self._on_disk is not None
             try:
                 self._prior = self._on_disk.result(RESUME_WAIT)
-            except Exception as exc:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
-                self._prior = {}
-                slow = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
-                self.fault("resume", exc if self._on_disk.done() else slow)
+            except Exception:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
+                failed = self._on_disk.exception() if self._on_disk.done() else None  # done just now: as it ended
+                if self._on_disk.done() and failed is None:
+                    self._prior = self._on_disk.result()
+                else:
+                    self._prior = {}
+                    slow = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
+                    self.fault("resume", failed or slow)
         if data and all(is_validation_key(str(k)) for k in data):
             return self._logged.get(step, self._prior.get(step, 0))
         prior = self._prior.get(step)

@@ -55,6 +55,7 @@ __all__ = [
     "recent",
     "topology_kind",
     "trend",
+    "usable_step_rows",
     "wide_steps",
 ]
 
@@ -93,21 +94,15 @@ def topology_kind(wording: str) -> str:
     return "colocated"
 
 
-def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Pivot the long ``steps`` table to one row per step and one float column per key.
-
-    A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
-    as a whole, so timings of two attempts are never mixed; within an attempt the last value
-    logged for a key wins. Validation metrics are judged apart: a resumed run validates the
-    step it resumes from before training on (verl's ``val_before_train``), and that record
-    replaces the step's validation metrics only, not its training. Text values, non-finite numbers and negative stage timers are
-    dropped. Keys (and values whose unit changed with the name) are canonicalised by
-    ``rlscope.collectors.verl_metrics``.
-    """
+def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """The rows of the long ``steps`` table that say something, keys canonicalised: text values,
+    non-finite numbers and negative stage timers are dropped; keys (and values whose unit
+    changed with the name) are canonicalised by ``rlscope.collectors.verl_metrics``; a missing
+    attempt is 0. What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
     df = df[np.isfinite(df["value"].astype(float))]  # NaN or inf (a timer verl logged as inf) says nothing
     if df.empty:
-        return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
+        return df
     # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...)
     renamed = [canonical_metric(k, v) for k, v in zip(df["key"].astype(str), df["value"], strict=True)]
     df = df.assign(
@@ -117,7 +112,22 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
         value=[v for _, v in renamed],
     )
     # a stage that took negative seconds is a clock's fault: as unknown as a NaN one
-    df = df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
+    return df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
+
+
+def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """Pivot the long ``steps`` table (its :func:`usable_step_rows`) to one row per step and one
+    float column per key.
+
+    A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
+    as a whole, so timings of two attempts are never mixed; within an attempt the last value
+    logged for a key wins. Validation metrics are judged apart: a resumed run validates the
+    step it resumes from before training on (verl's ``val_before_train``), and that record
+    replaces the step's validation metrics only, not its training.
+    """
+    df = usable_step_rows(steps)
+    if df.empty:
+        return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     validation = df["key"].map({k: is_validation_key(k) for k in df["key"].unique()}).astype(bool)
     latest = df.groupby([df["step"], validation])["attempt"].transform("max")
     df = df[df["attempt"] == latest].sort_values(["step", "time"], kind="stable")
