@@ -593,3 +593,27 @@ def test_a_read_that_ends_as_the_wait_times_out_is_judged_by_how_it_ended(tmp_pa
     assert read.faults == {} and RunReader(str(tmp_path / "read")).read("steps", ["attempt"]).to_pylist() == [
         {"attempt": 1}
     ]
+
+
+def test_a_read_that_fails_between_two_looks_is_a_resume_fault(tmp_path):
+    from concurrent.futures import Future
+
+    class FailsWhileLookedAt(Future):
+        looks = 0
+
+        def result(self, timeout=None):
+            if timeout is not None:
+                raise TimeoutError
+            return super().result()
+
+        def done(self):  # not done at the first look, failed by the next
+            self.looks += 1
+            if self.looks == 2 and not super().done():
+                self.set_exception(OSError(5, "Input/output error"))
+            return super().done()
+
+    hook = Hook(str(tmp_path / "run"))
+    hook._on_disk = FailsWhileLookedAt()
+    hook.on_log(1, {"timing_s/step": 1.0})
+    hook.flush()
+    assert hook.faults == {"resume": 1} and RunReader(str(tmp_path / "run")).read("steps").num_rows == 1

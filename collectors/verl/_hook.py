@@ -246,8 +246,9 @@ class Hook:
             try:
                 self._prior = self._on_disk.result(RESUME_WAIT)
             except Exception:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
-                failed = self._on_disk.exception() if self._on_disk.done() else None  # done just now: as it ended
-                if self._on_disk.done() and failed is None:
+                ended = self._on_disk.done()  # one look: a read done just now is judged by how it ended
+                failed = self._on_disk.exception() if ended else None
+                if ended and failed is None:
                     self._prior = self._on_disk.result()
                 else:
                     self._prior = {}
