@@ -38,15 +38,7 @@ __all__ = ["ImportSummary", "StepSink"]
 
 # skip reasons that mean "this looked like a metric but could not be read": --strict stops on them
 _BAD_INPUT = frozenset(
-    {
-        "bad_value",
-        "free_text_field",
-        "bad_step",
-        "empty_step_line",
-        "bad_json",
-        "bad_row",
-        "bad_event",
-    }
+    {"bad_value", "free_text_field", "bad_step", "empty_step_line", "bad_json", "bad_row", "bad_event"}
 )
 
 

@@ -131,20 +131,23 @@ def read_lines(
     shrinks while followed (truncated by a log rotator) is read again from its start.
     """
     if path == "-":
-        yield from _numbered(_stdin_lines(), on_overlong, on_unterminated)
+        # the peek before saw what the pipe had delivered, perhaps a byte: look again
+        yield from _numbered(
+            _checked_first("standard input", _stdin_lines(), _STDIN_DECOMPRESS), on_overlong, on_unterminated
+        )
         return
     with open(path, "rb") as fh:
         chunks = _file_lines(fh, tail, follow)
         if not os.path.isfile(path):  # a pipe, which check_text_file could not look into
-            chunks = _checked_first(path, chunks)
+            chunks = _checked_first(path, chunks, _PIPE_DECOMPRESS)
         yield from _numbered(chunks, on_overlong, on_unterminated)
 
 
-def _checked_first(name: str, chunks: Iterator[bytes | None]) -> Iterator[bytes | None]:
+def _checked_first(name: str, chunks: Iterator[bytes | None], decompress: str) -> Iterator[bytes | None]:
     """``chunks``, the first of which is checked to look like text (gzip, UTF-16, binary)."""
     for chunk in chunks:
         if chunk:
-            _check_head(name, chunk[:_SNIFF_BYTES], _PIPE_DECOMPRESS)
+            _check_head(name, chunk[:_SNIFF_BYTES], decompress)
             yield chunk
             break
         yield chunk
@@ -177,11 +180,8 @@ def _numbered(
 
 def _stdin_lines() -> Iterator[bytes]:
     stream = sys.stdin.buffer
-    first, rest = True, b""
+    rest = b""
     while chunk := stream.readline(MAX_LINE_BYTES - len(rest)):
-        if first:  # the peek before saw what the pipe had delivered, perhaps a byte: look again
-            _check_head("standard input", chunk[:_SNIFF_BYTES], _STDIN_DECOMPRESS)
-            first = False
         chunk, rest = _whole_cr_lines(rest + chunk)
         yield chunk
     if rest:

@@ -23,7 +23,6 @@ The JSON format is documented in docs/diagnose-json.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import logging
@@ -207,7 +206,7 @@ def _write_whole(path: str, text: str) -> None:
     a temporary name beside the file (a link's target), then renamed. A device or a pipe
     (``/dev/stdout``), or a file in a folder this process may not write, is written in place."""
     target = os.path.realpath(path)
-    folder, name = os.path.split(target)
+    folder = os.path.dirname(target)
     special = os.path.abspath(path).startswith(("/dev/", "/proc/")) or (
         os.path.exists(path) and not os.path.isfile(path)
     )
@@ -215,22 +214,12 @@ def _write_whole(path: str, text: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    from rlscope.trace.store import locate, write_atomic_bytes
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else None
+    write_atomic_bytes(locate(folder), target, text.encode("utf-8"))
+    if mode is not None:  # a report replaced keeps who may read it
+        os.chmod(target, mode)
 
 
 def _check_writable(path: str) -> None:

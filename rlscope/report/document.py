@@ -149,7 +149,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         rows = d.gpu_idle.by_step[d.gpu_idle.by_step["role"] == learner_role(d.gpu_idle.by_step["role"])]
         if len(rows):
             trainer_idle = _num((rows["idle_share"] * rows["samples"]).sum() / rows["samples"].sum())
-    timed = recent(d.anatomy.timed) if len(d.anatomy.timed) else d.anatomy.timed
+    timed = recent(d.anatomy.timed)
     basis = "step timer" if timed.all() else "sum of stage timers" if not timed.any() else "mixed"
     return {
         "step_s": _num(step_s),

@@ -38,6 +38,7 @@ __all__ = [
     "require_directory",
     "segment_name",
     "tmp_path_for",
+    "write_atomic_bytes",
     "write_meta",
     "write_segment",
 ]
@@ -122,7 +123,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _write_atomic_bytes(loc: RunLocation, dest: str, data: bytes) -> None:
+def write_atomic_bytes(loc: RunLocation, dest: str, data: bytes) -> None:
     """Write ``data`` to a temporary name beside ``dest`` and rename it into place; a write
     that fails (a full disk) removes its partial temporary file, so failures do not fill the
     disk further."""
@@ -169,7 +170,7 @@ def write_segment(
     dest = f"{folder}/{segment_name(writer_id, seq)}"
     sink = pa.BufferOutputStream()
     pq.write_table(data, sink, compression="zstd")
-    _write_atomic_bytes(loc, dest, sink.getvalue().to_pybytes())
+    write_atomic_bytes(loc, dest, sink.getvalue().to_pybytes())
     return dest
 
 
@@ -189,7 +190,7 @@ def write_meta(run_dir: str | os.PathLike[str] | RunLocation, meta: Mapping[str,
     loc.fs.create_dir(loc.path, recursive=True)
     doc = {"schema_version": SCHEMA_VERSION, "created": time.time(), **dict(meta)}
     text = json.dumps(doc, indent=2, sort_keys=True, default=_json_default, allow_nan=False)
-    _write_atomic_bytes(loc, loc.join(META_FILE), (text + "\n").encode())
+    write_atomic_bytes(loc, loc.join(META_FILE), (text + "\n").encode())
 
 
 def _json_default(obj: Any) -> Any:
