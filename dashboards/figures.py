@@ -30,7 +30,7 @@ from rlscope.advice.thresholds import (
 )
 from rlscope.analyzers.anatomy import PHASES
 from rlscope.analyzers.longtail import tail_split
-from rlscope.analyzers.mfu import CAUSES
+from rlscope.analyzers.mfu import CAUSES, cause_label
 from rlscope.analyzers.mismatch import abs_quantile
 from rlscope.analyzers.topology import POOLED
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
@@ -207,14 +207,14 @@ def step_time_compare(runs: Mapping[str, pd.Series]) -> go.Figure:
     return fig
 
 
-def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall") -> go.Figure:
+def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tail_estimated: bool = False) -> go.Figure:
     """From 100% of peak to the whole-step MFU: the points each cause took (they sum to 100 - MFU)."""
     if lost.empty or math.isnan(mfu):
         return placeholder("MFU needs meta.json's model size, GPU count and peak FLOP/s, and step timers", title)
     causes = [c for c in CAUSES if c in lost.index]
     fig = _figure(title, "", "% of peak over the whole step")
     fig.add_waterfall(
-        x=["peak", *causes, "MFU"],
+        x=["peak", *(cause_label(c, tail_estimated) for c in causes), "MFU"],
         y=[100.0, *(-float(lost[c]) for c in causes), 0.0],
         measure=["absolute", *(["relative"] * len(causes)), "total"],
         text=["100", *(f"-{lost[c]:.1f}" for c in causes), f"{100 * mfu:.1f}"],
@@ -230,18 +230,20 @@ def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall") -> 
     return fig
 
 
-def mfu_compare(runs: Mapping[str, tuple[pd.Series, float]]) -> go.Figure:
-    """Points lost per cause and the resulting MFU, one bar group per run."""
+def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
+    """Points lost per cause and the resulting MFU, one bar group per run: ``(lost, mfu,
+    tail_estimated)``. The runs share one axis of causes, so a run's name in the legend says
+    when its long tail is estimated from response lengths."""
     runs = {k: v for k, v in runs.items() if not v[0].empty and not math.isnan(v[1])}
     if not runs:
         return placeholder("MFU needs meta.json's model size, GPU count and peak FLOP/s", "MFU: points lost per cause")
     fig = _figure("MFU: points lost per cause", "", "points of 100")
-    for i, (label, (lost, mfu)) in enumerate(runs.items()):
+    for i, (label, (lost, mfu, tail_estimated)) in enumerate(runs.items()):
         causes = [c for c in CAUSES if c in lost.index]
         fig.add_bar(
-            x=[*causes, "MFU"],
+            x=[*(cause_label(c, False) for c in causes), "MFU"],
             y=[*(float(lost[c]) for c in causes), 100 * mfu],
-            name=text(label),
+            name=text(label) + (" (long tail estimated)" if tail_estimated else ""),
             marker_color=_color(i),
         )
     fig.update_layout(barmode="group")

@@ -103,11 +103,15 @@ def test_mfu_waterfall_goes_from_peak_to_mfu(runs):
     fig = figures.mfu_waterfall(d.mfu.waterfall, d.mfu.mfu)
     (w,) = fig.data
     assert w.type == "waterfall"
-    assert w.x[0] == "peak" and w.x[-1] == "MFU" and list(w.x[1:-1]) == list(d.mfu.waterfall.index)
+    assert w.x[0] == "peak" and w.x[-1] == "MFU" and len(w.x) == len(d.mfu.waterfall) + 2
+    names = ["decode throughput", "long tail", "forward (logprobs)", "training", "weight sync", "switching"]
+    assert list(w.x[1:-1]) == [*names, "idle / other"]  # the reports' names, not the JSON keys
     assert w.y[0] == 100 and w.measure[-1] == "total"
     assert 100 + sum(w.y[1:-1]) == pytest.approx(100 * d.mfu.mfu, abs=1e-6)  # every lost point charged once
     assert 0.05 < d.mfu.mfu < 0.25  # DOMAIN's 8B ledger: ~13%
     assert _is_placeholder(figures.mfu_waterfall(pd.Series(dtype=float), math.nan))
+    estimated = figures.mfu_waterfall(d.mfu.waterfall, d.mfu.mfu, tail_estimated=True)
+    assert estimated.data[0].x[2] == "long tail (estimated)"
 
 
 def test_compare_views_overlay_one_trace_per_run(runs):
@@ -116,8 +120,11 @@ def test_compare_views_overlay_one_trace_per_run(runs):
     assert [t.name for t in fig.data] == [a.label, b.label]
     np.testing.assert_allclose(fig.data[1].y, _metric(b.label, "timing_s/step").to_numpy(), rtol=1e-5)  # see above
     d1, d2 = a.analysis(), b.analysis()
-    fig = figures.mfu_compare({a.label: (d1.mfu.waterfall, d1.mfu.mfu), b.label: (d2.mfu.waterfall, d2.mfu.mfu)})
-    assert [t.name for t in fig.data] == [a.label, b.label] and fig.layout.barmode == "group"
+    fig = figures.mfu_compare(
+        {a.label: (d1.mfu.waterfall, d1.mfu.mfu, False), b.label: (d2.mfu.waterfall, d2.mfu.mfu, True)}
+    )
+    assert [t.name for t in fig.data] == [a.label, f"{b.label} (long tail estimated)"]
+    assert fig.layout.barmode == "group" and fig.data[0].x[1] == "long tail"
     assert fig.data[0].y[-1] == pytest.approx(100 * d1.mfu.mfu)
 
 

@@ -653,10 +653,13 @@ def test_a_waterfall_charging_an_estimated_tail_says_so(tmp_path, capsys):
     assert code == 0 and doc["long_tail"]["estimated"] is True and doc["mfu"]["tail_estimated"] is True
     waterfall = next(f for f in doc["findings"] if f["id"] == "mfu-waterfall")
     assert waterfall["evidence"]["tail_estimated"] is True
-    assert "(long_tail is estimated from response lengths)" in waterfall["recommendation"]
-    for fmt in ("text", "markdown"):
+    assert "(the long tail is estimated from response lengths)" in waterfall["recommendation"]
+    assert " long tail (estimated) " in waterfall["recommendation"] and "long_tail" not in waterfall["recommendation"]
+    assert waterfall["evidence"]["top_label"] in waterfall["title"] and "_" not in waterfall["title"]
+    for fmt in ("text", "markdown", "html"):
         assert main(["diagnose", *args, "--format", fmt]) == 0
-        assert "long tail (estimated)" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "long tail (estimated)" in out and "long_tail (estimated)" not in out
     _, measured = _run_json(capsys, str(SAMPLES / "longtail-8b"))
     assert measured["mfu"]["tail_estimated"] is False
 

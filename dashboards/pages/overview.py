@@ -108,12 +108,19 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
         else:
             steps = len(d.anatomy.seconds)
             waterfall = figures.mfu_waterfall(
-                d.mfu.waterfall, d.mfu.mfu, f"MFU waterfall (last quarter of the last {steps} steps)"
+                d.mfu.waterfall,
+                d.mfu.mfu,
+                f"MFU waterfall (last quarter of the last {steps} steps)",
+                tail_estimated=d.mfu.tail_estimated,
             )
     else:
         phases = figures.step_time_compare({r.label: r.phases["step"] for r in runs if not r.phases.empty})
         waterfall = figures.mfu_compare(
-            {label: (d.mfu.waterfall, d.mfu.mfu) for label, d in analyses.items() if d is not None}
+            {
+                label: (d.mfu.waterfall, d.mfu.mfu, d.mfu.tail_estimated)
+                for label, d in analyses.items()
+                if d is not None
+            }
         )
     found = []
     for run in runs:

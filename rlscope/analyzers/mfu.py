@@ -55,6 +55,7 @@ __all__ = [
     "MFUResult",
     "Waterfall",
     "analyze",
+    "cause_label",
     "flops_per_token",
     "ledger",
     "mfu_from_etas",
@@ -63,6 +64,22 @@ __all__ = [
 ]
 
 CAUSES = ("decode", "long_tail", "forward", "training", "weight_sync", "switching", "idle_other")
+_CAUSE_LABELS = {
+    "decode": "decode throughput",
+    "long_tail": "long tail",
+    "forward": "forward (logprobs)",
+    "training": "training",
+    "weight_sync": "weight sync",
+    "switching": "switching",
+    "idle_other": "idle / other",
+}
+
+
+def cause_label(cause: str, tail_estimated: bool) -> str:
+    """A waterfall cause as every report and the dashboard name it, saying when the tail is estimated."""
+    label = _CAUSE_LABELS.get(cause, cause)
+    return label + " (estimated)" if cause == "long_tail" and tail_estimated else label
+
 
 # verl's per-stage MFU keys and the anatomy phase each one measures (verl 0.9.1 logs no ref MFU;
 # actor_infer only in the legacy and experimental trainers)
@@ -359,14 +376,15 @@ def _findings(r: MFUResult) -> list[Finding]:
                 {
                     "mfu": r.mfu,
                     "top_cause": top,
+                    "top_label": cause_label(top, r.tail_estimated),
                     "top_points": float(r.waterfall[top]),
                     "tail_estimated": r.tail_estimated,
                     **points,
                 },
                 "100% -> "
-                + " ".join(f"-{p:.1f} {c}" for c, p in r.waterfall.items() if p >= 0.05)
-                + f" = {r.mfu:.1%}: attack {top} first, and judge every change by step time, not MFU"
-                + (" (long_tail is estimated from response lengths)" if r.tail_estimated else ""),
+                + " ".join(f"-{p:.1f} {cause_label(c, r.tail_estimated)}" for c, p in r.waterfall.items() if p >= 0.05)
+                + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by step time, not MFU"
+                + (" (the long tail is estimated from response lengths)" if r.tail_estimated else ""),
             )
         )
     for key, row in r.cross_check.iterrows():

@@ -12,7 +12,6 @@ __all__ = [
     "HEADLINE_TITLE",
     "REWARD_COLUMNS",
     "WHAT_IF_COLUMNS",
-    "cause_label",
     "generation",
     "gpus",
     "headline_rows",
@@ -39,23 +38,6 @@ REWARD_COLUMNS = (
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's Cc: what drives a terminal, not text
-
-
-_CAUSE_LABELS = {
-    "decode": "decode throughput",
-    "long_tail": "long tail",
-    "forward": "forward (logprobs)",
-    "training": "training",
-    "weight_sync": "weight sync",
-    "switching": "switching",
-    "idle_other": "idle / other",
-}
-
-
-def cause_label(cause: str, mfu: dict[str, Any]) -> str:
-    """A waterfall cause as the reports name it, saying when the long tail is estimated."""
-    label = _CAUSE_LABELS.get(cause, cause)
-    return label + " (estimated)" if cause == "long_tail" and mfu.get("tail_estimated") else label
 
 
 def shown(text: Any) -> str:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis
+from rlscope.analyzers.mfu import cause_label
 from rlscope.trace.reader import RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 
@@ -46,8 +47,7 @@ def waterfall(d: Diagnosis) -> go.Figure | None:
     lost = d.mfu.waterfall
     if lost is None or len(lost) == 0 or not 0 <= d.mfu.mfu <= 1:  # NaN, or above 1: a fact is wrong
         return None
-    estimated = {"long_tail": "long_tail (estimated)"} if d.mfu.tail_estimated else {}
-    labels = ["ideal", *[_safe(estimated.get(c, c)) for c in lost.index], "MFU"]
+    labels = ["ideal", *[_safe(cause_label(c, d.mfu.tail_estimated)) for c in lost.index], "MFU"]
     values = [100.0, *(-lost.to_numpy(dtype=float)), 0.0]
     measures = ["absolute", *["relative"] * len(lost), "total"]
     fig = go.Figure(go.Waterfall(x=labels, y=values, measure=measures, connector={"line": {"color": "#999"}}))

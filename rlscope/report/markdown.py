@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlscope.analyzers.mfu import cause_label
 from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
-    cause_label,
     gpus,
     headline_rows,
     reward_rows,
@@ -58,7 +58,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
     waterfall = doc["mfu"]["waterfall_points"] or {}
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         out += ["", "## MFU waterfall", "", "| cause | points lost |", "|---|---:|"]
-        out += [f"| {escape_md(cause_label(k, doc['mfu']))} | {v:.1f} |" for k, v in waterfall.items() if v is not None]
+        out += [
+            f"| {escape_md(cause_label(k, doc['mfu']['tail_estimated']))} | {v:.1f} |"
+            for k, v in waterfall.items()
+            if v is not None
+        ]
         out.append(f"| **MFU** | **{100 * doc['mfu']['mfu']:.1f}** |")
 
     what_if = what_if_rows(doc)

@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rlscope.analyzers.mfu import cause_label
 from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
-    cause_label,
     gpus,
     headline_rows,
     reward_rows,
@@ -82,7 +82,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         console.print()
         console.print(_plain(("MFU waterfall", "bold underline"), " (points of 100% peak FLOP/s lost, by cause)"))
-        rows = [(cause_label(k, doc["mfu"]), v) for k, v in waterfall.items() if v is not None]
+        rows = [(cause_label(k, doc["mfu"]["tail_estimated"]), v) for k, v in waterfall.items() if v is not None]
         rows.append(("= MFU", 100 * doc["mfu"]["mfu"]))
         width = max(len(label) for label, _ in rows)
         for label, points in rows:
