@@ -383,6 +383,8 @@ def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
         (["--gpus", "2.5e0"], "--gpus: not a whole number below 2^31"),
         (["--active-params", "lots"], "--active-params: not a number"),
         (["--active-params", "inf"], "--active-params: must be a finite number above 0"),
+        (["--active-params", "-7e9"], "--active-params: must be a finite number above 0"),  # a value, not an option
+        (["--peak-tflops", "-1E3"], "--peak-tflops: must be a finite number above 0"),
         (["--gpu-type", "V100"], "unknown --gpu-type 'V100'; give --peak-tflops too"),
         (["--meta", "[1]"], "--meta: expected a JSON object"),
         (["--meta", "{batch"], "--meta: not JSON"),

@@ -5,14 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from rlscope.errors import UsageError
 
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that raises ``UsageError`` instead of printing usage and calling ``sys.exit``."""
+    """argparse that raises ``UsageError`` instead of printing usage and calling ``sys.exit``.
+
+    A value that reads as a negative number, exponent included (``--active-params -7e9``), is a
+    value, so the option's own check can say what is wrong with it; argparse alone takes
+    ``-7e9`` for an option and says "expected one argument"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog.removeprefix('rlscope ')}: {message}")  # printed after "rlscope: "
