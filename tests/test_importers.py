@@ -32,6 +32,7 @@ from rlscope.collectors.importers import (
 )
 from rlscope.collectors.importers._source import MAX_LINE_BYTES
 from rlscope.collectors.verl_config import config_from_overrides
+from rlscope.errors import RunDirError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "logs"
@@ -1136,6 +1137,41 @@ def test_an_out_directory_that_cannot_be_made_is_refused_before_reading(tmp_path
         and err
         == f"rlscope: {tmp_path / 'new' / 'run'}: cannot write there, {tmp_path} is not writable (permission denied)\n"
     )
+
+
+def test_a_full_disk_is_one_line_naming_the_run_and_what_it_holds(tmp_path, capsys, monkeypatch):
+    import rlscope.collectors.importers._sink as sink_module
+
+    real_write = sink_module.write_segment
+    calls = []
+
+    def fills_the_disk(*args, **kwargs):
+        calls.append(args)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")  # as the OS says it: no file named
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(sink_module, "write_segment", fills_the_disk)
+    log = tmp_path / "x.log"
+    log.write_text("step:1 - a:1\n")
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "one")
+    assert code == 0 and len(calls) == 1
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "two")
+    expected = (
+        f"rlscope: {tmp_path / 'two'}: cannot write (No space left on device); nothing of this import was written\n"
+    )
+    assert code == 1 and err == expected and not (tmp_path / "two" / "meta.json").exists()
+    (tmp_path / "hand").mkdir()
+    (tmp_path / "hand" / "meta.json").write_text('{"gpu": {"type": "H100"}}')  # written by hand: kept byte for byte
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "hand")
+    assert code == 1 and (tmp_path / "hand" / "meta.json").read_text() == '{"gpu": {"type": "H100"}}'
+
+    calls.clear()
+    sink = StepSink(tmp_path / "three", importer="verl-log", sources=["x"], flush_rows=2)
+    sink.add(1, {"a": 1.0, "b": 2.0})  # two values: a segment
+    with pytest.raises(RunDirError, match=r"; steps up to 1 were written; import again into a new directory$"):
+        sink.add(2, {"a": 1.0, "b": 2.0})
+    assert RunReader(tmp_path / "three").read("steps").num_rows == 2
 
 
 def test_a_log_given_as_a_pipe_loses_no_line_to_the_look_at_its_head(tmp_path):

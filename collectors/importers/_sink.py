@@ -24,12 +24,14 @@ from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
 from rlscope.errors import MetaError, RunDirError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
+    META_FILE,
     check_can_write,
     is_segment_name,
     locate,
     merge_meta,
     meta_to_extend,
     new_writer_id,
+    write_atomic_bytes,
     write_meta,
     write_segment,
 )
@@ -150,11 +152,14 @@ class StepSink:
         self.summary = ImportSummary(importer, self._loc.path, [_source_name(s) for s in sources])
         self._meta = dict(meta or {})
         self._meta_before: dict[str, Any] | None = None
+        self._meta_bytes_before: bytes | None = None  # meta.json's bytes before this import wrote it
+        self._meta_written = False
         self._flush_rows = flush_rows
         self._flush_interval = flush_interval
         self._last_flush = time.monotonic()
         self._writer = new_writer_id()
         self._seq = 0
+        self._written_to: int | None = None  # the highest step in a segment written
         self._skipped: Counter[str] = Counter()
         self._keys: set[str] = set()
         self._attempts = _Attempts()
@@ -274,9 +279,40 @@ class StepSink:
             schema=STEPS,
         )
         self._seq += 1
-        write_segment(self._loc, "steps", table, writer_id=self._writer, seq=self._seq)
+        try:
+            write_segment(self._loc, "steps", table, writer_id=self._writer, seq=self._seq)
+        except OSError as exc:
+            raise self._cannot_write(exc) from None
+        top = max(self._cols["step"])
+        self._written_to = top if self._written_to is None else max(self._written_to, top)
         for values in self._cols.values():
             values.clear()
+
+    def _cannot_write(self, exc: OSError) -> RunDirError:
+        """A one-line error naming the run directory and what of the import it holds (an
+        ``OSError`` such as a full disk often names no file)."""
+        reason = exc.strerror or str(exc)
+        if self._written_to is not None:
+            held = f"steps up to {self._written_to} were written; import again into a new directory"
+        elif self._undo_meta():
+            held = "nothing of this import was written"
+        else:
+            held = "no steps were written, but meta.json holds this import's record"
+        return RunDirError(f"{self._loc.path}: cannot write ({reason}); {held}")
+
+    def _undo_meta(self) -> bool:
+        """Put meta.json back as it was before this import wrote any step (best effort)."""
+        if not self._meta_written:
+            return True
+        path = self._loc.join(META_FILE)
+        try:
+            if self._meta_bytes_before is None:
+                self._loc.fs.delete_file(path)
+            else:
+                write_atomic_bytes(self._loc, path, self._meta_bytes_before)
+        except OSError:
+            return False
+        return True
 
     def maybe_flush(self) -> None:
         """Flush if ``flush_interval`` seconds passed since the last write, so that readers
@@ -305,6 +341,9 @@ class StepSink:
         # full, so a fact a later config no longer states does not linger from an earlier write
         if self._meta_before is None:
             self._meta_before = meta_to_extend(self._loc)
+            if self._loc.fs.get_file_info(self._loc.join(META_FILE)).type == pafs.FileType.File:
+                with self._loc.fs.open_input_stream(self._loc.join(META_FILE)) as fh:
+                    self._meta_bytes_before = fh.read()
         s = self.summary
         record = {
             "name": s.importer,
@@ -320,7 +359,11 @@ class StepSink:
         }
         meta = {**merge_meta(self._meta_before, merge_meta(s.found_meta, self._meta)), "importer": record}
         meta.setdefault("framework", "verl")
-        write_meta(self._loc, meta)
+        try:
+            write_meta(self._loc, meta)
+        except OSError as exc:
+            raise self._cannot_write(exc) from None
+        self._meta_written = True
 
 
 def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
