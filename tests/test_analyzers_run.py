@@ -115,6 +115,23 @@ def test_a_zero_step_timer_is_as_if_absent(tmp_path):
     assert r.shares.loc[1, "gen"] == pytest.approx(10.0 / 15.0)
 
 
+def test_a_validation_logged_on_its_own_is_no_training_step(tmp_path):
+    step = {"timing_s/gen": 100, "timing_s/old_log_prob": 10, "timing_s/ref": 10, "timing_s/update_actor": 30}
+    step |= {"timing_s/update_weights": 2, "timing_s/step": 155}
+    validation = {"timing_s/testing": 50, "val-core/x/acc/mean@1": 0.5}
+    steps = {0: validation, **dict.fromkeys(range(1, 8), step), 8: validation, 9: {"timing_s/save_checkpoint": 20}}
+    run = make_run(tmp_path / "r", {**H100_64, "topology": "colocated"}, steps)
+    r = anatomy.analyze(run)
+    assert r.seconds.index.tolist() == list(range(1, 8)) and (r.seconds["step"] == 155).all()
+    # the recent step is 155 s, generation 100 / 155 of it: not (155 + 50) / 2 s with 50 / 102
+    d = analyze_run(run)
+    assert d.topology.step_now_s == pytest.approx(100 + 10 + 10 + 30 + 2)  # T_thr + T_tail + T_t + T_sync
+    assert "generation-dominates" in ids(d)
+    # a record with its own step timer is a step whatever it timed
+    steps[8] = {**validation, "timing_s/step": 50}
+    assert anatomy.analyze(make_run(tmp_path / "r2", {}, steps)).seconds.index.tolist() == list(range(1, 9))
+
+
 def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
     metrics = {"timing/gen": 21.47, "timing/ref": 4.36, "timing/values": 5.8, "timing/adv": 0.109}
     metrics |= {"timing/update_critic": 15.664, "timing/update_actor": 20.314}

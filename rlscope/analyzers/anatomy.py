@@ -6,10 +6,12 @@ spellings are canonicalised). Stages map to phases (:data:`PHASES`): ``gen`` (wi
 ``update_actor``; ``update_weights`` / ``param_sync`` / ``sync_rollout_weights`` are weight
 sync; ``switch`` / ``switch_to_rollout`` / ``switch_to_trainer`` are switching a pool between
 trainer and engine; ``wait*`` and ``switch_wait`` are waiting; ``testing`` is validation and
-``save_checkpoint`` checkpointing. ``other`` is ``timing_s/step`` minus the named phases
-(zero when there is no step timer, whose time is then the sum of the phases). Timers nested
-inside a stage (``generate_sequences``, ``reshard``) and unknown timers are not added, so
-nothing is counted twice; unknown time shows up in ``other``.
+``save_checkpoint`` checkpointing; a record with nothing but those two and no step timer (a
+validation logged on its own) is no training step and is left out. ``other`` is
+``timing_s/step`` minus the named phases (zero when there is no step timer, whose time is
+then the sum of the phases). Timers nested inside a stage (``generate_sequences``,
+``reshard``) and unknown timers are not added, so nothing is counted twice; unknown time
+shows up in ``other``.
 
 When generation overlaps the trainer's step (one-step overlap, async streaming: see
 ``RunFacts.overlapped``), ``gen`` is the rollout's own duration beside the step: it is kept
@@ -58,6 +60,8 @@ PHASES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("save_checkpoint",),
 }
 
+_NOT_A_STEP = ("validation", "checkpoint")  # phases that alone make no training step
+
 # coarse groups the MFU waterfall and the topology model use; "rest" is everything else
 GROUPS: dict[str, tuple[str, ...]] = {
     "generation": ("gen",),
@@ -70,7 +74,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFrame:
-    """Seconds per phase, ``other`` and ``step`` for every step that has a stage timer.
+    """Seconds per phase, ``other`` and ``step`` for every step that has a stage timer other
+    than validation and checkpointing, or a step timer.
 
     ``step`` is the step timer (the wall clock), else (absent or zero) the phases' sum. ``other`` is what the
     timer holds beyond the phases, clipped at zero: when timers nest or overlap, the phases add
@@ -84,7 +89,9 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
         if phase == "waiting":
             names += [c for s, c in cols.items() if s.startswith("wait")]
         out[phase] = steps[names].sum(axis=1, min_count=1) if names else float("nan")
-    timed = out.notna().any(axis=1)
+    # a record with nothing but validation or checkpoint timers (a validation logged on its own)
+    # is no training step: counted, it would halve the mean step and every what-if built on it
+    timed = out.drop(columns=list(_NOT_A_STEP)).notna().any(axis=1)
     if "step" in cols:
         timed |= steps[cols["step"]].notna()
     out = out[timed].fillna(0.0)
