@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, usable_step_rows, wide_steps
-from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, StepModel, best_split
+from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, best_split
 from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
@@ -578,8 +578,7 @@ class LiveRun:
                 topology = self.facts.kind if self.facts.is_pooled else "async_streaming"
                 rows = {}
                 for step in todo:
-                    m = models.loc[step]
-                    best = best_split(StepModel(m["t_thr_s"], m["t_tail_s"], m["t_train_s"], n), topology)
+                    best = best_split(drift.model_of(models.loc[step], n), topology)
                     rows[step] = (best.n_rollout, best.n_train, best.step_s, topology)
                 new = pd.DataFrame.from_dict(
                     rows, orient="index", columns=["best_rollout", "best_train", "best_step_s", "topology"]

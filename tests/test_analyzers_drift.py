@@ -13,15 +13,13 @@ from rlscope.analyzers import analyze_run, drift
 GEN = [208, 208, 312, 416, 416, 520, 624, 624]
 
 
-def _run(tmp_path, meta: dict, scale: float) -> str:
+def _run(tmp_path, meta: dict, scale: float, sync: float = 0.0) -> str:
     run = str(tmp_path / "run")
     with Recorder(run, meta=meta) as rec:
         for step, gen in enumerate(GEN):
             g, f, t = gen * scale, 72 * scale, 136 * scale
-            rec.log_step(
-                step,
-                {"timing_s/gen": g, "timing_s/old_log_prob": f, "timing_s/update_actor": t, "timing_s/step": g + f + t},
-            )
+            metrics = {"timing_s/gen": g, "timing_s/old_log_prob": f, "timing_s/update_actor": t}
+            rec.log_step(step, metrics | {"timing_s/update_weights": sync, "timing_s/step": g + f + t + sync})
     return run
 
 
@@ -56,6 +54,17 @@ def test_pooled_run_names_the_gpus_to_move_with_predicted_step_times(tmp_path):
     assert f.recommendation.startswith(
         "move 16 GPUs from training to rollout: the model predicts 832 s a step, against 1,248 s modelled for 32:32"
     )
+
+
+def test_predicted_step_times_add_the_weight_sync_as_the_what_if_does(tmp_path):
+    # the run above with a 100 s weight sync each step: one-step overlap is max(...) + T_sync, so
+    # 1248 + 100 = 1348 s at 32:32 and 832 + 100 = 932 s at 48:16, as topology's what-if says
+    meta = {"gpu": {"type": "H100", "count": 64}, "topology": "one_step_overlap", "split": {"rollout": 32, "train": 32}}
+    d = analyze_run(_run(tmp_path, meta, 2.0, sync=100.0))
+    (f,) = d.drift.findings  # it explains topology's move (below): the step now is all it predicts
+    assert f.evidence["step_now_s"] == pytest.approx(1348) and d.topology.step_now_s == pytest.approx(1348)
+    assert d.topology.splits.loc[48, "one_step_overlap"] == pytest.approx(932)
+    assert "1,348 s modelled for 32:32" in next(x for x in d.findings if x.id == "split-imbalanced").recommendation
 
 
 def test_a_move_topology_already_recommends_is_explained_not_repeated(tmp_path):

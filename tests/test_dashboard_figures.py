@@ -22,7 +22,7 @@ pytest.importorskip("dash")
 pytest.importorskip("plotly")
 
 from rlscope import Recorder
-from rlscope.analyzers import analyze_run
+from rlscope.analyzers import analyze_run, drift
 from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
 from rlscope.trace.compact import RunReader, compact_run
@@ -357,6 +357,18 @@ def test_split_curve_and_drift_find_domains_8b_balanced_split(runs):
     (line,) = drift.data
     assert list(line.x) == list(range(1, 11)) and all(40 <= y <= 44 for y in line.y)
     assert drift.layout.yaxis.title.text == "rollout GPUs of the best split"
+
+
+def test_the_live_drift_predicts_what_diagnose_predicts_weight_sync_included(runs):
+    run = runs["moe-mismatch"]  # one-step overlap with an 8 s weight sync a step
+    whole = drift.analyze(SAMPLES / "moe-mismatch").per_step
+    live = run.splits()
+    n, r = 32, whole["best_rollout"]  # DOMAIN: max(T_thr n/n_r + T_tail, T_t n/n_t) + T_sync
+    one_step = np.maximum(whole["t_thr_s"] * n / r + whole["t_tail_s"], whole["t_train_s"] * n / (n - r))
+    np.testing.assert_allclose(whole["best_step_s"], one_step + whole["t_sync_s"])
+    np.testing.assert_allclose(whole["t_sync_s"], 8, rtol=1e-6)
+    assert len(live) == len(whole)
+    np.testing.assert_allclose(live["best_step_s"].to_numpy(float), whole["best_step_s"].to_numpy(float))
 
 
 # -- helpers, placeholders, escaping -------------------------------------------------------

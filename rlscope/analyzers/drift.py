@@ -35,7 +35,7 @@ from rlscope.analyzers.topology import (
 )
 from rlscope.trace.reader import RunReader
 
-__all__ = ["DriftResult", "analyze", "per_step_models"]
+__all__ = ["DriftResult", "analyze", "model_of", "per_step_models"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class DriftResult:
 
 
 def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: pd.Series) -> pd.DataFrame:
-    """Each step's ledger inputs (seconds as if on all GPUs): ``t_thr_s``, ``t_tail_s``, ``t_train_s``."""
+    """Each step's ledger inputs (seconds as if on all GPUs): ``t_thr_s``, ``t_tail_s``,
+    ``t_train_s``, and the weight sync and switching every topology adds, ``t_sync_s``, ``t_switch_s``."""
     facts = frames.facts
     groups = _anatomy.group_seconds(anatomy.seconds)
     share = tails.reindex(groups.index).fillna(0.0)
@@ -65,16 +66,24 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     if facts.is_pooled:
         t_thr = t_thr * facts.rollout_gpus / facts.n_gpus
         t_train = t_train * facts.train_gpus / facts.n_gpus
-    out = pd.DataFrame({"t_thr_s": t_thr, "t_tail_s": t_tail, "t_train_s": t_train})
+    out = pd.DataFrame(
+        {
+            "t_thr_s": t_thr,
+            "t_tail_s": t_tail,
+            "t_train_s": t_train,
+            "t_sync_s": groups["weight_sync"],
+            "t_switch_s": groups["switching"],
+        }
+    )
     return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
+
+
+_MODEL_COLUMNS = ("t_thr_s", "t_tail_s", "t_train_s", "t_sync_s", "t_switch_s")
 
 
 def _best(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:
     """Each step's best split: ``best_rollout``, ``best_train`` and ``best_step_s`` (all floats)."""
-    splits = [
-        best_split(StepModel(thr, tail, train, n), topology)
-        for thr, tail, train in zip(models["t_thr_s"], models["t_tail_s"], models["t_train_s"], strict=True)
-    ]
+    splits = [best_split(model_of(row, n), topology) for _, row in models.iterrows()]
     return pd.DataFrame(
         {
             "best_rollout": [float(s.n_rollout) for s in splits],
@@ -117,9 +126,22 @@ def analyze(
     return result
 
 
+def model_of(m: pd.Series, n: int) -> StepModel:
+    """The what-if model of one row of :func:`per_step_models` (or a mean of rows) on ``n`` GPUs."""
+    return StepModel(
+        float(m["t_thr_s"]),
+        float(m["t_tail_s"]),
+        float(m["t_train_s"]),
+        n,
+        float(m["t_sync_s"]),
+        float(m["t_switch_s"]),
+    )
+
+
 def _recent_model(per_step: pd.DataFrame, n: int) -> StepModel:
-    m = recent(per_step[["t_thr_s", "t_tail_s", "t_train_s"]]).mean()
-    return StepModel(float(m["t_thr_s"]), float(m["t_tail_s"]), float(m["t_train_s"]), n)
+    """The recent steps' mean model: what the step times a finding predicts are computed from,
+    with the weight sync and switching the topology analyzer's what-if adds too."""
+    return model_of(recent(per_step[list(_MODEL_COLUMNS)]).mean(), n)
 
 
 def _findings(r: DriftResult, frames: RunFrames, move: Finding | None, measured_s: float) -> list[Finding]:
