@@ -84,6 +84,26 @@ def test_an_outage_that_ended_is_still_reported(tmp_path):
     assert "recovered after step 3" in f.recommendation
 
 
+def test_a_source_failing_in_two_steps_is_not_told_as_a_long_outage(tmp_path):
+    # 20 steps of 20 samples; half fail in steps 2 and 19 only; step 20 is clean
+    run = str(tmp_path / "twice")
+    with Recorder(run) as rec:
+        for step in range(1, 21):
+            bad = 10 if step in (2, 19) else 0
+            rows = [_traj("A", None, "error", "TIMEOUT")] * bad + [_traj("A", 1.0)] * (20 - bad)
+            rec.log_trajectories(step, rows)
+    (f,) = rewards.analyze(run).findings
+    # steps 2-19 hold 18 x 20 = 360 samples, 20 of them failed; the last quarter (steps 16-20) 10 of 100
+    assert f.evidence["error_rate"] == pytest.approx(20 / 360) and f.evidence["recent_error_rate"] == 0.1
+    assert (f.evidence["failing_steps"], f.evidence["steps"], f.severity.value) == (2, 18, "warn")
+    assert f.title == "the reward service for 'A' failed on 6% of samples in steps 2-19"
+    assert f.recommendation.startswith(
+        "the reward service for 'A' failed on 6% of samples in steps 2-19 (mostly TIMEOUT; 2 of those 18 steps at 5% "
+        "errors or more) and failed as late as step 19 (10% of recent samples): "
+    )
+    assert "still failing" not in f.recommendation
+
+
 def test_all_zero_run_without_errors_or_history_is_not_called_a_collapse(tmp_path):
     run = str(tmp_path / "zeros")
     with Recorder(run) as rec:

@@ -232,11 +232,13 @@ def _summary_table(by_step: pd.DataFrame, recent_from: int) -> pd.DataFrame:
 def _findings(summary: pd.DataFrame, by_step: pd.DataFrame, errors: pd.DataFrame, recent_from: int) -> list[Finding]:
     findings = []
     failing_steps = dict(tuple(by_step[by_step["error_rate"] >= REWARD_ERROR_WARN].groupby("source")))
+    steps_of = dict(tuple(by_step.groupby("source")))
     codes_of = dict(tuple(errors.groupby("source")))
     for source, row in summary.iterrows():
         failing = failing_steps.get(source)
         if failing is not None:
-            findings.append(_failing(source, row, failing, codes_of.get(source, errors.iloc[:0]), recent_from))
+            codes = codes_of.get(source, errors.iloc[:0])
+            findings.append(_failing(source, row, failing, steps_of[source], codes, recent_from))
             continue
         rise = row["recent_zero_share"] - row["earlier_zero_share"]  # NaN without earlier steps
         if row["recent_zero_share"] >= REWARD_ZERO_COLLAPSE and rise >= REWARD_ZERO_RISE_MIN:
@@ -261,10 +263,19 @@ def _findings(summary: pd.DataFrame, by_step: pd.DataFrame, errors: pd.DataFrame
     return findings
 
 
-def _failing(source: str, row: pd.Series, failing: pd.DataFrame, codes: pd.DataFrame, recent_from: int) -> Finding:
-    """A source with steps whose error rate reached the warn level: an outage, ongoing or past."""
+def _failing(
+    source: str, row: pd.Series, failing: pd.DataFrame, steps: pd.DataFrame, codes: pd.DataFrame, recent_from: int
+) -> Finding:
+    """A source with steps whose error rate reached the warn level: an outage, ongoing or past.
+
+    ``failing``: the source's steps at that level; ``steps``: all its steps. The error rate is
+    over every sample of the source from the first failing step to the last, so an outage that
+    came back once is not told as one that lasted; it is still failing when the source's
+    latest step with samples is a failing one."""
     first, last = int(failing["step"].min()), int(failing["step"].max())
-    rate = float(failing["errors"].sum() / failing["n"].sum())
+    span = steps[(steps["step"] >= first) & (steps["step"] <= last)]
+    rate = float(span["errors"].sum() / span["n"].sum())
+    still = int(steps["step"].max()) == last
     ongoing = last >= recent_from
     top = codes.iloc[0] if len(codes) else None
     evidence = {
@@ -272,18 +283,29 @@ def _failing(source: str, row: pd.Series, failing: pd.DataFrame, codes: pd.DataF
         "error_rate": rate,
         "first_step": first,
         "last_step": last,
+        "failing_steps": len(failing),
+        "steps": len(span),
         "ongoing": ongoing,
         "recent_error_rate": float(row["recent_error_rate"]),
         "top_code": None if top is None else str(top["code"]),
         "codes": {str(c): int(n) for c, n in zip(codes["code"], codes["count"], strict=True)},
     }
     critical = ongoing and row["recent_error_rate"] >= REWARD_ERROR_CRITICAL
-    when = "and is still failing" if ongoing else f"and recovered after step {last}"
+    if still:
+        when = "and is still failing"
+    elif ongoing:
+        when = f"and failed as late as step {last} ({evidence['recent_error_rate']:.0%} of recent samples)"
+    else:
+        when = f"and recovered after step {last}"
+    where = f"steps {first}-{last}" if first != last else f"step {first}"
+    detail = f"mostly {evidence['top_code']}"
+    if len(failing) < len(span):
+        detail += f"; {len(failing)} of those {len(span)} steps at {REWARD_ERROR_WARN:.0%} errors or more"
     return finding(
         "reward-source-failing",
         Severity.CRITICAL if critical else Severity.WARN,
         evidence,
-        f"the reward service for {source!r} failed on {rate:.0%} of samples in steps {first}-{last} "
-        f"(mostly {evidence['top_code']}) {when}: those samples carried no reward signal. Fix or scale "
+        f"the reward service for {source!r} failed on {rate:.0%} of samples in {where} ({detail}) {when}: "
+        "those samples carried no reward signal. Fix or scale "
         "the service before touching the policy; triage data -> version -> async -> implementation.",
     )
