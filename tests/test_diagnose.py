@@ -113,6 +113,19 @@ def test_the_phase_stack_adds_up_to_the_step(trace):
     assert stacked == pytest.approx(d.anatomy.seconds["step"].to_numpy(), rel=1e-6)
 
 
+def test_recent_phase_shares_are_the_headline_s_ratio_of_means(tmp_path, capsys):
+    run = str(tmp_path / "varying")
+    with Recorder(run) as rec:  # 8 steps: the last quarter is steps 6-7
+        for step, (gen, step_s) in enumerate([(10, 20)] * 6 + [(90, 100), (10, 20)]):
+            rec.log_step(step, {"timing_s/gen": gen, "timing_s/update_actor": 5, "timing_s/step": step_s})
+    code, doc = _run_json(capsys, run)
+    # steps 6-7: generation (90 + 10) / 2 = 50 s of (100 + 20) / 2 = 60 s; training 5 of 60 (per-step
+    # ratios would give (0.9 + 0.5) / 2 = 0.7 and 0.15 / 2)
+    assert code == 0 and doc["headline"]["generation_share"] == pytest.approx(50 / 60)
+    shares = doc["phases"]["recent_shares"]
+    assert shares["gen"] == pytest.approx(50 / 60) and shares["update_actor"] == pytest.approx(5 / 60)
+
+
 def _hostile_run(tmp_path) -> str:
     """A failing reward source and a metric key whose names are markup."""
     run = str(tmp_path / "hostile")

@@ -125,6 +125,16 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
     return out + [str(n) for n in notes] if isinstance(notes, list) else out
 
 
+def _recent_shares(seconds: pd.DataFrame) -> pd.Series | dict[str, float]:
+    """Each phase's recent mean seconds over the recent mean step: ratios of means, as the
+    headline's generation_share, so the two agree when step times vary."""
+    if seconds.empty:
+        return {}
+    means = recent(seconds).mean()
+    step = means["step"]
+    return means.drop("step") / step if step > 0 else means.drop("step") * math.nan
+
+
 def _headline(d: Diagnosis) -> dict[str, Any]:
     seconds = d.anatomy.seconds
     step_s = float(recent(seconds["step"]).mean()) if "step" in seconds else math.nan
@@ -186,7 +196,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
         "counts": {s: counts.get(s, 0) for s in ("critical", "warn", "info")},
         "phases": {
             "seconds_per_step": d.anatomy.seconds.rename(columns={"step": "step_s"}),
-            "recent_shares": recent(d.anatomy.shares).mean() if not d.anatomy.shares.empty else {},
+            "recent_shares": _recent_shares(d.anatomy.seconds),
         },
         "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
         "mfu": {
