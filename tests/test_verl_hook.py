@@ -39,6 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SUPPORT = ROOT / "tests" / "verl_support"
 HOOK = "rlscope.collectors.verl"
 
+# patched where the v1 trainer or the fully async trainer runs: modules the legacy trainer never imports
+ASYNC_TRAINER_TARGETS = (
+    "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",
+    "verl.experimental.fully_async_policy.fully_async_trainer:FullyAsyncTrainer._collect_metrics_from_samples",
+)
+
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
 
 
@@ -95,10 +101,16 @@ def _same(a: float | None, b: float) -> bool:
 @needs_verl
 def test_verl_loads_the_hook_and_every_target_of_this_version_is_patched(driven):
     patches = driven["main"]["result"]["status"]["patches"]
-    v1 = "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess"
-    assert patches.pop(v1) == "pending"  # the v1 trainer's module was never imported here
+    # the v1 and async trainers' modules were never imported here; the v1 scenario imports them
+    for key in ASYNC_TRAINER_TARGETS:
+        assert patches.pop(key) == "pending"
     assert set(patches.values()) == {"patched"}, patches
     assert driven["main"]["result"]["status"]["faults"] == {}
+    if "skipped" not in driven["v1"]["result"]:
+        v1_patches = driven["v1"]["result"]["status"]["patches"]
+        assert {key: v1_patches[key] for key in ASYNC_TRAINER_TARGETS} == dict.fromkeys(
+            ASYNC_TRAINER_TARGETS, "patched"
+        )
 
 
 @needs_verl
@@ -279,8 +291,8 @@ def test_a_timer_named_after_its_metric_is_weight_sync_in_steps_and_spans(tmp_pa
 
 
 def test_a_sample_without_a_training_step_is_a_counted_fault(tmp_path, caplog):
-    # fully_async_rollouter.py feeds prepare_single_generation_data's batches, which set no
-    # meta_info["global_steps"]: verl's agent loop passes -1 as the sample's step
+    # a batch with no meta_info["global_steps"] outside verl's async trainers (a script driving
+    # the agent loop itself): verl's agent loop passes -1 as the sample's step
     hook = Hook(str(tmp_path / "run"))
     with caplog.at_level("WARNING", logger="rlscope"):
         for _ in range(3):  # one _run_agent_loop per sample
@@ -290,6 +302,33 @@ def test_a_sample_without_a_training_step_is_a_counted_fault(tmp_path, caplog):
     status = hook.status()
     assert status["faults"] == {"trajectories": 3} and status["recorder"] is None  # nothing written
     assert caplog.text.count("carries no training step") == 1
+
+
+def test_the_fully_async_rollouters_agent_loop_writes_nothing_and_counts_no_fault(tmp_path):
+    # fully_async_rollouter.py feeds prepare_single_generation_data's batches (no global_steps: -1);
+    # the trainer writes these samples' rows when it takes them (one row per sample)
+    hook = Hook(str(tmp_path / "run"))
+    config = {"async_training": {"trigger_parameter_sync_step": 1}, "rollout": {"nnodes": 1}}
+    worker = type("Worker", (), {"config": config})()
+    token = _agent_loop._enter_sample(hook, (0, {"step": -1, "validate": False}), {})
+    _agent_loop._after_postprocess(hook, worker, (), {"output": {"response_ids": [1, 2]}, "validate": False})
+    _agent_loop._leave_sample(token)
+    assert hook.status()["faults"] == {} and hook.status()["recorder"] is None
+
+
+def test_the_one_step_off_trainers_agent_loop_writes_its_rows_without_a_trainer_version(tmp_path):
+    # one_step_off_policy/ray_trainer.py: the legacy worker, with a rollout section of its own; the
+    # step that trains a batch is chosen after the worker wrote it
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    worker = type("Worker", (), {"config": {"rollout": {"nnodes": 1}}})()
+    token = _agent_loop._enter_sample(hook, (0, {"step": 3, "validate": False}), {})
+    output = {"response_ids": [1, 2], "extra_fields": {"min_global_steps": 2, "max_global_steps": 2}}
+    _agent_loop._after_postprocess(hook, worker, (), {"output": output, "validate": False})
+    _agent_loop._leave_sample(token)
+    hook.flush()
+    (row,) = RunReader(str(run)).read("trajectories", ["step", "trainer_version", "response_tokens"]).to_pylist()
+    assert row == {"step": 3, "trainer_version": None, "response_tokens": 2} and hook.faults == {}
 
 
 @pytest.mark.parametrize(
@@ -317,6 +356,130 @@ def test_a_synchronous_trainers_samples_carry_the_version_their_update_starts_fr
     assert [r["trainer_version"] for r in rows] == [6 if lags else None] * 2
     per_step = staleness.analyze(str(run)).per_step
     assert (per_step["max"].tolist(), per_step["n"].tolist()) == (([max(lags)], [2]) if lags else ([], []))
+
+
+def _target(attr: str) -> Any:
+    """The hook's target for a verl ``Class.method``, and verl 0.9.1's own method it wraps."""
+    import importlib
+
+    from rlscope.collectors.verl import TARGETS
+
+    (target,) = [t for t in TARGETS if t.attr == attr]
+    owner = importlib.import_module(target.module)
+    for part in attr.split("."):
+        owner = getattr(owner, part)
+        # a @ray.remote class: the user's class, whose methods Ray's subclass runs
+        owner = getattr(getattr(owner, "__ray_metadata__", None), "modified_class", owner)
+        owner = getattr(owner, "__ray_actor_class__", owner)
+    return target, owner
+
+
+def _agent_loop_batch(samples: list[dict[str, Any]], uid: str | None = None) -> Any:
+    """verl's legacy agent-loop output (AgentLoopWorker._postprocess over padded per-sample
+    outputs), as its AgentLoopWorker.generate_sequences returns it to the manager."""
+    import numpy as np
+    import torch
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopWorker, _InternalAgentLoopOutput
+
+    width_p, width_r = 6, 10
+    outputs = []
+    for s in samples:
+        prompt, response = torch.zeros(1, width_p, dtype=torch.long), torch.zeros(1, width_r, dtype=torch.long)
+        mask_p, mask_r = torch.zeros_like(prompt), torch.zeros_like(response)
+        prompt[0, width_p - s["prompt"] :], mask_p[0, width_p - s["prompt"] :] = 7, 1  # left-padded
+        response[0, : s["response"]], mask_r[0, : s["response"]] = 9, 1  # right-padded
+        mask = torch.cat([mask_p, mask_r], 1)
+        outputs.append(
+            _InternalAgentLoopOutput(
+                prompt_ids=prompt,
+                response_ids=response,
+                input_ids=torch.cat([prompt, response], 1),
+                position_ids=torch.cumsum(mask, 1),
+                response_mask=mask_r.clone(),
+                attention_mask=mask,
+                reward_score=s["reward"],
+                num_turns=s["turns"],
+                metrics=AgentLoopMetrics(generate_sequences=s["gen"], tool_calls=s["tool"], num_preempted=1),
+                extra_fields={"min_global_steps": s["start"], "max_global_steps": s["end"]},
+            )
+        )
+    worker = type("Worker", (), {"reward_loop_worker_handles": None})()
+    sources = np.array([s["source"] for s in samples], dtype=object)
+    uids = np.array([uid or s["uid"] for s in samples], dtype=object)
+    return AgentLoopWorker._postprocess(worker, outputs, input_non_tensor_batch={"data_source": sources, "uid": uids})
+
+
+def _sample(uid: str, start: int, end: int, response: int, gen: float = 0.5) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "start": start,
+        "end": end,
+        "prompt": 3,
+        "response": response,
+        "reward": response / 10,
+        "turns": 2,
+        "gen": gen,
+        "tool": 0.25,
+        "source": "math",
+    }
+
+
+@needs_verl
+def test_the_fully_async_trainer_records_each_sample_it_takes_with_the_version_its_update_starts_from(tmp_path):
+    # fully_async_rollouter.py: one RolloutSample per prompt (its rollout.n samples), pickled into the
+    # message queue; fully_async_trainer.py: _get_samples_from_queue assembles a batch of them, and
+    # _fit_generate hands it to _collect_metrics_from_samples with current_param_version
+    import ray.cloudpickle
+    from verl.experimental.fully_async_policy.detach_utils import RolloutSample, assemble_batch_from_rollout_samples
+
+    target, original = _target("FullyAsyncTrainer._collect_metrics_from_samples")
+    from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer  # a Ray actor class
+
+    trainer_cls = FullyAsyncTrainer.__ray_metadata__.modified_class.__ray_actor_class__
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    collect = target.wrap(hook, original)
+    trainer = object.__new__(trainer_cls)
+    trainer.stale_trajectory_processed = 0
+    cycles = {  # current_param_version -> prompts: their samples' (min, max) weight versions
+        2: {"uid_sample_0_10": [(0, 1), (1, 2)], "uid_sample_0_11": [(2, 2), (2, 2)]},
+        3: {"uid_sample_0_12": [(1, 3), (3, 3)]},
+    }
+    verl_stale = {}
+    for version, prompts in cycles.items():
+        queue = []
+        for uid, versions in prompts.items():
+            batch = _agent_loop_batch([_sample(uid, a, b, 4 + a + b, gen=0.1 * (a + b)) for a, b in versions])
+            queue.append(ray.cloudpickle.dumps(RolloutSample(batch, uid, 0, {"total_generated_samples": 1})))
+        batch = assemble_batch_from_rollout_samples([ray.cloudpickle.loads(x) for x in queue], None, None, None)
+        trainer.current_param_version = version
+        metrics: dict[str, Any] = {}
+        assert collect(trainer, batch, metrics) is None  # verl's return value, unchanged
+        verl_stale[version] = metrics["fully_async/count/stale_trajectory_processed"]
+    hook.flush()
+    assert hook.faults == {}
+    rows = RunReader(str(run)).read("trajectories").to_pylist()
+    # the cycle at version v ends by syncing version v + 1 and logging under it
+    assert sorted({(r["step"], r["trainer_version"]) for r in rows}) == [(3, 2), (4, 3)]
+    expected = {
+        (f"{uid}_{j}", v + 1, a, b)
+        for v, prompts in cycles.items()
+        for uid, vs in prompts.items()
+        for j, (a, b) in enumerate(vs)
+    }
+    assert {(r["traj_id"], r["step"], r["policy_version_start"], r["policy_version_end"]) for r in rows} == expected
+    for r in rows:
+        a, b = r["policy_version_start"], r["policy_version_end"]
+        assert (r["prompt_tokens"], r["response_tokens"], r["turns"]) == (3, 4 + a + b, 2)
+        assert r["gen_s"] == pytest.approx(0.1 * (a + b)) and r["tool_s"] == 0.25
+        assert r["reward"] == pytest.approx(r["response_tokens"] / 10) and r["reward_status"] == "ok"
+        assert r["data_source"] == "math"
+        assert r["submit_time"] is None and r["finish_time"] is None and r["preemptions"] is None  # not in the batch
+    # verl counts a sample stale when current_param_version - max_global_steps >= 1 (cumulative)
+    assert verl_stale[3] == sum(r["trainer_version"] - r["policy_version_end"] >= 1 for r in rows)
+    per_step = staleness.analyze(str(run)).per_step
+    assert per_step["max"].to_dict() == {3: 2.0, 4: 2.0} and per_step["n"].to_dict() == {3: 4, 4: 2}
+    assert per_step["mean"].to_dict() == pytest.approx({3: (2 + 1 + 0 + 0) / 4, 4: (2 + 0) / 2})
 
 
 def test_a_resumed_process_logs_the_steps_it_repeats_as_a_later_attempt(tmp_path):

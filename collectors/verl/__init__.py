@@ -14,7 +14,8 @@ records, without touching the training script:
   ``step``, ...), stamped with the step of the trainer's next ``Tracking.log``;
 - ``trajectories``: one row per agent-loop sample (lengths, turns, generation / tool /
   reward seconds, preemptions, reward, data source, policy versions), written by the
-  agent-loop worker processes before verl reduces them to min/mean/max;
+  agent-loop worker processes before verl reduces them to min/mean/max; for the fully async
+  trainer, written by the trainer when it takes the sample, with the version its update starts from;
 - ``logprob``: the per-token ``old_log_probs - rollout_log_probs`` histogram whenever
   verl computes its ``training/rollout_probs_diff_*`` debug metrics;
 - ``meta.json``: framework ``verl``, its version, and batch size, group size, max
@@ -33,7 +34,7 @@ import logging
 import os
 from typing import Any
 
-from rlscope.collectors.verl import _agent_loop, _logprob, _timers, _tracking
+from rlscope.collectors.verl import _agent_loop, _consumed, _logprob, _timers, _tracking
 from rlscope.collectors.verl._hook import Hook, set_process_hook
 from rlscope.collectors.verl._patch import Target, install_targets
 
@@ -64,6 +65,13 @@ TARGETS: tuple[Target, ...] = (
         "verl.trainer.ppo.v1.agent_loop_tq",
         "AgentLoopWorkerTQ._agent_loop_postprocess",
         _agent_loop.wrap_postprocess,
+    ),
+    # the fully async trainer: a sample's row is written when the trainer takes it for an update
+    Target(
+        "trajectories",
+        "verl.experimental.fully_async_policy.fully_async_trainer",
+        "FullyAsyncTrainer._collect_metrics_from_samples",
+        _consumed.wrap_collect_metrics_from_samples,
     ),
 )
 """What is patched: ``feature``, ``module``, ``attr``. A module verl never imports stays pending."""

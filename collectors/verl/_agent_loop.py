@@ -8,7 +8,9 @@ to ``_agent_loop_postprocess``. verl then keeps only batch statistics
 hook wraps ``_run_agent_loop`` to learn the sample's step and start time (a context
 variable, so concurrent samples in one event loop stay apart) and each class's
 ``_agent_loop_postprocess`` to write the row once the reward is in. Validation samples are
-skipped: the trajectories table describes training steps.
+skipped: the trajectories table describes training steps. So are the samples of verl's fully
+async rollouter, which carry no training step: its trainer writes their rows when it takes them
+(``_consumed``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from rlscope.collectors.verl._hook import Hook
 
-__all__ = ["trajectory_rows", "wrap_postprocess", "wrap_run_agent_loop"]
+__all__ = ["group_of", "trajectory_rows", "wrap_postprocess", "wrap_run_agent_loop"]
 
 _MAX_ORIGINS = 256  # steps whose rollout start this process remembers
 
@@ -71,7 +73,7 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def _group(uid: Any) -> int | None:
+def group_of(uid: Any) -> int | None:
     """A prompt's G samples share their uid; the group column wants an int64."""
     if uid is None:
         return None
@@ -106,7 +108,7 @@ def trajectory_rows(
         rows.append(
             {
                 "traj_id": "_".join(str(p) for p in parts),
-                "group": _group(uid),
+                "group": group_of(uid),
                 "data_source": None if sample.get("data_source") is None else str(sample["data_source"]),
                 "prompt_tokens": len(_field(out, "prompt_ids") or ()),
                 "response_tokens": len(_field(out, "response_ids") or ()),
@@ -127,15 +129,24 @@ def trajectory_rows(
     return rows
 
 
-def _trainer_version(config: Any, step: int, v1: bool) -> int | None:
-    """The policy version the update consuming a sample of ``step`` starts from, where the trainer
-    trains each step on that step's own samples: ``step - 1`` (verl syncs version ``s`` at the
-    end of step ``s``; its ``trajectory_staleness`` is ``(global_steps - 1) - version``). None
-    for trainers that train on samples of earlier steps: the v1 async modes, and the legacy
-    worker under the one-step-off trainer (a top-level ``rollout`` section)."""
-    trainer = _field(config, "trainer")
-    synchronous = _field(_field(trainer, "v1"), "trainer_mode") == "sync" if v1 else _field(config, "rollout") is None
-    return step - 1 if synchronous else None
+def _v1_mode(config: Any) -> Any:
+    return _field(_field(_field(config, "trainer"), "v1"), "trainer_mode")
+
+
+def _async_trainer_mode(config: Any, v1: bool) -> str | None:
+    """Which async trainer a worker's (or trainer's) config runs; None for a synchronous one, or
+    a v1 config that names no mode.
+
+    The v1 trainer names its mode (``trainer.v1.trainer_mode``: ``sync``, ``separate_async``,
+    ``colocate_async``); the legacy agent-loop worker serves the fully async rollouter (an
+    ``async_training`` section) and the one-step-off trainer (a top-level ``rollout`` section
+    of its own), or else the synchronous legacy trainer."""
+    if v1:
+        mode = _v1_mode(config)
+        return None if mode is None or mode == "sync" else str(mode)
+    if _field(config, "async_training") is not None:
+        return "fully_async"
+    return "one_step_off" if _field(config, "rollout") is not None else None
 
 
 def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -147,17 +158,27 @@ def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, A
     if sample is not None:
         sample.captured = True  # a subclass that calls super() must not write the sample twice
     step = _step_of(kwargs.get("global_steps"))  # the v1 worker's, else the legacy worker's
-    v1 = step is not None
+    v1 = step is not None or "global_steps" in kwargs
+    mode = _async_trainer_mode(config, v1)
+    if mode == "fully_async":
+        # Which update trains on the sample is decided later by the trainer, which writes its
+        # row when it takes the sample (_consumed): nothing here, so it is recorded once.
+        return
     if step is None and sample is not None:
         step = _step_of(sample.step)
-    if step is None:  # verl's fully async rollouter: its samples carry weight versions, no training step
+    if step is None:  # no training step, outside the fully async trainer: nothing to file it under
         hook.fault("trajectories", LookupError("an agent-loop sample carries no training step; not recorded"))
         return
     finish = time.time()
     submit = sample.submit if sample is not None else None
     index = f"{sample.sample_index}_{sample.rollout_n}" if sample is not None else None
     outputs = output if isinstance(output, list) else [output]
-    version = _trainer_version(config, step, v1)
+    # a synchronous trainer trains step s on step s's own samples, from the version synced at the
+    # end of step s - 1 (verl: trajectory_staleness = (global_steps - 1) - version); the other
+    # async trainers train on samples of earlier steps, chosen after the row is written, and a v1
+    # config naming no mode says nothing of which update takes the sample
+    synchronous = _v1_mode(config) == "sync" if v1 else mode is None
+    version = step - 1 if synchronous else None
     for row in trajectory_rows(outputs, kwargs, submit, finish, _origin(step, submit or finish), index, version):
         hook.log_trajectory(step, row)
 

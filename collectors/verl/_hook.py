@@ -285,6 +285,9 @@ class Hook:
     def log_trajectory(self, step: int, row: Mapping[str, Any]) -> None:
         self.recorder().log_trajectories(step, [row])
 
+    def log_trajectories(self, step: int, rows: list[Mapping[str, Any]]) -> None:
+        self.recorder().log_trajectories(step, rows)
+
 
 _process: Hook | None = None
 _disabled: Hook | None = None

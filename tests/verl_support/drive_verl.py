@@ -293,6 +293,9 @@ def scenario_v1(run_dir: str) -> dict[str, Any]:
         await asyncio.gather(*calls)
 
     asyncio.run(run_all())
+    # the fully async trainer's module, imported as its entry point imports it: patched on import
+    import verl.experimental.fully_async_policy.fully_async_trainer  # noqa: F401
+
     hook.flush()
     return {"cases": CASES, "status": hook.status()}
 
