@@ -498,6 +498,24 @@ def test_staleness_checks_the_lag_generation_and_wait_explain(tmp_path):
     assert r.expected.t_sync_s == pytest.approx(200.0) and r.expected.mean_expected == pytest.approx(1.125)
 
 
+def test_staleness_without_trainer_versions_takes_verl_s_own_per_step_lag(tmp_path):
+    # verl's v1 async modes: the worker's rows have no trainer_version; the trainer logs
+    # training/off_policy/trajectory_staleness_worst/{mean,max} = (global_steps - 1) - min_global_steps
+    worst = "training/off_policy/trajectory_staleness_worst/"
+    steps = {s: {"timing_s/step": 10.0, worst + "mean": 0.5 * s, worst + "max": float(s)} for s in range(1, 5)}
+    rows = [{"traj_id": "a", "policy_version_start": 3, "response_tokens": 10}]
+    r = staleness.analyze(make_run(tmp_path / "r", {}, steps, dict.fromkeys(range(1, 5), rows)))
+    assert r.source == "verl" and r.per_step.index.tolist() == [1, 2, 3, 4]
+    assert r.per_step["mean"].tolist() == [0.5, 1.0, 1.5, 2.0] and r.per_step["max"].tolist() == [1, 2, 3, 4]
+    assert r.per_step[["n", "p50", "p90", "over_threshold"]].isna().all().all() and r.drop is None
+    assert staleness.recent_mean_lag(r) == 2.0  # the last quarter of 4 steps: step 4
+    # with the samples' own versions, those are what count
+    measured = [{"traj_id": "a", "trainer_version": 9, "policy_version_start": 3}]
+    r = staleness.analyze(make_run(tmp_path / "m", {}, steps, dict.fromkeys(range(1, 5), measured)))
+    assert r.source == "trajectories" and r.per_step["max"].tolist() == [6] * 4
+    assert staleness.analyze(make_run(tmp_path / "none", {}, {1: {"timing_s/step": 1.0}})).source is None
+
+
 def test_a_synchronous_run_has_no_staleness_check(tmp_path):
     steps = {key: {"timing_s/step": 100.0} for key in range(2)}
     rows = dict.fromkeys(range(2), _async_rows(0, [0, 50], [200, 250]))

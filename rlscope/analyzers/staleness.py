@@ -42,11 +42,16 @@ from rlscope.analyzers._data import (
 )
 from rlscope.trace.reader import RunReader
 
+# verl's per-step lag of each sample behind the update taking it, against the oldest weights that
+# generated it: (global_steps - 1) - min_global_steps (v1 trainer_base._compute_metrics)
+VERL_WORST_LAG = "training/off_policy/trajectory_staleness_worst/"
+
 # per-step quantiles of integer lags come from counting each lag when the (steps x lags) table of
 # counts has at most this many cells per lag counted, else from sorting
 _COUNTED_CELLS_PER_ROW = 4
 
 __all__ = [
+    "VERL_WORST_LAG",
     "DropBias",
     "ExpectedLag",
     "StalenessResult",
@@ -154,7 +159,10 @@ class StalenessResult:
     (share with lag > threshold). ``length_correlation``: Spearman rank correlation of lag
     with response tokens. ``drop``: the length bias of dropping lag > threshold. ``expected``:
     the ``s ~ floor((gen + wait) / T_sync)`` check, when samples are stale at all and their
-    submit and finish times and the step times are known.
+    submit and finish times and the step times are known. ``source``: ``trajectories`` (each
+    sample's versions), ``verl`` (no sample has a ``trainer_version``, so ``mean`` and ``max``
+    are verl's own ``training/off_policy/trajectory_staleness_worst/*`` per step, the same lag
+    against ``policy_version_start``, and the rest is unknown), or None when neither exists.
     """
 
     per_step: pd.DataFrame
@@ -162,6 +170,7 @@ class StalenessResult:
     drop: DropBias | None
     findings: list[Finding] = field(default_factory=list)
     expected: ExpectedLag | None = None
+    source: str | None = None
 
 
 def recent_mean_lag(result: StalenessResult) -> float:
@@ -172,6 +181,8 @@ def recent_mean_lag(result: StalenessResult) -> float:
     last = recent(per_step)
     weights = last["n"].to_numpy(dtype=float)
     means = last["mean"].to_numpy(dtype=float)
+    if result.source == "verl":  # verl's per-step means: steps of one batch size
+        weights = np.ones_like(means)
     ok = np.isfinite(means) & (weights > 0)
     return float(np.average(means[ok], weights=weights[ok])) if ok.any() else 0.0
 
@@ -232,7 +243,7 @@ def analyze(
     traj = frames.trajectories
     columns = ["n", "mean", "p50", "p90", "max", "over_threshold"]
     if traj.empty:
-        return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
+        return _from_verl(frames.steps, columns)
     g = traj.step_groups()
     version, start = g.take(traj.numbers("trainer_version")), g.take(traj.numbers("policy_version_start"))
     # a chunk of whole steps at a time: no table-sized temporaries
@@ -247,7 +258,7 @@ def analyze(
         if lag.size:
             parts.append(_per_step(group_rows(keys), lag, threshold))
     if not parts:
-        return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
+        return _from_verl(frames.steps, columns)
     per_step = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in ["step", *columns]}).set_index("step")
     # the last quarter of steps: the tail of the step-sorted rows
     window = slice(int(g.starts[np.searchsorted(g.keys, recent(per_step).index[0])]), len(traj))
@@ -272,9 +283,20 @@ def analyze(
         submit = g.take(traj.numbers("submit_time"))[window][known].astype(float, copy=False)
         anatomy = anatomy or _anatomy.analyze(frames)
         expected = expected_lag(window_lag, submit, consumed, sync_interval(anatomy))
-    result = StalenessResult(per_step, corr, drop, expected=expected)
+    result = StalenessResult(per_step, corr, drop, expected=expected, source="trajectories")
     result.findings.extend(_findings(result, window_lag.astype(float)))
     return result
+
+
+def _from_verl(steps: pd.DataFrame, columns: list[str]) -> StalenessResult:
+    """Per-step mean and max lag from verl's own metrics, for runs whose samples carry no
+    ``trainer_version`` (the v1 trainer's async modes log them); empty without them too."""
+    mean, top = VERL_WORST_LAG + "mean", VERL_WORST_LAG + "max"
+    if mean not in steps:
+        return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
+    table = pd.DataFrame({"mean": steps[mean], "max": steps[top] if top in steps else math.nan})
+    table = table[table["mean"].notna()].reindex(columns=columns).astype(float)
+    return StalenessResult(table.rename_axis("step"), math.nan, None, source="verl" if len(table) else None)
 
 
 def sync_interval(anatomy: _anatomy.AnatomyResult) -> float:

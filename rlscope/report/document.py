@@ -220,6 +220,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "per_step": d.drift.per_step,
         },
         "staleness": {
+            "source": d.staleness.source,
             "per_step": d.staleness.per_step,
             "length_correlation": d.staleness.length_correlation,
             "drop": None if d.staleness.drop is None else dataclasses.asdict(d.staleness.drop),
