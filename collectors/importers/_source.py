@@ -214,6 +214,11 @@ def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None
         if os.fstat(fh.fileno()).st_size < fh.tell():  # truncated in place: start over
             fh.seek(0)
             partial = b""
-        draining = not tail.wait()  # once told to stop, read what is there one last time
+        try:
+            draining = not tail.wait()  # once told to stop, read what is there one last time
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
+            if partial:
+                yield partial
+            raise
     if partial:
         yield partial

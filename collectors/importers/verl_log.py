@@ -532,16 +532,20 @@ def import_verl_log(
 
     def body() -> None:
         parser = _Parser(sink)
-        for path, name, follow in each_source(paths, tail):
-            live = follow and path == "-"  # stdin while following: lines arrive as they are logged
-            for item in source_lines(sink, path, name, tail, follow=follow):
-                if item is IDLE:
-                    live = True
-                    parser.idle()
-                    continue
-                lineno, line, cut = item
-                parser.feed(f"{name}:{lineno}", line, time.time() if live else None, cut=cut)
-            parser.end_of_source()
+        try:
+            for path, name, follow in each_source(paths, tail):
+                live = follow and path == "-"  # stdin while following: lines arrive as they are logged
+                for item in source_lines(sink, path, name, tail, follow=follow):
+                    if item is IDLE:
+                        live = True
+                        parser.idle()
+                        continue
+                    lineno, line, cut = item
+                    parser.feed(f"{name}:{lineno}", line, time.time() if live else None, cut=cut)
+                parser.end_of_source()
+        except KeyboardInterrupt:  # a followed log stopped: what was read is the input's end
+            parser.finish()
+            raise
         parser.finish()
 
     return run_import(sink, tail, body)

@@ -19,7 +19,8 @@ meta.json the batch shape, GPU count, model size and, for pooled trainers, the t
 docs/run-directory.md) and wins over what it does.
 
 --follow keeps reading the last SOURCE as it grows (like tail -f), writing new steps every
-few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0).
+few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0); a line still
+being written then is read as a cut-off last line (its last field left out, and counted).
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
 cannot be read; without it such lines are skipped, and counted in the summary.
 """
