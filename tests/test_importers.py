@@ -30,7 +30,7 @@ from rlscope.collectors.importers import (
     import_verl_log,
     import_wandb_csv,
 )
-from rlscope.collectors.importers._source import MAX_LINE_BYTES
+from rlscope.collectors.importers._source import MAX_LINE_BYTES, ImportInputError
 from rlscope.collectors.verl_config import config_from_overrides
 from rlscope.errors import RunDirError
 
@@ -458,6 +458,23 @@ def test_a_log_whose_lines_end_with_a_lone_cr_is_read_whole(tmp_path, monkeypatc
     df = steps(tmp_path / "run")
     assert summary.steps == 2000 and value(df, 2000, "timing_s/gen") == 2000.5 and value(df, 1, "k/119") == 119
     assert summary.skipped == {} and summary.notes == []  # the last CR ends the last line
+
+
+@pytest.mark.parametrize("via_stdin", [False, True], ids=["file", "stdin"])
+def test_a_cr_lf_pair_split_where_a_read_stops_is_one_line_end(tmp_path, monkeypatch, via_stdin):
+    import rlscope.collectors.importers._source as source
+
+    monkeypatch.setattr(source, "MAX_LINE_BYTES", 64)  # a read of lone-CR lines stops at 64 bytes
+    first = b"step:1 - a:1\r"
+    second = b"step:2 - a:" + b"1" * (64 - len(first) - 12) + b"\r"
+    assert len(first + second) == 64 and b"\n" not in first + second
+    data = first + second + b"\nstep:y - a:1\n"  # line 2 (the first ends at the LF) has a step that is no number
+    log = tmp_path / "mixed.log"
+    log.write_bytes(data)
+    if via_stdin:
+        monkeypatch.setattr(sys, "stdin", _stdin(data))
+    with pytest.raises(ImportInputError, match=r"(mixed.log|<stdin>):2: bad step"):
+        import_verl_log(["-" if via_stdin else log], tmp_path / "run", strict=True)
 
 
 def test_the_rest_of_a_wrapped_line_cut_off_by_another_line_is_counted(tmp_path):

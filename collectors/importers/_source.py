@@ -158,11 +158,15 @@ def _numbered(
     chunks: Iterator[bytes | None], on_overlong: Callable[[int], None], on_unterminated: Callable[[int], None]
 ) -> Iterator[tuple[int, str] | None]:
     """Number the lines of ``chunks`` (pieces of at most MAX_LINE_BYTES) and drop overlong ones."""
-    lineno, dropping = 0, False
+    lineno, dropping, after_cr = 0, False, False
     for chunk in chunks:
         if chunk is None:
             yield IDLE
             continue
+        if after_cr and chunk == b"\n":  # a CR LF pair that a read of MAX_LINE_BYTES split: one line end
+            after_cr = False
+            continue
+        after_cr = chunk.endswith(b"\r")
         complete = chunk.endswith((b"\n", b"\r"))  # a CR ends a line too (old Mac tools)
         if dropping:
             dropping = not complete
