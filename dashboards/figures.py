@@ -388,10 +388,15 @@ def idle_ratios(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
     return fig
 
 
-def staleness(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
-    """Staleness of consumed samples per step (``lag``, ``n`` rows by step): shares stacked, or mean lag per run."""
+def staleness(runs: Mapping[str, pd.DataFrame], verl: Mapping[str, pd.DataFrame] | None = None) -> go.Figure:
+    """Staleness of consumed samples per step (``lag``, ``n`` rows by step): shares stacked, or
+    mean lag per run. When no run has them, verl's own mean and max lag per step are drawn
+    (``verl``: ``mean``, ``max`` by step), as diagnose takes them."""
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Staleness of consumed samples"
+    verl = {k: v for k, v in (verl or {}).items() if not v.empty}
+    if verl and not runs:
+        return _verl_staleness(verl, title)
     if not runs:
         return placeholder("no policy versions on the trajectories (policy_version_start, trainer_version)", title)
     if len(runs) == 1:
@@ -410,6 +415,24 @@ def staleness(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
         weighted = (counts["lag"] * counts["n"]).groupby(level=0).sum() / counts["n"].groupby(level=0).sum()
         shown = thin(weighted.to_frame("lag"))["lag"]
         fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": _color(i)})
+    return fig
+
+
+def _verl_staleness(runs: Mapping[str, pd.DataFrame], title: str) -> go.Figure:
+    fig = _figure(title + " (verl's trajectory_staleness_worst)", "step", "policy versions behind")
+    for i, (label, frame) in enumerate(runs.items()):
+        shown = thin(frame)
+        for column, dash in (("mean", "solid"), ("max", "dot")):
+            if column in shown:
+                name = column if len(runs) == 1 else f"{text(label)} · {column}"
+                fig.add_scatter(
+                    x=shown.index,
+                    y=shown[column],
+                    name=name,
+                    mode="lines+markers",
+                    line={"color": _color(i), "dash": dash},
+                )
+    fig.update_yaxes(rangemode="tozero")
     return fig
 
 

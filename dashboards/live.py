@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, usable_step_rows, wide_steps
+from rlscope.analyzers.staleness import VERL_WORST_LAG
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, best_split
 from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
@@ -177,6 +178,7 @@ class LiveRun:
         self.engines = pd.DataFrame()  # long: step, engine, load
         self.idle = pd.DataFrame()  # trainer, rollouter idle ratios
         self.lags = pd.DataFrame()  # long: step, lag, n, tokens
+        self.verl_lags = pd.DataFrame()  # mean, max: verl's own lag per step (trajectory_staleness_worst)
         self.reward_steps = pd.DataFrame()  # rewards.analyze by_step
         self.reward_errors = pd.DataFrame()  # long: step, source, code, count
         self.logprob = pd.DataFrame()  # columns 0..bins-1: summed |delta| counts
@@ -467,6 +469,10 @@ class LiveRun:
         if idle_keys:
             idle = wide[idle_keys].rename(columns={TRAINER_IDLE: "trainer", ROLLOUTER_IDLE: "rollouter"})
             self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
+        lag_keys = {VERL_WORST_LAG + "mean": "mean", VERL_WORST_LAG + "max": "max"}
+        if lag_keys.keys() & set(wide.columns):
+            verl = wide[[k for k in lag_keys if k in wide.columns]].rename(columns=lag_keys)
+            self.verl_lags = _upsert(self.verl_lags, verl.dropna(how="all"), verl.index)
         lengths = _lengths(traj, wide)
         horizon = self._steps[-self.window] if len(self._steps) >= self.window else -math.inf
         window = {s for s in steps if s >= horizon}  # a step whose rows left the window keeps what it had

@@ -226,6 +226,21 @@ def test_staleness_distribution_is_the_share_of_samples_per_lag(runs):
     np.testing.assert_allclose(np.sum([t.y for t in fig.data], axis=0), 1.0)
 
 
+def test_a_run_without_sample_versions_draws_verl_s_own_lag(tmp_path):
+    worst = "training/off_policy/trajectory_staleness_worst/"
+    with Recorder(tmp_path / "v1", meta=META) as rec:  # verl's v1 async modes: no trainer_version on samples
+        for step in range(1, 5):
+            rec.log_step(step, {"timing_s/step": 10.0, worst + "mean": step / 2, worst + "max": float(step)})
+            rec.log_trajectories(step, [{"finish_time": 1.0, "policy_version_start": step - 1}])
+    run = LiveRun(0, str(tmp_path / "v1"), "v1")
+    run.refresh(force=True)
+    assert run.lags.empty
+    fig = figures.staleness({run.label: run.lags}, {run.label: run.verl_lags})
+    mean, top = (_trace(fig, name) for name in ("mean", "max"))
+    assert list(mean.x) == [1, 2, 3, 4] and list(mean.y) == [0.5, 1.0, 1.5, 2.0] and list(top.y) == [1, 2, 3, 4]
+    assert "trajectory_staleness_worst" in fig.layout.title.text
+
+
 def test_staleness_vs_length_shows_longer_answers_are_staler(runs):
     run = runs["async-drift"]
     fig = figures.staleness_vs_length({run.label: run.lag_lengths()})

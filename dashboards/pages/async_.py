@@ -37,7 +37,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return (
         common.notices(runs),
         figures.idle_ratios({r.label: r.idle for r in runs}),
-        figures.staleness({r.label: r.lags for r in runs}),
+        figures.staleness({r.label: r.lags for r in runs}, {r.label: r.verl_lags for r in runs}),
         figures.staleness_vs_length({r.label: r.lag_lengths() for r in runs}),
     )
 
