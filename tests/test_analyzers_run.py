@@ -24,6 +24,8 @@ from rlscope.analyzers import (
     sync_balance,
     topology,
 )
+from rlscope.report._format import headline_rows
+from rlscope.report.document import build_document
 
 H100_64 = {"model": {"active_params": 8e9}, "gpu": {"type": "NVIDIA H100 80GB HBM3", "count": 64}}
 # the 8B colocated step of DOMAIN.md: gen 602 (406 + 196 tail), forward 72 (36 + 36), training 136
@@ -345,11 +347,90 @@ def test_topology_of_one_gpu_is_colocation_alone(tmp_path):
 
 
 def test_topology_colocate_async_has_no_split_to_move(tmp_path):
-    # verl's colocate_async shares all GPUs: the what-if is computed, nothing is recommended
+    # verl's colocate_async shares all GPUs: the what-if is computed, nothing is recommended;
+    # its GPUs take turns, so its step now is the colocated one (406 + 196 + 208 = 810 s)
     meta = {**H100_64, "topology": "colocate_async", "split": {"rollout": 64, "train": 64}}
     r = topology.analyze(make_run(tmp_path / "r", meta, {0: EIGHT_B_STEP}, {0: finish_rows(EIGHT_B_FINISH)}))
     assert r.current == "async_streaming" and r.n_rollout is None and r.model is not None
-    assert r.findings == [] and r.what_if["speedup"].isna().all()
+    assert r.findings == [] and r.step_now_s == pytest.approx(810)
+    assert r.what_if.loc["colocated", "speedup"] == pytest.approx(1.0)
+
+
+# 8 GPUs; per step gen 100 s, old_log_prob 10, ref 10, update_actor 30, update_weights 2.
+# 20 trajectories: 18 finish by 60 s (t90 = the 18th = 60 s), then 80 and 100 s: T_thr 60, T_tail 40, f = 0.4
+ASYNC_STEP = {
+    "timing_s/gen": 100.0,
+    "timing_s/old_log_prob": 10.0,
+    "timing_s/ref": 10.0,
+    "timing_s/update_actor": 30.0,
+    "timing_s/update_weights": 2.0,
+    "perf/total_num_tokens": 20 * 1100,
+}
+ASYNC_FINISH = [i * 60 / 18 for i in range(1, 19)] + [80.0, 100.0]
+
+
+def _async_run(path, meta, step_s):
+    steps = {s: {**ASYNC_STEP, "timing_s/step": step_s} for s in range(8)}
+    return make_run(path, meta, steps, dict.fromkeys(range(8), finish_rows(ASYNC_FINISH)))
+
+
+def test_colocate_async_is_modelled_from_its_generation_timer_not_stacked_tails(tmp_path):
+    # colocate_async takes turns on all 8 GPUs, 152 s a step. DOMAIN's colocated T = T_thr + T_tail
+    # + T_t + T_sync = 60 + 40 + (10 + 10 + 30) + 2 = 152 s: the model's step now, the measured one.
+    # Async streaming on separate pools, T = max(T_thr n/n_r, T_t n/n_t): at 4:4 max(120, 100) = 120 s;
+    # 5:3 max(96, 133.3); 3:5 max(160, 80): best 4:4, 152 / 120 = 1.27x
+    meta = {"model": {"active_params": 7e9}, "gpu": {"type": "H100", "count": 8}, "topology": "colocate_async"}
+    run = _async_run(tmp_path / "r", {**meta, "split": "8:8"}, 152.0)
+    r = topology.analyze(run)
+    assert (r.model.t_thr_s, r.model.t_tail_s, r.model.t_train_s, r.model.t_sync_s) == pytest.approx((60, 40, 50, 2))
+    assert r.step_now_s == pytest.approx(152) and r.what_if.loc["colocated", "step_s"] == pytest.approx(152)
+    best = r.what_if.loc["async_streaming"]
+    assert (best["n_rollout"], best["n_train"], best["step_s"]) == (4, 4, pytest.approx(120))
+    assert best["speedup"] == pytest.approx(152 / 120)
+    # rollout (tail included: the GPUs take turns) against learner: (100 + 50) / 100
+    assert r.overlap_bound == pytest.approx(1.5)
+    head = build_document(analyze_run(run), RunReader(run), run)["headline"]
+    assert head["step_s_model"] == pytest.approx(152)
+    assert head["best_topology"] == {
+        "topology": "async_streaming",
+        "n_rollout": 4,
+        "n_train": 4,
+        "step_s": pytest.approx(120),
+        "speedup": pytest.approx(152 / 120),
+        "improves": True,
+    }
+
+
+def test_pooled_async_without_idle_ratios_is_measured_as_a_synchronous_rollout(tmp_path):
+    # async 4:4, no rollouter idle ratio; the batch's rollout: T_thr 60 + T_tail 40 s on 4 GPUs;
+    # forward + training 50 s on 4 GPUs; step 102 s. Scaled to 8 GPUs: T_thr 60 * 4/8 = 30, the
+    # tail stays 40, T_t 50 * 4/8 = 25, T_sync 2: colocated 30 + 40 + 25 + 2 = 97 s
+    meta = {"model": {"active_params": 7e9}, "gpu": {"type": "H100", "count": 8}, "topology": "async", "split": "4:4"}
+    run = _async_run(tmp_path / "r", meta, 102.0)
+    r = topology.analyze(run)
+    assert (r.model.t_thr_s, r.model.t_tail_s, r.model.t_train_s) == pytest.approx((30, 40, 25))
+    assert r.what_if.loc["colocated", "step_s"] == pytest.approx(97)
+    # async now at 4:4: max(30 * 8/4, 25 * 8/4) = 60 s, already the best split (5:3 max(48, 66.7))
+    assert r.step_now_s == pytest.approx(60)
+    assert r.what_if.loc["async_streaming", ["n_rollout", "step_s"]].tolist() == [4, pytest.approx(60)]
+    # the waterfall charges what the generation timer measured: decode 4 GPUs x 60 s (less its
+    # FLOPs), tail 4 x 40 s, of 8 x 102 s
+    m = mfu.analyze(run)
+    assert m.waterfall["long_tail"] == pytest.approx(100 * 4 * 40 / (8 * 102))
+    assert m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu)
+
+
+def test_a_best_topology_slower_than_the_measured_step_is_no_gain(tmp_path):
+    # colocated on one GPU: only colocation is predicted, 100 + 50 = 150 s, but the step timer says
+    # 120 s (stage timers overlapping): the best topology is shown, never as a gain
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1}, "topology": "colocated"}
+    steps = {s: {"timing_s/gen": 100.0, "timing_s/update_actor": 50.0, "timing_s/step": 120.0} for s in range(4)}
+    run = make_run(tmp_path / "r", meta, steps)
+    doc = build_document(analyze_run(run), RunReader(run), run)
+    best = doc["headline"]["best_topology"]
+    assert best["topology"] == "colocated" and best["step_s"] == pytest.approx(150) and best["improves"] is False
+    (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
+    assert row == "no gain predicted: colocated: 150 s, against 150 s modelled now and 120 s measured"
 
 
 def test_a_step_without_the_rollouter_idle_ratio_takes_its_neighbours(tmp_path):

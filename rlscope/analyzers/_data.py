@@ -234,7 +234,7 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
         )
     facts = RunFacts.from_meta(meta)
     n_r, n_t = facts.rollout_gpus, facts.train_gpus
-    pooled = facts.kind != "colocated" and "coloc" not in facts.topology  # colocate_async: both pools are all GPUs
+    pooled = facts.kind != "colocated" and not facts.shares_gpus  # colocate_async: both pools are all GPUs
     if pooled and n_r and n_t and facts.n_gpus and n_r + n_t != facts.n_gpus:
         out.append(f"split {n_r}:{n_t} adds up to {n_r + n_t} GPUs, not the run's {facts.n_gpus}")
     threshold = meta.get("max_off_policy_threshold")
@@ -334,6 +334,12 @@ class RunFacts:
         """
         n_r, n_t = self.rollout_gpus, self.train_gpus
         return self.kind != "colocated" and bool(n_r and n_t) and n_r + n_t == self.n_gpus
+
+    @property
+    def shares_gpus(self) -> bool:
+        """An async run whose rollout and training take turns on the same GPUs (verl's
+        ``colocate_async``): async in its samples, colocated in its GPU time."""
+        return self.kind != "colocated" and "coloc" in self.topology
 
     @property
     def overlapped(self) -> bool:

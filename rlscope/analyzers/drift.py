@@ -28,7 +28,7 @@ from rlscope.analyzers._data import RunFrames, early, load, recent
 from rlscope.analyzers.topology import (
     StepModel,
     TopologyResult,
-    async_busy_share,
+    async_throughput_s,
     best_split,
     idle_imbalance,
     step_time,
@@ -57,7 +57,7 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     groups = _anatomy.group_seconds(anatomy.seconds)
     share = tails.reindex(groups.index).fillna(0.0)
     if facts.kind == "async_streaming":  # the tail is hidden: the async split does not need it
-        t_thr = async_busy_share(frames.steps).reindex(groups.index).fillna(1.0) * groups["step"]
+        t_thr = async_throughput_s(frames, groups, share)
         t_tail = pd.Series(0.0, index=groups.index)
     else:
         t_tail = groups["generation"] * share

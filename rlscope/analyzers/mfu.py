@@ -24,9 +24,10 @@ and charges every lost GPU-second to exactly one cause, so the points sum to 100
 In pooled topologies (separated / async with a known split) generation runs on the n_r
 rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is the
 rollout time from trajectories, else ``timing_s/gen``, at most the step. Under async streaming
-it is ``(1 - fully_async/rollouter/idle_ratio) * step``, or the whole step when the ratio is
-not logged (a trajectory's finish time then counts from a submit steps earlier); async
-streaming hides the tail, so it is charged no tail.
+with verl's rollouter idle ratio logged it is ``(1 - fully_async/rollouter/idle_ratio) * step``
+(a trajectory's finish time counts from a submit steps earlier), and as async streaming hides
+the tail it is charged no tail; without the ratio it is measured as for a synchronous pooled
+run, the rollout time at most the step, split by its tail share (as ``topology.async_throughput_s``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
-from rlscope.analyzers.topology import async_busy_share
+from rlscope.analyzers.topology import async_busy_share, logs_rollouter_idle
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -239,7 +240,7 @@ def analyze(
     tokens_at = tokens.to_dict()
     tails = longtail.per_step["tail_share"].to_dict()
     rollouts = longtail.per_step["rollout_s"].to_dict()
-    busy = async_busy_share(frames.steps).to_dict()
+    busy = async_busy_share(frames.steps).to_dict() if logs_rollouter_idle(frames.steps) else {}
     rows, ledgers, stage_eta = {}, {}, {}
     for step in steps:
         sec = seconds[step]
@@ -250,7 +251,7 @@ def analyze(
             sec,
             flops,
             tail=0.0 if math.isnan(tail) else tail,
-            busy_share=busy.get(step, 1.0),
+            busy_share=busy.get(step),
             rollout_s=rollouts.get(step, sec["gen"]),
         )
         mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
@@ -300,17 +301,17 @@ def _step_ledger(
     flops: Mapping[str, float],
     *,
     tail: float,
-    busy_share: float,
+    busy_share: float | None,
     rollout_s: float,
 ) -> list[LedgerEntry]:
     """One step's ledger: ``tail`` share of generation, and when pooled the rollout pool's busy
-    time: the measured ``rollout_s`` (at most the step), or under async streaming ``busy_share``
-    of the step (see :func:`topology.async_busy_share`)."""
+    time: the measured ``rollout_s`` (at most the step), or under async streaming with the
+    rollouter idle ratio logged ``busy_share`` of the step (see :func:`topology.async_busy_share`)."""
     peak = float(facts.peak_flops or math.nan)
     if not facts.is_pooled:
         n = int(facts.n_gpus or 0)
         return ledger(sec, flops, tail_s=tail * sec["gen"], peak=peak, n_rollout=n, n_train=n)
-    if facts.kind == "async_streaming":
+    if facts.kind == "async_streaming" and busy_share is not None:
         rollout_s, tail_s = busy_share * sec["step"], 0.0
     else:
         rollout_s = min(rollout_s, sec["step"])

@@ -12,6 +12,10 @@ With n GPUs, n_r for rollout and n_t = n - n_r for training:
 - one-step overlap: T = max(T_thr n/n_r + T_tail, T_t n/n_t) + T_sync
 - async streaming: T = max(T_thr n/n_r, T_t n/n_t) (the tail and the sync are overlapped)
 
+verl's ``colocate_async`` is async in its samples but takes turns on all GPUs: its step now is
+modelled as colocated (T_thr + T_tail + T_t + T_switch + T_sync), and the async streaming row is
+what separate pools would give it.
+
 The best split of each pooled topology is the integer n_r with the shortest step. With tail
 share f = T_tail / (T_thr + T_tail), async over colocated is T_gen + T_t over T_thr + T_t, i.e.
 1 / (1 - f T_gen / (T_gen + T_t)) at the continuous balanced split (8B: 810 / 614 = 1.32x).
@@ -55,9 +59,11 @@ __all__ = [
     "analyze",
     "async_busy_share",
     "async_speedup",
+    "async_throughput_s",
     "balanced_ratio",
     "best_split",
     "idle_imbalance",
+    "logs_rollouter_idle",
     "measure",
     "overlap_bound",
     "sides_now",
@@ -197,6 +203,7 @@ class TopologyResult:
     colocated), ``step_s``, ``speedup`` over the current topology's predicted step.
     ``splits``: :func:`split_table`. ``async_speedup`` and ``overlap_bound`` as defined above.
     ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``.
+    ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``).
     """
 
     model: StepModel | None
@@ -209,18 +216,31 @@ class TopologyResult:
     overlap_bound: float
     step_measured_s: float = math.nan
     findings: list[Finding] = field(default_factory=list)
+    shared: bool = False
 
     @property
     def step_now_s(self) -> float:
-        """The model's step time for the current topology and split (NaN if the split is unknown)."""
-        if self.model is None or (self.current != "colocated" and self.n_rollout is None):
+        """The model's step time for the current topology and split (NaN if the split is unknown);
+        async on shared GPUs takes turns on them, so its step is the colocated one."""
+        if self.model is None:
+            return math.nan
+        if self.shared:
+            return step_time(self.model, "colocated")
+        if self.current != "colocated" and self.n_rollout is None:
             return math.nan
         return step_time(self.model, self.current, self.n_rollout)
+
+    def improves(self, step_s: float) -> bool:
+        """Whether a predicted step of ``step_s`` is a gain to offer: shorter than the model's
+        step now (where it is modelled) and than the measured step (where it is measured)."""
+        now, measured = self.step_now_s, self.step_measured_s
+        return (math.isnan(now) or step_s < now) and (math.isnan(measured) or step_s < measured)
 
 
 def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     """Per step of an async run, the share of the step the rollout pool is busy: 1 - verl's
-    rollouter idle ratio, or 1 when the run never logs it (never idle: an upper bound).
+    rollouter idle ratio, or 1 when the run never logs it (never idle: an upper bound, which
+    :func:`async_throughput_s` tightens with the generation timer).
 
     A trajectory's finish time counts from the earliest submit of the batch it joined, which
     under async streaming reaches back over earlier steps, so finish times cannot give it.
@@ -231,6 +251,34 @@ def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     return 1.0 - steps[ROLLOUTER_IDLE].ffill().bfill()
 
 
+def logs_rollouter_idle(steps: pd.DataFrame) -> bool:
+    """Whether the run logs verl's rollouter idle ratio at any step."""
+    return ROLLOUTER_IDLE in steps and bool(steps[ROLLOUTER_IDLE].notna().any())
+
+
+def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.Series) -> pd.Series:
+    """Per step of an async run (index of ``groups``, :func:`anatomy.group_seconds`), the
+    throughput part T_thr of its generation: seconds on the GPUs it ran on (the rollout pool
+    when pooled), before scaling to all GPUs.
+
+    - Separate pools with verl's rollouter idle ratio: the pool's busy time,
+      :func:`async_busy_share` x step (finish times reach back over earlier steps).
+    - Otherwise (no ratio logged, or rollout taking turns with training on shared GPUs): as for a
+      synchronous run, the ``gen`` timer less the tail share f of that step (``tail_shares``),
+      gen (1 - f), and never more than the step, as no pool is busy longer than the wall clock
+      (a gen window reaching back over earlier steps is cut to the step). A step without a gen
+      timer takes the whole step (never idle: an upper bound).
+    """
+    step = groups["step"]
+    gen = groups["generation"].where(groups["generation"] > 0)
+    f = tail_shares.reindex(groups.index).fillna(0.0)
+    thr = (gen * (1.0 - f)).clip(upper=step).fillna(step)
+    if frames.facts.is_pooled and logs_rollouter_idle(frames.steps):
+        busy = async_busy_share(frames.steps).reindex(groups.index) * step
+        thr = busy.fillna(thr)
+    return thr
+
+
 def _tail_for(t_thr: float, tail_share: float) -> float:
     """The tail beside throughput part ``t_thr`` at tail share f: T_thr f / (1 - f)."""
     return t_thr * tail_share / (1 - tail_share) if 0 <= tail_share < 1 else 0.0
@@ -239,10 +287,11 @@ def _tail_for(t_thr: float, tail_share: float) -> float:
 def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longtail.LongTailResult) -> StepModel | None:
     """The what-if inputs from the last quarter of the run, scaled to all GPUs.
 
-    Generation is the ``gen`` timer split by the long-tail share. Under async streaming no
-    rollout has a step's shape: the throughput part is the rollout pool's busy time per
-    trainer step (:func:`async_busy_share` x step), and the tail what the measured tail share
-    f adds to it, T_thr f / (1 - f).
+    Generation is the ``gen`` timer split by the long-tail share. Under async streaming the
+    throughput part is :func:`async_throughput_s` (the rollout pool's busy time per trainer
+    step where verl logs it, else the generation timer's throughput part, at most the step),
+    and the tail what the measured tail share f adds to it, T_thr f / (1 - f): with the
+    generation timer's T_thr that is its measured tail again, never a second one.
     """
     facts = frames.facts
     if not facts.n_gpus or anatomy.seconds.empty:
@@ -251,7 +300,10 @@ def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longt
     groups = recent(seconds).mean()
     t_train = groups["forward"] + groups["training"]
     if facts.kind == "async_streaming":
-        t_thr = float(recent(async_busy_share(frames.steps).reindex(seconds.index).fillna(1.0)).mean()) * groups["step"]
+        shares = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
+        recent_share = 0.0 if math.isnan(longtail.tail_share) else longtail.tail_share
+        shares = shares.reindex(seconds.index).fillna(recent_share)
+        t_thr = float(recent(async_throughput_s(frames, seconds, shares)).mean())
         t_tail = _tail_for(t_thr, longtail.tail_share)
     else:
         t_tail = groups["generation"] * (0.0 if math.isnan(longtail.tail_share) else longtail.tail_share)
@@ -289,6 +341,8 @@ def analyze(
         result.findings.extend(_idle_findings(frames.steps))
         return result
     rows = {"colocated": (math.nan, math.nan, step_time(model, "colocated"))}
+    # async on shared GPUs takes turns on them: its rollout, tail included, alternates with the learner
+    sides = "colocated" if facts.shares_gpus else current
     for topology in POOLED if model.n_gpus > 1 else ():  # one GPU cannot be split into two pools
         best = best_split(model, topology)
         rows[topology] = (best.n_rollout, best.n_train, best.step_s)
@@ -302,8 +356,9 @@ def analyze(
         what_if,
         split_table(model),
         async_speedup(model.tail_share, model.t_gen_s, model.t_train_s),
-        overlap_bound(*sides_now(model, n_r, n_t, current)),
+        overlap_bound(*sides_now(model, n_r, n_t, sides)),
         float(recent(anatomy.seconds["step"]).mean()),
+        shared=facts.shares_gpus,
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
     result.findings.extend(_findings(result, longtail.tail_share, tail_estimated=longtail.estimated))

@@ -106,8 +106,14 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
         model = head.get("step_s_model")
-        speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
-        rows.append(("best topology", f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"))
+        what = f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}"
+        if best.get("improves", True):
+            speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
+            rows.append(("best topology", what + speed))
+        else:
+            now = [f"{secs(model)} modelled now"] if model else []
+            now += [f"{secs(head['step_s'])} measured"] if head.get("step_s") else []
+            rows.append(("best topology", f"no gain predicted: {what}, against {' and '.join(now)}"))
     return rows
 
 

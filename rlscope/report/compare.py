@@ -87,6 +87,8 @@ def _best(head: dict[str, Any]) -> str | None:
         return None
     split = f" {best['n_rollout']}:{best['n_train']}" if best.get("n_rollout") else ""
     speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+    if not best.get("improves", True):
+        speed = " (no gain predicted)"
     return f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"
 
 

@@ -153,6 +153,8 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
             "n_train": None if math.isnan(w["n_train"]) else int(w["n_train"]),
             "step_s": _num(w["step_s"]),
             "speedup": _num(w.get("speedup")),
+            # a gain only if shorter than the modelled and the measured step now
+            "improves": t.improves(float(w["step_s"])),
         }
     trainer_idle = None
     if d.gpu_idle is not None and d.gpu_idle.available and not d.gpu_idle.by_step.empty:
