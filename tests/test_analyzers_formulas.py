@@ -17,6 +17,7 @@ from rlscope.advice import CATALOGUE, Finding, Severity, finding
 from rlscope.analyzers import longtail, mfu, staleness, sync_balance, topology
 from rlscope.analyzers._data import RunFacts, topology_kind, trend, wide_steps
 from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, gpu_model, peak_flops
+from rlscope.trace import simulator
 
 H100 = 989e12
 EIGHT_B = topology.StepModel(t_thr_s=406, t_tail_s=196, t_train_s=208, n_gpus=64)
@@ -244,6 +245,23 @@ def test_t90_uses_integer_ceil():
     assert longtail.tail_split(range(1, 71)).t_thr_s == 63
     # 11 trajectories: ceil(9.9) = 10 -> the 10th smallest
     assert longtail.tail_split(range(1, 12)).t_thr_s == 10
+
+
+def test_under_10_trajectories_the_tail_is_the_slowest_one_past_the_one_before():
+    # 9 trajectories: the slowest 10% is 0.9 of one, and ceil(0.9 * 9) = 9 would be the slowest
+    # itself (no tail ever). Finishing at 30, 32, ..., 44 s and 300 s: the last decodes alone
+    # from 44 s to 300 s. T_thr 44, T_tail 256, f = 256 / 300
+    s = longtail.tail_split([30, 32, 34, 36, 38, 40, 42, 44, 300])
+    assert (s.rollout_s, s.t_thr_s, s.t_tail_s) == (300, 44, 256)
+    assert s.tail_share == pytest.approx(256 / 300)
+    # 2 trajectories at 10 and 25 s: T_thr 10, T_tail 15
+    assert (longtail.tail_split([25, 10]).t_thr_s, longtail.tail_split([25, 10]).t_tail_s) == (10, 15)
+    # one trajectory: nothing waits for it, no tail to measure
+    one = longtail.tail_split([7.0])
+    assert one.rollout_s == 7.0 and math.isnan(one.t_tail_s) and math.isnan(one.tail_share)
+    # the simulator's ground truth keeps the same convention
+    assert simulator.t90([30, 32, 34, 36, 38, 40, 42, 44, 300]) == 44
+    assert simulator.t90(range(1, 11)) == 9 and math.isnan(simulator.t90([7.0]))
 
 
 def test_tail_split_ignores_missing_and_handles_empty():

@@ -194,6 +194,21 @@ def test_longtail_measured_from_trajectories(tmp_path):
     assert f.evidence["t_tail_s"] == 11 and "11 s of 20 s" in f.recommendation
 
 
+def test_a_straggler_among_fewer_than_10_trajectories_is_a_tail(tmp_path):
+    # 9 trajectories a step, 8 done by 44 s and one at 300 s: T_thr 44, T_tail 256, f = 256 / 300
+    # (>= 0.5: critical); the finding says the tail is the slowest trajectory's
+    rows = finish_rows([30, 32, 34, 36, 38, 40, 42, 44, 300])
+    steps = {s: {"timing_s/gen": 300.0, "timing_s/update_actor": 30.0} for s in range(4)}
+    r = longtail.analyze(make_run(tmp_path / "r", {}, steps, dict.fromkeys(range(4), rows)))
+    assert (r.t_thr_s, r.t_tail_s, r.tail_share) == (44, 256, pytest.approx(256 / 300))
+    (f,) = [f for f in r.findings if f.id == "long-tail-dominates"]
+    assert f.severity is Severity.CRITICAL
+    assert f.title == (
+        "the slowest 10% of trajectories take 85% of rollout time (measured; as few as 9 trajectories a step: "
+        "the tail is the slowest one past the one before)"
+    )
+
+
 def test_longtail_growing(tmp_path):
     # step s: nine finish by 10 s, the last at 10 + 10 s: f = 10 s / (10 + 10 s); s = 0 -> 0, s = 3 -> 0.75
     traj = {s: finish_rows([1, 2, 3, 4, 5, 6, 7, 8, 10, 10 + 10 * s]) for s in range(4)}

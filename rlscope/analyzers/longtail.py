@@ -9,6 +9,14 @@ began; aborted trajectories are left out, they finish in a later step). Per step
 - T_thr = t90 (the throughput part), T_tail = max - t90;
 - tail share f = T_tail / (T_thr + T_tail): the share of rollout time taken by the slowest 10%.
 
+With fewer than 10 trajectories the slowest 10% is less than one trajectory and ceil(0.9 n) = n
+would make every tail 0. The tail is then the slowest trajectory's time past the one before
+it, k = n - 1: the time it decodes alone while the rest of the GPUs wait, tail in DOMAIN's
+sense whatever the count (9 trajectories at 30..44 s and one at 300 s: T_thr 44, T_tail 256).
+In all, k = min(ceil(0.9 n), n - 1), which for n >= 10 is ceil(0.9 n). A step with a single
+trajectory has no tail to measure (NaN). The long-tail finding says when the recent steps
+hold fewer than 10 trajectories.
+
 Without trajectories the split is estimated from verl's ``response_length/mean``,
 ``response_length/max``, ``response_length/clip_ratio`` and ``timing_s/gen`` (``estimated``
 is then True). Estimator: if all sequences decode together at a constant step time, finish
@@ -49,6 +57,8 @@ class TailSplit:
 
     @property
     def tail_share(self) -> float:
+        if math.isnan(self.t_tail_s):
+            return math.nan
         return self.t_tail_s / self.rollout_s if self.rollout_s > 0 else 0.0
 
 
@@ -66,7 +76,10 @@ def _split(t: np.ndarray) -> TailSplit:
     """:func:`tail_split` of finite times."""
     if t.size == 0:
         return TailSplit(math.nan, math.nan, math.nan)
-    k = (9 * t.size + 9) // 10  # ceil(0.9 n) in integers: 0.9 * 70 is 63.00000000000001
+    if t.size == 1:  # nothing waits for the one trajectory: no tail to measure
+        return TailSplit(float(t[0]), math.nan, math.nan)
+    # ceil(0.9 n) in integers (0.9 * 70 is 63.00000000000001), and at least the slowest one out
+    k = min((9 * t.size + 9) // 10, t.size - 1)
     t = np.partition(t, (k - 1, t.size - 1))  # the two order statistics, without a full sort
     t90, last = float(t[k - 1]), float(t[-1])
     return TailSplit(last, t90, last - t90)
@@ -158,6 +171,9 @@ def _findings(r: LongTailResult) -> list[Finding]:
     out: list[Finding] = []
     how = " (estimated from response lengths; log trajectories to measure it)" if r.estimated else ""
     basis = "estimated from response lengths" if r.estimated else "measured"
+    few = recent(r.per_step)["n"] if not r.estimated and not r.per_step.empty else pd.Series(dtype=float)
+    if few.notna().any() and few.min() < 10:  # the slowest 10% is less than one trajectory
+        basis += f"; as few as {few.min():.0f} trajectories a step: the tail is the slowest one past the one before"
     if r.tail_share >= LONG_TAIL_WARN:
         severity = Severity.CRITICAL if r.tail_share >= LONG_TAIL_CRITICAL and not r.estimated else Severity.WARN
         rollout = r.t_thr_s + r.t_tail_s

@@ -365,9 +365,12 @@ def get_scenario(name: str) -> Scenario:
 
 
 def t90(finish_times: Sequence[float] | np.ndarray) -> float:
-    """Time by which 90% of a step's trajectories have finished: the ceil(0.9 n)-th smallest."""
+    """Time by which 90% of a step's trajectories have finished: the ceil(0.9 n)-th smallest,
+    and at least the slowest one out (the (n - 1)-th when n < 10); NaN for one trajectory."""
     f = np.sort(np.asarray(finish_times, dtype=np.float64))
-    return float(f[math.ceil(0.9 * f.size) - 1])
+    if f.size < 2:
+        return math.nan
+    return float(f[min((9 * f.size + 9) // 10, f.size - 1) - 1])
 
 
 def balanced_split(n: int, t_thr: float, t_tail: float, t_train: float, *, one_step: bool) -> tuple[int, int]:
