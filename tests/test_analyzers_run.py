@@ -209,6 +209,25 @@ def test_a_straggler_among_fewer_than_10_trajectories_is_a_tail(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("topology", "lever"),
+    [
+        ("colocated", "Async streaming or partial rollout stops the trainer waiting for them"),
+        ("one_step_overlap", "One-step overlap still waits for them every step: async streaming or partial rollout"),
+        ("async", "Async streaming already keeps the trainer from waiting for them"),
+        ("colocate_async", "take turns on the same GPUs, so the trainer still waits for them"),
+    ],
+)
+def test_the_long_tail_lever_depends_on_the_topology(tmp_path, topology, lever):
+    # the same 40% tail: an async run is not told that going async stops the trainer waiting
+    meta = {"gpu": {"type": "H100", "count": 8}, "topology": topology, "split": "8:8" if "coloc" in topology else "4:4"}
+    r = longtail.analyze(_async_run(tmp_path / "r", meta, 152.0))
+    (f,) = [f for f in r.findings if f.id == "long-tail-dominates"]
+    assert lever in f.recommendation
+    told_to_go_async = "Async streaming or partial rollout stops" in f.recommendation
+    assert told_to_go_async == (topology == "colocated")
+
+
 def test_longtail_growing(tmp_path):
     # step s: nine finish by 10 s, the last at 10 + 10 s: f = 10 s / (10 + 10 s); s = 0 -> 0, s = 3 -> 0.75
     traj = {s: finish_rows([1, 2, 3, 4, 5, 6, 7, 8, 10, 10 + 10 * s]) for s in range(4)}

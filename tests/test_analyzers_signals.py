@@ -230,13 +230,13 @@ def test_verl_scalars_are_used_when_no_histogram_exists(tmp_path):
     assert f.evidence["statistic"] == "mean |delta p|" and "mean |delta p| 0.005 against" in f.title
 
 
-def _gpu_run(tmp_path) -> str:
+def _gpu_run(tmp_path, meta=None) -> str:
     """4 steps of 100 s: gen 0-70 s (rollout GPU 100%, trainer GPU 0%), update 70-100 s (trainer 100%).
 
     Samples every second: the trainer GPU is idle for 70 of 100 samples per step.
     """
     run = str(tmp_path / "gpu")
-    with Recorder(run) as rec:
+    with Recorder(run, meta=meta) as rec:
         for step in range(4):
             t0 = 1000.0 + 100 * step
             rec.log_span(step, "gen", t0, t0 + 70, role="rollout")
@@ -267,6 +267,24 @@ def test_gpu_idle_share_per_role_step_and_phase(tmp_path):
         and f.severity.value == "critical"
         and f.evidence["idle_share"] == pytest.approx(0.7)
     )
+
+
+@pytest.mark.parametrize(
+    ("topology", "lever"),
+    [
+        ("separated", "Overlap rollout with training (one-step overlap or async streaming)"),
+        ("one_step_overlap", "Move GPUs from training to rollout or cut the long tail"),
+        ("async", "Move GPUs from training to rollout until verl's trainer and rollouter idle ratios"),
+    ],
+)
+def test_an_idle_learner_is_told_to_overlap_only_when_it_does_not(tmp_path, topology, lever):
+    # the same 70% idle learner: a run that already overlaps rollout with training is not told
+    # to overlap them; under one-step overlap T = max(T_thr n/n_r + T_tail, T_t n/n_t) + T_sync,
+    # so the learner idles when the rollout side is the longer one: the lever is the split
+    meta = {"gpu": {"type": "H100", "count": 2}, "topology": topology, "split": "1:1"}
+    (f,) = gpu_idle.analyze(_gpu_run(tmp_path, meta)).findings
+    assert lever in f.recommendation
+    assert ("Overlap rollout with training" in f.recommendation) == (topology == "separated")
 
 
 def test_gpu_idle_without_samples_is_unavailable(tmp_path):

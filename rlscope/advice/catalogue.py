@@ -64,13 +64,16 @@ _ENTRIES = (
         "Generation is a throughput part (all sequences decoding) plus a tail (fewer and fewer sequences "
         "while the GPUs wait for the longest). Adding GPUs shrinks only the throughput part. Levers: async "
         "streaming or partial rollout (the trainer stops waiting for the last trajectories), a lower "
-        "max response length or turn limit, or over-sampling and dropping the slowest requests.",
+        "max response length or turn limit, or over-sampling and dropping the slowest requests. Under async "
+        "streaming the trainer already does not wait for them: there the longest answers are the stalest "
+        "samples, and partial rollout or a lower length limit shortens them.",
     ),
     Entry(
         "long-tail-growing",
         "tail share grew from {first:.0%} to {last:.0%} of rollout time ({basis})",
         "Responses are getting longer and more spread out (or environment waits are growing). The gain "
-        "from async streaming grows with the tail; re-run the topology what-if with recent steps.",
+        "from async streaming grows with the tail (under async streaming, so does the staleness of the "
+        "longest answers); re-run the topology what-if with recent steps.",
     ),
     Entry(
         "mfu-waterfall",
@@ -197,7 +200,9 @@ _ENTRIES = (
         "NVML says the learner GPUs sit below the idle utilisation for much of each step: the sawtooth "
         "of synchronous RL, where the trainer waits for rollout (49.5% of each step in ThunderSyncRL's "
         "SWE-smith runs, up to 81% elsewhere). Check the per-phase idle table: idle during gen means the "
-        "trainer waits for the tail. Overlap rollout and training, or cut the tail.",
+        "trainer waits for the tail. Overlap rollout and training, or cut the tail. A run that already "
+        "overlaps them (one-step overlap, async streaming) waits because its rollout pool is too slow for the "
+        "trainer: move GPUs to rollout (one-step overlap also still waits for the tail).",
     ),
     Entry(
         "logprob-mismatch-high",

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import GPU_IDLE_SHARE_CRITICAL, GPU_IDLE_SHARE_WARN, GPU_IDLE_UTIL_PCT, RECENT_FRACTION
-from rlscope.analyzers._data import kept, labels, numbers
+from rlscope.analyzers._data import RunFacts, kept, labels, numbers
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GpuIdleResult", "analyze", "learner_role"]
@@ -195,11 +195,34 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     phase, phases = labels(spans.column("phase"))  # a span without a phase (-1) counts in no phase
     starts, ends = numbers(spans.column("start")), numbers(spans.column("end"))
     result.by_phase = samples.aggregate(starts, ends, phase, phases, "phase")
-    result.findings = _findings(result.by_step)
+    result.findings = _findings(result.by_step, RunFacts.from_meta(reader.meta))
     return result
 
 
-def _findings(by_step: pd.DataFrame) -> list[Finding]:
+def _learner_waits(facts: RunFacts) -> str:
+    """Why the learner GPUs wait and what to do, for the run's topology: a run that already
+    overlaps rollout with training is not told to overlap them."""
+    if facts.shares_gpus:
+        return (
+            "rollout and training take turns on the same GPUs, so the learner idles while they decode. "
+            "Cut the long tail (partial rollout, a lower max response length) or move to separate pools with "
+            "async streaming;"
+        )
+    if facts.kind == "one_step_overlap":
+        return (
+            "rollout already overlaps training, so the learner waits because a batch takes longer to generate on "
+            "the rollout pool, tail included, than to train on the training pool. Move GPUs from training to rollout "
+            "or cut the long tail, which one-step overlap still waits for;"
+        )
+    if facts.kind == "async_streaming":
+        return (
+            "rollout already streams beside training, so the trainer waits for samples the rollout pool makes too "
+            "slowly. Move GPUs from training to rollout until verl's trainer and rollouter idle ratios are both low;"
+        )
+    return "they wait for rollout to finish. Overlap rollout with training (one-step overlap or async streaming) or cut the long tail;"
+
+
+def _findings(by_step: pd.DataFrame, facts: RunFacts | None = None) -> list[Finding]:
     role = learner_role(by_step["role"])
     if role is None:
         return []
@@ -215,7 +238,7 @@ def _findings(by_step: pd.DataFrame) -> list[Finding]:
             "Partial rollout or async streaming keep them decoding;"
         )
     else:
-        why = "they wait for rollout to finish. Overlap rollout with training (one-step overlap or async streaming) or cut the long tail;"
+        why = _learner_waits(facts or RunFacts())
     return [
         finding(
             "gpu-idle-in-training",

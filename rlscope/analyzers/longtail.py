@@ -39,7 +39,7 @@ import pandas as pd
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
-from rlscope.analyzers._data import RunFrames, Trajectories, Trend, kept, load, recent, trend
+from rlscope.analyzers._data import RunFacts, RunFrames, Trajectories, Trend, kept, load, recent, trend
 from rlscope.trace.reader import RunReader
 
 __all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_split"]
@@ -163,11 +163,38 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     share = t_tail / (t_thr + t_tail) if t_thr + t_tail > 0 else math.nan
     estimated = not measured and not per_step.empty  # nothing to estimate from is no estimate
     result = LongTailResult(per_step, estimated, trend(per_step["tail_share"]), t_thr, t_tail, share)
-    result.findings.extend(_findings(result))
+    result.findings.extend(_findings(result, frames.facts))
     return result
 
 
-def _findings(r: LongTailResult) -> list[Finding]:
+def _levers(facts: RunFacts) -> str:
+    """What stops the wait for the slowest trajectories, for the run's topology: a run whose
+    trainer already does not wait for them (async streaming) is not told to go async."""
+    if facts.kind == "async_streaming" and not facts.shares_gpus:
+        return (
+            "Async streaming already keeps the trainer from waiting for them, but the longest answers are the "
+            "stalest samples: partial rollout, a lower max response length or turn limit shortens them (see the "
+            "staleness findings)"
+        )
+    if facts.shares_gpus:
+        return (
+            "Rollout and training take turns on the same GPUs, so the trainer still waits for them: partial rollout, "
+            "or async streaming on separate pools, stops it waiting; a lower max response length or turn limit "
+            "shortens them"
+        )
+    if facts.kind == "one_step_overlap":
+        return (
+            "One-step overlap still waits for them every step: async streaming or partial rollout stops the trainer "
+            "waiting; a lower max response length or turn limit shortens them"
+        )
+    return (
+        "Async streaming or partial rollout stops the trainer waiting for them; a lower max response length or "
+        "turn limit shortens them"
+    )
+
+
+def _findings(r: LongTailResult, facts: RunFacts | None = None) -> list[Finding]:
+    facts = facts or RunFacts()
     out: list[Finding] = []
     how = " (estimated from response lengths; log trajectories to measure it)" if r.estimated else ""
     basis = "estimated from response lengths" if r.estimated else "measured"
@@ -190,8 +217,7 @@ def _findings(r: LongTailResult) -> list[Finding]:
                     "basis": basis,
                 },
                 f"the slowest 10% of trajectories hold the rollout for {fmt_seconds(r.t_tail_s)} s of {fmt_seconds(rollout)} s{how}; "
-                f"more GPUs shrink only the other {fmt_seconds(r.t_thr_s)} s. Async streaming or partial rollout stops the "
-                "trainer waiting for them; a lower max response length or turn limit shortens them",
+                f"more GPUs shrink only the other {fmt_seconds(r.t_thr_s)} s. {_levers(facts)}",
             )
         )
     if r.trend.change >= LONG_TAIL_GROWTH_WARN:
@@ -208,7 +234,13 @@ def _findings(r: LongTailResult) -> list[Finding]:
                     "basis": basis,
                 },
                 f"the tail share rose {r.trend.change * 100:.0f} points over the run "
-                f"({r.trend.first:.0%} -> {r.trend.last:.0%}): the gain from partial rollout or async streaming is growing{how}",
+                f"({r.trend.first:.0%} -> {r.trend.last:.0%}): "
+                + (
+                    "the longest answers, the stalest samples, are growing"
+                    if facts.kind == "async_streaming" and not facts.shares_gpus
+                    else "the gain from partial rollout or async streaming is growing"
+                )
+                + how,
             )
         )
     return out
