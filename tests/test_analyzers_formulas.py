@@ -77,12 +77,19 @@ def test_8b_waterfall_attributes_every_lost_point_once():
     assert lost.sum() == pytest.approx(100 - 100 * fall.mfu)
 
 
-def test_waterfall_charges_unledgered_time_to_idle_and_grows_an_overfull_budget():
+def test_waterfall_charges_unledgered_time_to_idle_and_scales_an_overfull_ledger_to_the_step():
     fall = mfu.waterfall([mfu.LedgerEntry("training", 50, 25)], 100)
     assert fall.lost["training"] == pytest.approx(25) and fall.lost["idle_other"] == pytest.approx(50)
     assert fall.mfu == pytest.approx(0.25)
+    # 120 GPU-s charged to a 100 GPU-s step: MFU is still useful / (n x step) = 12 / 100, and the
+    # 88 GPU-s the step leaves after the useful work are all decode's
     over = mfu.waterfall([mfu.LedgerEntry("decode", 120, 12)], 100)
-    assert over.mfu == pytest.approx(0.1) and over.lost.sum() == pytest.approx(90)
+    assert over.mfu == pytest.approx(0.12) and over.lost["decode"] == pytest.approx(88)
+    assert over.lost["idle_other"] == pytest.approx(0)
+    # two causes share the 100 - 12 = 88 lost points in proportion to their lost GPU-s, 108 : 60
+    two = mfu.waterfall([mfu.LedgerEntry("decode", 120, 12), mfu.LedgerEntry("training", 60)], 100)
+    assert two.mfu == pytest.approx(0.12)
+    assert (two.lost["decode"], two.lost["training"]) == (pytest.approx(88 * 108 / 168), pytest.approx(88 * 60 / 168))
 
 
 def test_32b_pooled_waterfall_has_the_domain_shape():

@@ -454,6 +454,22 @@ def test_pooled_async_without_idle_ratios_is_measured_as_a_synchronous_rollout(t
     assert m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu)
 
 
+def test_mfu_of_an_overlapped_run_without_a_split_is_over_the_whole_step(tmp_path):
+    # one-step overlap, no split: gen 100 s runs beside the 102 s step. Useful FLOPs a step:
+    # 22,000 tokens x (2 + 2 + 2 + 6) x 7e9 = 1.848e15, 1.848 GPU-s at 1e15 FLOP/s. DOMAIN/docs:
+    # MFU = useful / (n x step x peak) = 1.848 / (8 x 102) = 0.2265%, not 1.848 / (8 x 152)
+    meta = {"model": {"active_params": 7e9}, "gpu": {"count": 8, "peak_flops": 1e15}, "topology": "one_step_overlap"}
+    m = mfu.analyze(_async_run(tmp_path / "r", meta, 102.0))
+    useful, budget = 22_000 * 12 * 7e9 / 1e15, 8 * 102
+    assert m.mfu == pytest.approx(useful / budget)
+    assert m.per_step["mfu"].tolist() == pytest.approx([useful / budget] * 8)
+    # the ledger charges every phase to all 8 GPUs, 8 x 152 GPU-s: each cause's lost GPU-s are scaled
+    # alike to the 816 - 1.848 the step leaves; the tail's 8 x 40 of 8 x 152 - 1.848 lost
+    assert m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu) and m.waterfall["idle_other"] == pytest.approx(0)
+    assert m.waterfall["long_tail"] == pytest.approx(100 * (8 * 40) / (8 * 152 - useful) * (budget - useful) / budget)
+    assert m.scaled and "no rollout:train split in meta.json" in m.findings[0].recommendation
+
+
 def test_a_best_topology_slower_than_the_measured_step_is_no_gain(tmp_path):
     # colocated on one GPU: only colocation is predicted, 100 + 50 = 150 s, but the step timer says
     # 120 s (stage timers overlapping): the best topology is shown, never as a gain

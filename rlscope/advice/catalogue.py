@@ -80,7 +80,9 @@ _ENTRIES = (
         "whole-step MFU {mfu:.1%}; the largest loss is {top_label} ({top_points:.0f} points)",
         "The waterfall starts at 100% of peak FLOP/s over every GPU for the whole step and charges each "
         "lost point to exactly one cause. Judge changes by wall-clock, not MFU alone: a PPO value model "
-        "raises MFU while making steps slower.",
+        "raises MFU while making steps slower. MFU is always useful FLOPs over n GPUs x step x peak; where the "
+        "phases hold more GPU time than the step (overlapping timers, or an overlapped run without its split), "
+        "every cause's points are scaled alike to fit.",
     ),
     Entry(
         "stage-timers-overlap",

@@ -21,6 +21,12 @@ and charges every lost GPU-second to exactly one cause, so the points sum to 100
 - idle_other: the rest of the step (reward, advantages, waiting, untimed time, and in pooled
   topologies the time a pool waits for the other).
 
+The denominator is always the whole step's GPU time, n x step. When the ledger holds more
+GPU-seconds than that (stage timers that overlap, or generation beside the step of an
+overlapped run whose split is not known, so that every phase is charged to all n GPUs), the
+lost GPU-seconds of every cause are scaled down alike to what the step leaves after the useful
+work: MFU stays useful / (n x step x peak) and the points still add up to 100 - MFU.
+
 In pooled topologies (separated / async with a known split) generation runs on the n_r
 rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is the
 rollout time from trajectories, else ``timing_s/gen``, at most the step. Under async streaming
@@ -129,8 +135,10 @@ class Waterfall:
 def waterfall(entries: Iterable[LedgerEntry], budget_gpu_s: float) -> Waterfall:
     """Charge every GPU-second of ``budget_gpu_s`` (n GPUs x step time) to one cause.
 
-    GPU-seconds not in any entry go to ``idle_other``. If the entries exceed the budget
-    (overlapping timers), the budget grows to their sum so that the points still add up.
+    GPU-seconds not in any entry go to ``idle_other``. MFU is the useful GPU-seconds over the
+    budget, always. If the entries exceed the budget (overlapping timers, or pools of unknown
+    size), the lost GPU-seconds of every entry are scaled down alike to the budget less the
+    useful work, so that the points still add up to 100 - MFU.
     """
     mfu, lost = _charge(list(entries), budget_gpu_s)
     return Waterfall(mfu, pd.Series(lost, index=pd.Index(CAUSES, name="cause"), dtype=float))
@@ -138,15 +146,18 @@ def waterfall(entries: Iterable[LedgerEntry], budget_gpu_s: float) -> Waterfall:
 
 def _charge(entries: list[LedgerEntry], budget_gpu_s: float) -> tuple[float, dict[str, float]]:
     """:func:`waterfall` as plain numbers (MFU, points per cause): it runs once per step."""
-    budget = max(budget_gpu_s, sum(e.gpu_s for e in entries))
-    if budget <= 0:
+    budget = budget_gpu_s
+    if not budget > 0:
         return math.nan, dict.fromkeys(CAUSES, math.nan)
+    useful = sum(e.useful_gpu_s for e in entries)
+    wasted = sum(e.gpu_s - e.useful_gpu_s for e in entries)
+    scale = 1.0
+    if useful + wasted > budget and wasted > 0:  # more GPU time charged than the step holds
+        scale = max(budget - useful, 0.0) / wasted
     lost = dict.fromkeys(CAUSES, 0.0)
-    useful = 0.0
     for e in entries:
-        lost[e.cause] += 100.0 * (e.gpu_s - e.useful_gpu_s) / budget
-        useful += e.useful_gpu_s
-    lost["idle_other"] += 100.0 * (budget - sum(e.gpu_s for e in entries)) / budget
+        lost[e.cause] += 100.0 * (e.gpu_s - e.useful_gpu_s) * scale / budget
+    lost["idle_other"] += 100.0 * (budget - useful - wasted * scale) / budget
     return useful / budget, lost
 
 
@@ -205,6 +216,8 @@ class MFUResult:
     ``waterfall``: points lost per cause (sums to 100 - 100 * mfu). ``cross_check``: index
     verl key; ``stage``, ``verl``, ``rlscope``, ``ratio`` (verl / rlscope), recent means.
     ``tail_estimated``: the long tail it charges is estimated from response lengths.
+    ``scaled``: the recent ledger held more GPU-seconds than the steps (see the module
+    docstring), so its lost points were scaled to fit.
     """
 
     per_step: pd.DataFrame
@@ -214,6 +227,7 @@ class MFUResult:
     findings: list[Finding] = field(default_factory=list)
     missing: tuple[str, ...] = ()  # what MFU lacks, as the options of ``rlscope diagnose`` that give it
     tail_estimated: bool = False
+    scaled: bool = False
 
 
 def analyze(
@@ -267,11 +281,14 @@ def analyze(
     per_step = pd.DataFrame.from_dict(rows, orient="index").rename_axis("step")
     window = recent(per_step).index
     budget = float(facts.n_gpus * per_step.loc[window, "step_s"].sum())
-    fall = waterfall([e for s in window for e in ledgers[s]], budget)
+    entries = [e for s in window for e in ledgers[s]]
+    fall = waterfall(entries, budget)
+    scaled = sum(e.gpu_s for e in entries) > budget * (1 + 1e-9)
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
     check = _cross_check(frames.steps.reindex(window), ours)
-    result = MFUResult(per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated)
-    result.findings.extend(_findings(result))
+    result = MFUResult(per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated, scaled=scaled)
+    unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
+    result.findings.extend(_findings(result, unknown_split=unknown_split))
     return result
 
 
@@ -355,7 +372,7 @@ def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
 
 
-def _findings(r: MFUResult) -> list[Finding]:
+def _findings(r: MFUResult, *, unknown_split: bool = False) -> list[Finding]:
     out: list[Finding] = []
     if r.mfu > 1:
         return [
@@ -380,12 +397,25 @@ def _findings(r: MFUResult) -> list[Finding]:
                     "top_label": cause_label(top, r.tail_estimated),
                     "top_points": float(r.waterfall[top]),
                     "tail_estimated": r.tail_estimated,
+                    "scaled": r.scaled,
                     **points,
                 },
                 "100% -> "
                 + " ".join(f"-{p:.1f} {cause_label(c, r.tail_estimated)}" for c, p in r.waterfall.items() if p >= 0.05)
                 + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by step time, not MFU"
-                + (" (the long tail is estimated from response lengths)" if r.tail_estimated else ""),
+                + (" (the long tail is estimated from response lengths)" if r.tail_estimated else "")
+                + (
+                    ". The phases take more GPU time than the steps hold"
+                    + (
+                        " (generation beside the step, with no rollout:train split in meta.json to charge each pool "
+                        "its own time)"
+                        if unknown_split
+                        else " (stage timers that overlap)"
+                    )
+                    + ": every cause's lost points are scaled alike to fit"
+                    if r.scaled
+                    else ""
+                ),
             )
         )
     for key, row in r.cross_check.iterrows():
