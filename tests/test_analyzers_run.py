@@ -129,9 +129,24 @@ def test_a_validation_logged_on_its_own_is_no_training_step(tmp_path):
     d = analyze_run(run)
     assert d.topology.step_now_s == pytest.approx(100 + 10 + 10 + 30 + 2)  # T_thr + T_tail + T_t + T_sync
     assert "generation-dominates" in ids(d)
-    # a record with its own step timer is a step whatever it timed
+    # a record with its own step timer is a step whatever it timed; a zero step timer timed nothing
     steps[8] = {**validation, "timing_s/step": 50}
     assert anatomy.analyze(make_run(tmp_path / "r2", {}, steps)).seconds.index.tolist() == list(range(1, 9))
+    steps[8] = {**validation, "timing_s/step": 0}
+    assert anatomy.analyze(make_run(tmp_path / "r3", {}, steps)).seconds.index.tolist() == list(range(1, 8))
+
+
+def test_the_generation_share_trend_is_the_share_the_headline_gives(tmp_path):
+    # 8 steps; the last quarter (steps 6-7): generation (90 + 10) s of (100 + 20) s, 83%, not the
+    # per-step mean (0.9 + 0.5) / 2 = 70%; the first quarter (steps 0-1): 10 of 20 s each, 50%
+    steps = {s: {"timing_s/gen": 10, "timing_s/update_actor": 10, "timing_s/step": 20} for s in range(6)}
+    steps[6] = {"timing_s/gen": 90, "timing_s/update_actor": 10, "timing_s/step": 100}
+    steps[7] = {"timing_s/gen": 10, "timing_s/update_actor": 10, "timing_s/step": 20}
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.trend.loc["gen", "first"] == pytest.approx(0.5) and r.trend.loc["gen", "last"] == pytest.approx(100 / 120)
+    found = {f.id: f for f in r.findings}
+    assert found["generation-dominates"].evidence["generation_share"] == pytest.approx(100 / 120)
+    assert found["generation-share-growing"].evidence["last"] == pytest.approx(100 / 120)
 
 
 def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
@@ -145,12 +160,12 @@ def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
 
 
 def test_anatomy_trend_untracked_time_and_switching(tmp_path):
-    # gen grows 40, 50, ..., 110 s while the rest stays 40 s: gen share 40/80 = 0.5, 50/90 = 0.556
-    # in the first quarter (mean 0.528) and 100/140 = 0.714, 110/150 = 0.733 in the last (mean 0.724)
+    # gen grows 40, 50, ..., 110 s while the rest stays 40 s: the first quarter's share of its time is
+    # (40 + 50) / (80 + 90) = 0.529, the last quarter's (100 + 110) / (140 + 150) = 0.724
     steps = {s: {"timing_s/gen": 40 + 10 * s, "timing_s/update_actor": 40} for s in range(8)}
     r = anatomy.analyze(make_run(tmp_path / "grow", {}, steps))
-    assert r.trend.loc["gen", "first"] == pytest.approx((0.5 + 50 / 90) / 2)
-    assert r.trend.loc["gen", "last"] == pytest.approx((100 / 140 + 110 / 150) / 2)
+    assert r.trend.loc["gen", "first"] == pytest.approx(90 / 170)
+    assert r.trend.loc["gen", "last"] == pytest.approx(210 / 290)
     assert "generation-share-growing" in ids(r)
     # 20 s of a 100 s step outside any timer; 8 s switching
     steps = {0: {"timing_s/gen": 50, "timing_s/update_actor": 22, "timing_s/switch": 8, "timing_s/step": 100}}

@@ -104,6 +104,35 @@ def test_a_source_failing_in_two_steps_is_not_told_as_a_long_outage(tmp_path):
     assert "still failing" not in f.recommendation
 
 
+def test_a_source_that_stopped_appearing_is_not_still_failing(tmp_path):
+    # 40 steps; source A only in steps 1-5, half failing in steps 4-5; source B clean throughout
+    run = str(tmp_path / "gone")
+    with Recorder(run) as rec:
+        for step in range(1, 41):
+            rows = [_traj("B", 1.0)] * 20
+            if step <= 5:
+                bad = 10 if step >= 4 else 0
+                rows += [_traj("A", None, "error", "TIMEOUT")] * bad + [_traj("A", 1.0)] * (20 - bad)
+            rec.log_trajectories(step, rows)
+    (f,) = rewards.analyze(run).findings
+    assert f.evidence["ongoing"] is False and "still failing" not in f.recommendation
+    assert "and has had no samples since step 5" in f.recommendation and f.severity.value == "warn"
+    assert f.title == "the reward service for 'A' failed on 50% of samples in steps 4-5"
+
+
+def test_an_outage_of_one_step_is_told_as_one_step(tmp_path):
+    run = str(tmp_path / "one")
+    with Recorder(run) as rec:
+        for step in range(12):
+            bad = 4 if step == 3 else 0
+            rec.log_trajectories(
+                step, [_traj("judge", None, "error", "HTTP_503")] * bad + [_traj("judge", 1.0)] * (10 - bad)
+            )
+    (f,) = rewards.analyze(run).findings
+    assert f.title == "the reward service for 'judge' failed on 40% of samples in step 3"
+    assert "in step 3 (mostly HTTP_503) and recovered after step 3" in f.recommendation
+
+
 def test_all_zero_run_without_errors_or_history_is_not_called_a_collapse(tmp_path):
     run = str(tmp_path / "zeros")
     with Recorder(run) as rec:

@@ -230,7 +230,7 @@ _ENTRIES = (
     ),
     Entry(
         "reward-source-failing",
-        "the reward service for {source!r} failed on {error_rate:.0%} of samples in steps {first_step}-{last_step}",
+        "the reward service for {source!r} failed on {error_rate:.0%} of samples in {steps_text}",
         "Samples whose reward call failed carry no signal. Reward services must return error codes, and "
         "rewards must be monitored per source. Triage: data -> version -> async -> implementation; fix or "
         "scale the service before touching the policy.",

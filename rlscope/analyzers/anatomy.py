@@ -36,7 +36,7 @@ from rlscope.advice.thresholds import (
     SWITCHING_WARN,
     UNTRACKED_TIME_WARN,
 )
-from rlscope.analyzers._data import RunFrames, load, recent, trend
+from rlscope.analyzers._data import RunFrames, Trend, early, load, recent, trend
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GROUPS", "PHASES", "AnatomyResult", "analyze", "group_seconds", "phase_seconds"]
@@ -93,7 +93,7 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     # is no training step: counted, it would halve the mean step and every what-if built on it
     timed = out.drop(columns=list(_NOT_A_STEP)).notna().any(axis=1)
     if "step" in cols:
-        timed |= steps[cols["step"]].notna()
+        timed |= steps[cols["step"]] > 0  # a zero step timer timed nothing: as if absent
     out = out[timed].fillna(0.0)
     named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
     step = steps.loc[out.index, cols["step"]] if "step" in cols else named
@@ -121,7 +121,7 @@ class AnatomyResult:
 
     ``seconds``: index step, one column per phase, ``other`` and ``step``. ``shares``: the
     same columns (without ``step``) divided by ``step``. ``trend``: index phase, columns
-    ``first``, ``last`` (mean share over the first / last quarter of steps), ``change`` and
+    ``first``, ``last`` (share of the first / last quarter of steps' time), ``change`` and
     ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged. ``timed``: index
     step, whether its ``step`` is that timer (else the sum of its stage timers).
     ``overlapped``: generation ran beside the step (see the module docstring).
@@ -142,7 +142,7 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     overlapped = frames.facts.overlapped
     seconds = phase_seconds(frames.steps, overlapped=overlapped)
     shares = seconds.drop(columns="step").div(seconds["step"].where(seconds["step"] > 0), axis=0)
-    trends = {p: trend(shares[p]) for p in shares.columns}
+    trends = {p: _share_trend(seconds, shares[p]) for p in shares.columns}
     table = pd.DataFrame(
         {
             "first": [t.first for t in trends.values()],
@@ -161,6 +161,23 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
         if step_timer:
             result.findings.extend(_overlapping_timers(seconds, frames.steps[f"{_PREFIX}step"], overlapped))
     return result
+
+
+def _share_trend(seconds: pd.DataFrame, shares: pd.Series) -> Trend:
+    """A phase's share (``shares``, per step) first and last: each quarter's seconds of the phase
+    over its step seconds, a ratio of means as the headline and ``generation-dominates`` take
+    it (a mean of per-step ratios would tell another share of the same steps); the slope is the
+    per-step shares'."""
+    timed = seconds[shares.notna()]
+    if timed.empty:
+        return trend(shares)
+    first, last = early(timed), recent(timed)
+    phase = shares.name
+    return Trend(
+        float(first[phase].sum() / first["step"].sum()),
+        float(last[phase].sum() / last["step"].sum()),
+        trend(shares).slope_per_step,
+    )
 
 
 def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: bool) -> list[Finding]:

@@ -271,18 +271,19 @@ def _failing(
     ``failing``: the source's steps at that level; ``steps``: all its steps. The error rate is
     over every sample of the source from the first failing step to the last, so an outage that
     came back once is not told as one that lasted; it is still failing when the source's
-    latest step with samples is a failing one."""
+    latest step with samples is a failing one among the recent steps."""
     first, last = int(failing["step"].min()), int(failing["step"].max())
     span = steps[(steps["step"] >= first) & (steps["step"] <= last)]
     rate = float(span["errors"].sum() / span["n"].sum())
     still = int(steps["step"].max()) == last
-    ongoing = last >= recent_from
+    ongoing = bool(last >= recent_from)
     top = codes.iloc[0] if len(codes) else None
     evidence = {
         "source": source,
         "error_rate": rate,
         "first_step": first,
         "last_step": last,
+        "steps_text": f"steps {first}-{last}" if first != last else f"step {first}",
         "failing_steps": len(failing),
         "steps": len(span),
         "ongoing": ongoing,
@@ -291,13 +292,15 @@ def _failing(
         "codes": {str(c): int(n) for c, n in zip(codes["code"], codes["count"], strict=True)},
     }
     critical = ongoing and row["recent_error_rate"] >= REWARD_ERROR_CRITICAL
-    if still:
+    if still and ongoing:
         when = "and is still failing"
+    elif still:
+        when = f"and has had no samples since step {last}"
     elif ongoing:
         when = f"and failed as late as step {last} ({evidence['recent_error_rate']:.0%} of recent samples)"
     else:
         when = f"and recovered after step {last}"
-    where = f"steps {first}-{last}" if first != last else f"step {first}"
+    where = evidence["steps_text"]
     detail = f"mostly {evidence['top_code']}"
     if len(failing) < len(span):
         detail += f"; {len(failing)} of those {len(span)} steps at {REWARD_ERROR_WARN:.0%} errors or more"
