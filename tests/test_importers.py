@@ -1179,11 +1179,20 @@ def test_a_full_disk_is_one_line_naming_the_run_and_what_it_holds(tmp_path, caps
     expected = (
         f"rlscope: {tmp_path / 'two'}: cannot write (No space left on device); nothing of this import was written\n"
     )
-    assert code == 1 and err == expected and not (tmp_path / "two" / "meta.json").exists()
+    assert code == 1 and err == expected and not (tmp_path / "two").exists()  # as before the import
     (tmp_path / "hand").mkdir()
     (tmp_path / "hand" / "meta.json").write_text('{"gpu": {"type": "H100"}}')  # written by hand: kept byte for byte
     code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "hand")
     assert code == 1 and (tmp_path / "hand" / "meta.json").read_text() == '{"gpu": {"type": "H100"}}'
+    assert os.listdir(tmp_path / "hand") == ["meta.json"]  # the steps folder it made is gone
+
+    def refuses(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sink_module, "write_atomic_bytes", refuses)  # meta.json cannot be put back either
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "hand")
+    assert code == 1 and err.endswith("; no steps were written, but meta.json holds this import's record\n")
+    assert json.loads((tmp_path / "hand" / "meta.json").read_text())["importer"]["name"] == "verl-log"
 
     calls.clear()
     sink = StepSink(tmp_path / "three", importer="verl-log", sources=["x"], flush_rows=2)

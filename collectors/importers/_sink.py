@@ -8,6 +8,7 @@ so memory stays bounded however long the input is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -148,6 +149,7 @@ class StepSink:
     ):
         self._loc = locate(run_dir)
         self._check_target()
+        self._made_dir = self._loc.fs.get_file_info(self._loc.path).type == pafs.FileType.NotFound
         self.strict = strict
         self.summary = ImportSummary(importer, self._loc.path, [_source_name(s) for s in sources])
         self._meta = dict(meta or {})
@@ -294,24 +296,28 @@ class StepSink:
         reason = exc.strerror or str(exc)
         if self._written_to is not None:
             held = f"steps up to {self._written_to} were written; import again into a new directory"
-        elif self._undo_meta():
+        elif self._undo():
             held = "nothing of this import was written"
         else:
             held = "no steps were written, but meta.json holds this import's record"
         return RunDirError(f"{self._loc.path}: cannot write ({reason}); {held}")
 
-    def _undo_meta(self) -> bool:
-        """Put meta.json back as it was before this import wrote any step (best effort)."""
-        if not self._meta_written:
-            return True
+    def _undo(self) -> bool:
+        """Put the run directory back as it was before this import wrote any step (best effort):
+        meta.json as it was, and the folders the import made, if empty, gone."""
         path = self._loc.join(META_FILE)
         try:
-            if self._meta_bytes_before is None:
+            if self._meta_written and self._meta_bytes_before is None:
                 self._loc.fs.delete_file(path)
-            else:
+            elif self._meta_written:
                 write_atomic_bytes(self._loc, path, self._meta_bytes_before)
         except OSError:
             return False
+        folders = [self._loc.join("steps")] + ([self._loc.path] if self._made_dir else [])
+        for folder in folders:
+            with contextlib.suppress(OSError):  # not empty (another writer), or already gone
+                if not self._loc.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+                    self._loc.fs.delete_dir(folder)
         return True
 
     def maybe_flush(self) -> None:
