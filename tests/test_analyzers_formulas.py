@@ -461,9 +461,10 @@ def test_run_facts_from_meta_spellings():
     f = RunFacts.from_meta(sim | {"model": {"active_params": 1.5e9}, "batch_size": 128, "group_size": 8})
     assert (f.n_gpus, f.peak_flops, f.active_params, f.sequences_per_step) == (8, 1e15, 1.5e9, 1024)
     assert not f.is_pooled
-    # verl's colocate_async: async on shared GPUs, so overlapped but not pooled
+    # verl's colocate_async: async in its samples, but its engines generate while the step waits in
+    # gen (trainer_colocate_async.py: on_sample_end puts them to sleep): not overlapped, not pooled
     f = RunFacts.from_meta({"gpu": {"count": 8}, "topology": "colocate_async", "split": {"rollout": 8, "train": 8}})
-    assert f.overlapped and not f.is_pooled
+    assert f.shares_gpus and f.kind == "async_streaming" and not f.overlapped and not f.is_pooled
 
 
 def test_recommendations_keep_three_figures_of_short_times():

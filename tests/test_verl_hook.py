@@ -264,7 +264,8 @@ def test_meta_counts_the_v1_async_trainers_gpus_and_topology():
     meta = meta_from_config(_v1_config("trainer.v1.trainer_mode=colocate_async", *pools))
     assert (meta["gpu"], meta["split"]) == ({"count": 4}, {"rollout": 4, "train": 4})
     facts = RunFacts.from_meta(meta)
-    assert facts.kind == "async_streaming" and facts.overlapped and not facts.is_pooled
+    # ...and its gen timer holds the generation, inside the step: not overlapped
+    assert facts.kind == "async_streaming" and facts.shares_gpus and not facts.overlapped and not facts.is_pooled
     meta = meta_from_config(_v1_config("trainer.v1.trainer_mode=sync", *pools))  # colocated, as verl defaults
     assert meta["gpu"] == {"count": 4} and "topology" not in meta and "split" not in meta
 

@@ -343,8 +343,10 @@ class RunFacts:
 
     @property
     def overlapped(self) -> bool:
-        """Generation runs beside the trainer's step rather than inside it."""
-        return self.kind in ("one_step_overlap", "async_streaming")
+        """Generation runs beside the trainer's step rather than inside it: not so on shared
+        GPUs (verl's ``colocate_async`` wakes its engines while the step waits in ``gen`` and
+        puts them to sleep before training, so ``gen`` times the rollout inside the step)."""
+        return self.kind in ("one_step_overlap", "async_streaming") and not self.shares_gpus
 
 
 class Trajectories:
