@@ -230,7 +230,7 @@ def test_a_straggler_among_fewer_than_10_trajectories_is_a_tail(tmp_path):
         ("colocated", "Async streaming or partial rollout stops the trainer waiting for them"),
         ("one_step_overlap", "One-step overlap still waits for them every step: async streaming or partial rollout"),
         ("async", "Async streaming already keeps the trainer from waiting for them"),
-        ("colocate_async", "take turns on the same GPUs, so the trainer still waits for them"),
+        ("colocate_async", "take turns on the same GPUs, so the GPUs train only once the batch is in"),
     ],
 )
 def test_the_long_tail_lever_depends_on_the_topology(tmp_path, topology, lever):

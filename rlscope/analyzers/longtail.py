@@ -178,9 +178,10 @@ def _levers(facts: RunFacts) -> str:
         )
     if facts.shares_gpus:
         return (
-            "Rollout and training take turns on the same GPUs, so the trainer still waits for them: partial rollout, "
-            "or async streaming on separate pools, stops it waiting; a lower max response length or turn limit "
-            "shortens them"
+            "Rollout and training take turns on the same GPUs, so the GPUs train only once the batch is in: partial "
+            "rollout (verl's colocate_async stops unfinished requests at each sample and resumes them later) keeps "
+            "the wait short, async streaming on separate pools removes it; a lower max response length or turn "
+            "limit shortens them"
         )
     if facts.kind == "one_step_overlap":
         return (
