@@ -9,11 +9,29 @@ light: it never imports pynvml, dash or Ray.
 from __future__ import annotations
 
 import os as _os
+from typing import TYPE_CHECKING, Any
 
-from rlscope.trace.reader import RunReader
-from rlscope.trace.recorder import Recorder
+if TYPE_CHECKING:
+    from rlscope.trace.reader import RunReader
+    from rlscope.trace.recorder import Recorder
 
 __all__ = ["Recorder", "RunReader", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Recorder`` and ``RunReader`` load pyarrow when first asked for, so that ``import
+    rlscope`` (every ``rlscope`` command starts with it) is over at once, before a Ctrl-C
+    could interrupt it with a traceback."""
+    if name == "Recorder":
+        from rlscope.trace.recorder import Recorder
+
+        return Recorder
+    if name == "RunReader":
+        from rlscope.trace.reader import RunReader
+
+        return RunReader
+    raise AttributeError(f"module 'rlscope' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

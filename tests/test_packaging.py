@@ -69,6 +69,11 @@ def test_import_rlscope_stays_light(tmp_path):
         "import sys, rlscope; print(sorted({'pandas', 'pyarrow.dataset', 'dash', 'pynvml', 'ray'} & set(sys.modules)))"
     )
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "[]"
+    # the console script imports rlscope.cli before main() can catch a Ctrl-C: nothing slow there
+    code = "import sys, rlscope.cli; print(sorted({'pyarrow', 'numpy'} & set(sys.modules)))"
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "[]"
+    code = "import rlscope; from rlscope import Recorder, RunReader; print(Recorder.__name__, RunReader.__name__)"
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader"
 
 
 @pytest.mark.parametrize(("env", "backend"), [(None, "jemalloc"), ("system", "system")])
