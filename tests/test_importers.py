@@ -1226,6 +1226,22 @@ def test_a_log_given_as_a_pipe_loses_no_line_to_the_look_at_its_head(tmp_path):
     assert value(steps(tmp_path / "run"), 1, "a") == 1.0
 
 
+def test_meta_given_that_disagrees_with_the_log_is_said_at_import(tmp_path, capsys):
+    # --meta alone is valid; with the 2 x 8 GPUs the launch command states, its split is not
+    log = tmp_path / "x.log"
+    log.write_text(
+        "python3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=8 trainer.nnodes=2\nstep:1 - timing_s/gen:1.0\n"
+    )
+    code, out, _ = run_cli(
+        capsys, "verl-log", log, "--out", tmp_path / "run", "--meta", '{"topology": "separated", "split": "4:4"}'
+    )
+    assert code == 0 and "meta.json: split 4:4 adds up to 8 GPUs, not the run's 16; the analyzers will ignore it" in out
+    code, out, _ = run_cli(
+        capsys, "verl-log", log, "--out", tmp_path / "ok", "--meta", '{"topology": "separated", "split": "12:4"}'
+    )
+    assert code == 0 and "the analyzers will ignore" not in out
+
+
 def test_a_meta_json_that_does_not_parse_is_never_replaced_by_an_import(tmp_path, capsys):
     log = tmp_path / "x.log"
     log.write_text("step:1 - timing_s/gen:1.5\n")

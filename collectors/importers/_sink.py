@@ -64,6 +64,7 @@ class ImportSummary:
     renamed: dict[str, str] = field(default_factory=dict)
     found_meta: dict[str, Any] = field(default_factory=dict)  # run facts the input stated (config, model size)
     notes: list[str] = field(default_factory=list)  # what was read but may not be whole
+    meta_problems: list[str] = field(default_factory=list)  # meta.json values the analyzers will ignore
     interrupted: bool = False
 
     def __str__(self) -> str:
@@ -88,6 +89,7 @@ class ImportSummary:
             )
             lines.append(f"  meta.json from the log: {facts}")
         lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  meta.json: {problem}; the analyzers will ignore it" for problem in self.meta_problems]
         if self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
@@ -339,10 +341,12 @@ class StepSink:
         s = self.summary
         s.keys, s.skipped, s.interrupted = len(self._keys), dict(self._skipped), interrupted
         if self._seq:
-            self._write_meta()
+            from rlscope.analyzers._data import meta_problems  # pandas: only once the import is done
+
+            s.meta_problems = meta_problems(self._write_meta())  # --meta with what the log states
         return s
 
-    def _write_meta(self) -> None:
+    def _write_meta(self) -> dict[str, Any]:
         # meta.json as it was before this import: each write states the facts found so far in
         # full, so a fact a later config no longer states does not linger from an earlier write
         if self._meta_before is None:
@@ -370,6 +374,7 @@ class StepSink:
         except OSError as exc:
             raise self._cannot_write(exc) from None
         self._meta_written = True
+        return meta
 
 
 def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

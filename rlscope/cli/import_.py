@@ -16,7 +16,8 @@ again after a restart is kept as attempt 1, 2, ... of that step. RUN_DIR must no
 steps table yet. A verl-log's config dump or launch command and its model-size lines give
 meta.json the batch shape, GPU count, model size and, for pooled trainers, the topology;
 --meta adds what the log does not say (the GPU model, the topology of a separated run: see
-docs/run-directory.md) and wins over what it does.
+docs/run-directory.md) and wins over what it does; a value the analyzers would then ignore
+(a split that does not add up to the GPUs the log states) is said in the summary.
 
 --follow keeps reading the last SOURCE as it grows (like tail -f), writing new steps every
 few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0); a line still
