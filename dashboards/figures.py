@@ -372,20 +372,20 @@ def idle_ratios(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
     if not runs:
         return placeholder("no fully_async/*/idle_ratio metrics: verl logs them only in async runs", title)
     fig = _figure(title, "step", "idle share of the step")
-    for i, (label, frame) in enumerate(runs.items()):
-        shown = thin(frame)
-        for role, dash in (("trainer", "solid"), ("rollouter", "dot")):
-            if role in shown:
-                name = role if len(runs) == 1 else f"{text(label)} · {role}"
-                fig.add_scatter(
-                    x=shown.index,
-                    y=shown[role],
-                    name=name,
-                    mode="lines+markers",
-                    line={"color": _color(i), "dash": dash},
-                )
+    _run_lines(fig, runs, ("trainer", "rollouter"))
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig
+
+
+def _run_lines(fig: go.Figure, runs: Mapping[str, pd.DataFrame], columns: tuple[str, str]) -> None:
+    """Each run's two ``columns`` by step, a solid and a dotted line in the run's colour."""
+    for i, (label, frame) in enumerate(runs.items()):
+        shown = thin(frame)
+        for column, dash in zip(columns, ("solid", "dot"), strict=True):
+            if column in shown:
+                name = column if len(runs) == 1 else f"{text(label)} · {column}"
+                line = {"color": _color(i), "dash": dash}
+                fig.add_scatter(x=shown.index, y=shown[column], name=name, mode="lines+markers", line=line)
 
 
 def staleness(runs: Mapping[str, pd.DataFrame], verl: Mapping[str, pd.DataFrame] | None = None) -> go.Figure:
@@ -420,18 +420,7 @@ def staleness(runs: Mapping[str, pd.DataFrame], verl: Mapping[str, pd.DataFrame]
 
 def _verl_staleness(runs: Mapping[str, pd.DataFrame], title: str) -> go.Figure:
     fig = _figure(title + " (verl's trajectory_staleness_worst)", "step", "policy versions behind")
-    for i, (label, frame) in enumerate(runs.items()):
-        shown = thin(frame)
-        for column, dash in (("mean", "solid"), ("max", "dot")):
-            if column in shown:
-                name = column if len(runs) == 1 else f"{text(label)} · {column}"
-                fig.add_scatter(
-                    x=shown.index,
-                    y=shown[column],
-                    name=name,
-                    mode="lines+markers",
-                    line={"color": _color(i), "dash": dash},
-                )
+    _run_lines(fig, runs, ("mean", "max"))
     fig.update_yaxes(rangemode="tozero")
     return fig
 
