@@ -43,7 +43,7 @@ FROM read_parquet('{run}/steps/*.parquet')
 WHERE key LIKE 'timing_s/%' AND key <> 'timing_s/step' AND value IS NOT NULL
 GROUP BY step ORDER BY step
 """
-# rlscope's t90 is the ceil(0.9 n)-th smallest finish time, which is DuckDB's quantile_disc
+# rlscope's t90 is the ceil(0.9 n)-th smallest finish time (for the 10 or more a step here), which is DuckDB's quantile_disc
 _FINISH = """
 SELECT step, quantile_disc(finish_time, 0.9) AS t90_s, max(finish_time) AS max_s, count(*) AS n
 FROM read_parquet('{run}/trajectories/*.parquet')

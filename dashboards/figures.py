@@ -265,8 +265,8 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
         y = np.arange(1, t.size + 1) / t.size
         keep = np.unique(np.linspace(0, t.size - 1, min(t.size, _CDF_POINTS)).round().astype(int))
         fig.add_scatter(x=t[keep], y=y[keep], name=text(label), mode="lines", line={"shape": "hv", "color": _color(i)})
-    if len(runs) == 1:
-        split = tail_split(next(iter(runs.values())))
+    split = tail_split(next(iter(runs.values()))) if len(runs) == 1 else None
+    if split is not None and not math.isnan(split.t_thr_s + split.t_tail_s):  # one trajectory: no t90
         fig.add_vline(x=split.t_thr_s, line={"dash": "dash", "color": "#E45756"})
         fig.add_annotation(
             x=split.t_thr_s,

@@ -254,20 +254,21 @@ def test_t90_uses_integer_ceil():
     assert longtail.tail_split(range(1, 12)).t_thr_s == 10
 
 
-def test_under_10_trajectories_the_tail_is_the_slowest_one_past_the_one_before():
+def test_under_10_trajectories_the_tail_is_read_off_the_last_two_finishes():
     # 9 trajectories: the slowest 10% is 0.9 of one, and ceil(0.9 * 9) = 9 would be the slowest
-    # itself (no tail ever). Finishing at 30, 32, ..., 44 s and 300 s: the last decodes alone
-    # from 44 s to 300 s. T_thr 44, T_tail 256, f = 256 / 300
+    # itself (no tail ever). t90 is read at 0.9 n = 8.1, between the 8th (44 s) and the 9th (300 s):
+    # T_tail = 0.1 n (t_n - t_(n-1)) = 0.9 x 256 = 230.4 s, T_thr = 69.6 s
     s = longtail.tail_split([30, 32, 34, 36, 38, 40, 42, 44, 300])
-    assert (s.rollout_s, s.t_thr_s, s.t_tail_s) == (300, 44, 256)
-    assert s.tail_share == pytest.approx(256 / 300)
-    # 2 trajectories at 10 and 25 s: T_thr 10, T_tail 15
-    assert (longtail.tail_split([25, 10]).t_thr_s, longtail.tail_split([25, 10]).t_tail_s) == (10, 15)
+    assert (s.rollout_s, s.t_thr_s, s.t_tail_s) == (300, pytest.approx(69.6), pytest.approx(230.4))
+    assert s.tail_share == pytest.approx(230.4 / 300)
+    # no straggler, finishes spread evenly: 10% whatever the count, as with many trajectories
+    for n in (2, 3, 5, 9, 10, 20):
+        assert longtail.tail_split([100 * i / n for i in range(1, n + 1)]).tail_share == pytest.approx(0.1)
     # one trajectory: nothing waits for it, no tail to measure
     one = longtail.tail_split([7.0])
     assert one.rollout_s == 7.0 and math.isnan(one.t_tail_s) and math.isnan(one.tail_share)
     # the simulator's ground truth keeps the same convention
-    assert simulator.t90([30, 32, 34, 36, 38, 40, 42, 44, 300]) == 44
+    assert simulator.t90([30, 32, 34, 36, 38, 40, 42, 44, 300]) == pytest.approx(69.6)
     assert simulator.t90(range(1, 11)) == 9 and math.isnan(simulator.t90([7.0]))
 
 

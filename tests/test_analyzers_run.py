@@ -210,17 +210,22 @@ def test_longtail_measured_from_trajectories(tmp_path):
 
 
 def test_a_straggler_among_fewer_than_10_trajectories_is_a_tail(tmp_path):
-    # 9 trajectories a step, 8 done by 44 s and one at 300 s: T_thr 44, T_tail 256, f = 256 / 300
-    # (>= 0.5: critical); the finding says the tail is the slowest trajectory's
+    # 9 trajectories a step, 8 done by 44 s and one at 300 s: T_tail = 0.9 x 256 = 230.4 s,
+    # f = 230.4 / 300 = 77% (>= 0.5: critical); the finding says how the tail was read
     rows = finish_rows([30, 32, 34, 36, 38, 40, 42, 44, 300])
     steps = {s: {"timing_s/gen": 300.0, "timing_s/update_actor": 30.0} for s in range(4)}
     r = longtail.analyze(make_run(tmp_path / "r", {}, steps, dict.fromkeys(range(4), rows)))
-    assert (r.t_thr_s, r.t_tail_s, r.tail_share) == (44, 256, pytest.approx(256 / 300))
+    assert (r.t_thr_s, r.t_tail_s, r.tail_share) == (pytest.approx(69.6), pytest.approx(230.4), pytest.approx(0.768))
     (f,) = [f for f in r.findings if f.id == "long-tail-dominates"]
     assert f.severity is Severity.CRITICAL
     assert f.title == (
-        "the slowest 10% of trajectories take 85% of rollout time (measured; as few as 9 trajectories a step: "
-        "the tail is the slowest one past the one before)"
+        "the slowest 10% of trajectories take 77% of rollout time (measured; as few as 9 trajectories a step: "
+        "the tail is read off the last two finishes)"
+    )
+    # three even finishes a step: 10%, no finding (the slowest one alone would have said 33%)
+    even = make_run(tmp_path / "even", {}, steps, dict.fromkeys(range(4), finish_rows([100, 200, 300])))
+    assert longtail.analyze(even).tail_share == pytest.approx(0.1) and "long-tail-dominates" not in ids(
+        longtail.analyze(even)
     )
 
 

@@ -241,6 +241,14 @@ def test_a_run_without_sample_versions_draws_verl_s_own_lag(tmp_path):
     assert "trajectory_staleness_worst" in fig.layout.title.text
 
 
+def test_a_step_of_one_trajectory_draws_no_t90():
+    fig = figures.finish_cdf({"run": np.array([7.0])}, 3)
+    assert len(fig.data) == 1 and not fig.layout.shapes and not fig.layout.annotations
+    fig = figures.finish_cdf({"run": np.array([30, 32, 34, 36, 38, 40, 42, 44, 300.0])}, 3)
+    (line,) = fig.layout.shapes  # t90 read at 0.9 n between the last two: 44 + 0.1 x 256
+    assert line.x0 == pytest.approx(69.6) and "the last 77% of the rollout" in fig.layout.annotations[0].text
+
+
 def test_staleness_vs_length_shows_longer_answers_are_staler(runs):
     run = runs["async-drift"]
     fig = figures.staleness_vs_length({run.label: run.lag_lengths()})

@@ -126,6 +126,20 @@ def test_recent_phase_shares_are_the_headline_s_ratio_of_means(tmp_path, capsys)
     assert shares["gen"] == pytest.approx(50 / 60) and shares["update_actor"] == pytest.approx(5 / 60)
 
 
+def test_one_trajectory_a_step_has_no_tail_and_says_why(tmp_path, capsys):
+    run = str(tmp_path / "one")
+    with Recorder(run) as rec:
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 10, "timing_s/update_actor": 5, "timing_s/step": 16})
+            rec.log_trajectories(step, [{"finish_time": 9.0}])
+    code, doc = _run_json(capsys, run)
+    assert code == 0 and doc["headline"]["tail_share"] is None and doc["long_tail"]["per_step"][0]["n"] == 1
+    assert main(["diagnose", run]) == 0
+    assert "n/a (one trajectory a step: no slowest 10% to wait for)" in capsys.readouterr().out
+    assert main(["diagnose", run, "--format", "html"]) == 0
+    assert "90% finished" not in capsys.readouterr().out  # no t90 to mark
+
+
 def _hostile_run(tmp_path) -> str:
     """A failing reward source and a metric key whose names are markup."""
     run = str(tmp_path / "hostile")

@@ -9,13 +9,13 @@ began; aborted trajectories are left out, they finish in a later step). Per step
 - T_thr = t90 (the throughput part), T_tail = max - t90;
 - tail share f = T_tail / (T_thr + T_tail): the share of rollout time taken by the slowest 10%.
 
-With fewer than 10 trajectories the slowest 10% is less than one trajectory and ceil(0.9 n) = n
-would make every tail 0. The tail is then the slowest trajectory's time past the one before
-it, k = n - 1: the time it decodes alone while the rest of the GPUs wait, tail in DOMAIN's
-sense whatever the count (9 trajectories at 30..44 s and one at 300 s: T_thr 44, T_tail 256).
-In all, k = min(ceil(0.9 n), n - 1), which for n >= 10 is ceil(0.9 n). A step with a single
-trajectory has no tail to measure (NaN). The long-tail finding says when the recent steps
-hold fewer than 10 trajectories.
+With fewer than 10 trajectories the slowest 10% is 0.1 n of one trajectory, and ceil(0.9 n) = n
+would make every tail 0, a straggler's too. t90 is then read off the finish times at 0.9 n,
+between the last two: T_tail = 0.1 n (t_n - t_(n-1)), the slowest trajectory's time alone past
+the one before, pro rata. Finishes spread evenly give 10%, as with many trajectories; 9 at
+30..44 s and one at 300 s give T_tail = 0.9 x 256 = 230 s. For n >= 10, 0.9 n falls on or
+before the ceil(0.9 n)-th, so nothing changes there. A step with a single trajectory has no
+tail to measure (NaN). The long-tail finding says when recent steps hold fewer than 10.
 
 Without trajectories the split is estimated from verl's ``response_length/mean``,
 ``response_length/max``, ``response_length/clip_ratio`` and ``timing_s/gen`` (``estimated``
@@ -76,11 +76,16 @@ def _split(t: np.ndarray) -> TailSplit:
     """:func:`tail_split` of finite times."""
     if t.size == 0:
         return TailSplit(math.nan, math.nan, math.nan)
-    if t.size == 1:  # nothing waits for the one trajectory: no tail to measure
+    n = t.size
+    if n == 1:  # nothing waits for the one trajectory: no tail to measure
         return TailSplit(float(t[0]), math.nan, math.nan)
-    # ceil(0.9 n) in integers (0.9 * 70 is 63.00000000000001), and at least the slowest one out
-    k = min((9 * t.size + 9) // 10, t.size - 1)
-    t = np.partition(t, (k - 1, t.size - 1))  # the two order statistics, without a full sort
+    if n < 10:  # the slowest 10% is 0.1 n of the slowest one: its time past the one before, pro rata
+        t = np.partition(t, (n - 2, n - 1))
+        last = float(t[-1])
+        tail = 0.1 * n * (last - float(t[-2]))
+        return TailSplit(last, last - tail, tail)
+    k = (9 * n + 9) // 10  # ceil(0.9 n) in integers: 0.9 * 70 is 63.00000000000001
+    t = np.partition(t, (k - 1, n - 1))  # the two order statistics, without a full sort
     t90, last = float(t[k - 1]), float(t[-1])
     return TailSplit(last, t90, last - t90)
 
@@ -200,8 +205,9 @@ def _findings(r: LongTailResult, facts: RunFacts | None = None) -> list[Finding]
     how = " (estimated from response lengths; log trajectories to measure it)" if r.estimated else ""
     basis = "estimated from response lengths" if r.estimated else "measured"
     few = recent(r.per_step)["n"] if not r.estimated and not r.per_step.empty else pd.Series(dtype=float)
+    few = few[few >= 2]  # a step of one trajectory has no tail, and none in the share
     if few.notna().any() and few.min() < 10:  # the slowest 10% is less than one trajectory
-        basis += f"; as few as {few.min():.0f} trajectories a step: the tail is the slowest one past the one before"
+        basis += f"; as few as {few.min():.0f} trajectories a step: the tail is read off the last two finishes"
     if r.tail_share >= LONG_TAIL_WARN:
         severity = Severity.CRITICAL if r.tail_share >= LONG_TAIL_CRITICAL and not r.estimated else Severity.WARN
         rollout = r.t_thr_s + r.t_tail_s

@@ -90,6 +90,9 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
     if head["tail_share"] is None:
         tail = "n/a (needs trajectory finish times, or response_length/mean, response_length/max and timing_s/gen)"
+        measured = [r["n"] for r in doc["long_tail"]["per_step"] if r.get("n") is not None]
+        if measured and max(measured) <= 1:
+            tail = "n/a (one trajectory a step: no slowest 10% to wait for)"
     basis = {
         "sum of stage timers": "; the sum of its stage timers, no timing_s/step",
         "mixed": "; timing_s/step, else the sum of the stage timers",

@@ -8,6 +8,7 @@ plotly, which renders a subset of HTML in labels.
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import plotly.graph_objects as go
@@ -66,9 +67,12 @@ def finish_cdf(reader: RunReader, d: Diagnosis) -> go.Figure | None:
         return None
     fig = go.Figure(go.Scatter(x=t, y=np.arange(1, t.size + 1) / t.size, mode="lines", name="finished"))
     row = d.longtail.per_step.loc[step]
-    fig.add_vline(x=row["t_thr_s"], line_dash="dash", annotation_text="90% finished")
+    title = f"Trajectory finish times, step {step}"
+    if not math.isnan(row["tail_share"]):  # one trajectory: no slowest 10% to mark
+        fig.add_vline(x=row["t_thr_s"], line_dash="dash", annotation_text="90% finished")
+        title += f": the slowest 10% take {row['tail_share']:.0%} of rollout"
     fig.update_layout(
-        title=f"Trajectory finish times, step {step}: the slowest 10% take {row['tail_share']:.0%} of rollout",
+        title=title,
         xaxis_title="seconds since rollout start",
         yaxis_title="share finished",
         **_LAYOUT,

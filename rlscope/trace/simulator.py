@@ -365,12 +365,14 @@ def get_scenario(name: str) -> Scenario:
 
 
 def t90(finish_times: Sequence[float] | np.ndarray) -> float:
-    """Time by which 90% of a step's trajectories have finished: the ceil(0.9 n)-th smallest,
-    and at least the slowest one out (the (n - 1)-th when n < 10); NaN for one trajectory."""
+    """Time by which 90% of a step's trajectories have finished: the ceil(0.9 n)-th smallest;
+    with n < 10, read at 0.9 n between the last two (t_n - 0.1 n (t_n - t_(n-1))); NaN for one."""
     f = np.sort(np.asarray(finish_times, dtype=np.float64))
     if f.size < 2:
         return math.nan
-    return float(f[min((9 * f.size + 9) // 10, f.size - 1) - 1])
+    if f.size < 10:
+        return float(f[-1] - 0.1 * f.size * (f[-1] - f[-2]))
+    return float(f[(9 * f.size + 9) // 10 - 1])
 
 
 def balanced_split(n: int, t_thr: float, t_tail: float, t_train: float, *, one_step: bool) -> tuple[int, int]:
