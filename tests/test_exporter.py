@@ -343,6 +343,16 @@ def test_every_metric_is_described_without_reading(tmp_path):
     assert collector.states[0].reader is None
 
 
+def test_a_colocate_async_run_has_no_split_to_recommend(tmp_path):
+    meta = {"gpu": {"type": "H100", "count": 8}, "topology": "colocate_async", "split": {"rollout": 8, "train": 8}}
+    with Recorder(tmp_path / "ca", meta=meta) as rec:  # its GPUs take turns: no pools to size
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 50.0, "timing_s/step": 152.0})
+    registry, _ = _registry(tmp_path / "ca")
+    assert _value(registry, "rlscope_last_step", "ca") == 3.0
+    assert _value(registry, "rlscope_recommended_gpus", "ca", role="rollout") is None
+
+
 def test_simulated_pooled_run_recommends_a_split(tmp_path):
     simulate("separated-8b", 2, tmp_path / "sep")
     registry, _ = _registry(tmp_path / "sep")

@@ -203,7 +203,8 @@ class TopologyResult:
     colocated), ``step_s``, ``speedup`` over the current topology's predicted step.
     ``splits``: :func:`split_table`. ``async_speedup`` and ``overlap_bound`` as defined above.
     ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``.
-    ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``).
+    ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``),
+    whose ``current`` is then ``colocated``: its GPU time is the colocated row's.
     """
 
     model: StepModel | None
@@ -220,13 +221,8 @@ class TopologyResult:
 
     @property
     def step_now_s(self) -> float:
-        """The model's step time for the current topology and split (NaN if the split is unknown);
-        async on shared GPUs takes turns on them, so its step is the colocated one."""
-        if self.model is None:
-            return math.nan
-        if self.shared:
-            return step_time(self.model, "colocated")
-        if self.current != "colocated" and self.n_rollout is None:
+        """The model's step time for the current topology and split (NaN if the split is unknown)."""
+        if self.model is None or (self.current != "colocated" and self.n_rollout is None):
             return math.nan
         return step_time(self.model, self.current, self.n_rollout)
 
@@ -333,7 +329,9 @@ def analyze(
     anatomy = anatomy or _anatomy.analyze(frames)
     longtail = longtail or _longtail.analyze(frames)
     facts = frames.facts
-    current = facts.kind
+    # async on shared GPUs takes turns on them, its rollout, tail included, alternating with the
+    # learner: in GPU time it is the colocated row, which the async streaming row is compared with
+    current = "colocated" if facts.shares_gpus else facts.kind
     n_r, n_t = (facts.rollout_gpus, facts.train_gpus) if facts.is_pooled else (None, None)
     model = measure(frames, anatomy, longtail)
     if model is None:
@@ -342,8 +340,6 @@ def analyze(
         result.findings.extend(_idle_findings(frames.steps))
         return result
     rows = {"colocated": (math.nan, math.nan, step_time(model, "colocated"))}
-    # async on shared GPUs takes turns on them: its rollout, tail included, alternates with the learner
-    sides = "colocated" if facts.shares_gpus else current
     for topology in POOLED if model.n_gpus > 1 else ():  # one GPU cannot be split into two pools
         best = best_split(model, topology)
         rows[topology] = (best.n_rollout, best.n_train, best.step_s)
@@ -357,7 +353,7 @@ def analyze(
         what_if,
         split_table(model),
         async_speedup(model.tail_share, model.t_gen_s, model.t_train_s),
-        overlap_bound(*sides_now(model, n_r, n_t, sides)),
+        overlap_bound(*sides_now(model, n_r, n_t, current)),
         float(recent(anatomy.seconds["step"]).mean()),
         shared=facts.shares_gpus,
     )

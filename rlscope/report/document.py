@@ -89,7 +89,7 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "active_params": facts.active_params,
         "gpu_type": facts.gpu_type,
         "gpu_count": facts.n_gpus,
-        "topology": d.topology.current,
+        "topology": "colocate_async" if d.topology.shared else d.topology.current,
         "split": None
         if d.topology.n_rollout is None
         else {"rollout": d.topology.n_rollout, "train": d.topology.n_train},
@@ -210,6 +210,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
         },
         "topology": {
             "current": d.topology.current,
+            "shared": d.topology.shared,
             # GPU counts as whole numbers (null for colocated), as in best_topology
             "what_if": d.topology.what_if.astype({"n_rollout": "Int64", "n_train": "Int64"}),
             "async_speedup": d.topology.async_speedup,
