@@ -477,6 +477,11 @@ def test_pooled_async_without_idle_ratios_is_measured_as_a_synchronous_rollout(t
     m = mfu.analyze(run)
     assert m.waterfall["long_tail"] == pytest.approx(100 * 4 * 40 / (8 * 102))
     assert m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu)
+    # finish times reaching back past the step (100 s) against a gen timer of 50 s: the timer is the
+    # pool's time, split by the measured tail share 0.4: 4 GPUs x 20 s of tail, not 4 x 40 s
+    steps = {s: {**ASYNC_STEP, "timing_s/gen": 50.0, "timing_s/step": 102.0} for s in range(8)}
+    run = make_run(tmp_path / "short", meta, steps, dict.fromkeys(range(8), finish_rows(ASYNC_FINISH)))
+    assert mfu.analyze(run).waterfall["long_tail"] == pytest.approx(100 * 4 * 20 / (8 * 102))
 
 
 def test_mfu_of_an_overlapped_run_without_a_split_is_over_the_whole_step(tmp_path):

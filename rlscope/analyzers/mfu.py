@@ -322,8 +322,9 @@ def _step_ledger(
     rollout_s: float,
 ) -> list[LedgerEntry]:
     """One step's ledger: ``tail`` share of generation, and when pooled the rollout pool's busy
-    time: the measured ``rollout_s`` (at most the step), or under async streaming with the
-    rollouter idle ratio logged ``busy_share`` of the step (see :func:`topology.async_busy_share`)."""
+    time: the measured ``rollout_s`` (at most the step); under async streaming ``busy_share`` of
+    the step where verl logs the rollouter idle ratio (see :func:`topology.async_busy_share`),
+    else the ``gen`` timer, as :func:`topology.async_throughput_s` takes it."""
     peak = float(facts.peak_flops or math.nan)
     if not facts.is_pooled:
         n = int(facts.n_gpus or 0)
@@ -331,6 +332,8 @@ def _step_ledger(
     if facts.kind == "async_streaming" and busy_share is not None:
         rollout_s, tail_s = busy_share * sec["step"], 0.0
     else:
+        if facts.kind == "async_streaming":  # finish times reach back over earlier steps: the timer
+            rollout_s = sec["gen"]
         rollout_s = min(rollout_s, sec["step"])
         tail_s = tail * rollout_s
     return ledger(
