@@ -65,8 +65,8 @@ _ENTRIES = (
         "while the GPUs wait for the longest). Adding GPUs shrinks only the throughput part. Levers: async "
         "streaming or partial rollout (the trainer stops waiting for the last trajectories), a lower "
         "max response length or turn limit, or over-sampling and dropping the slowest requests. Under async "
-        "streaming the trainer already does not wait for them: there the longest answers are the stalest "
-        "samples, and partial rollout or a lower length limit shortens them.",
+        "streaming on separate pools the trainer already does not wait for them: there the longest answers "
+        "are the stalest samples, and partial rollout or a lower length limit shortens them.",
     ),
     Entry(
         "long-tail-growing",
@@ -204,8 +204,8 @@ _ENTRIES = (
         "of synchronous RL, where the trainer waits for rollout (49.5% of each step in ThunderSyncRL's "
         "SWE-smith runs, up to 81% elsewhere). Check the per-phase idle table: idle during gen means the "
         "trainer waits for the tail. Overlap rollout and training, or cut the tail. A run that already "
-        "overlaps them (one-step overlap, async streaming) waits because its rollout pool is too slow for the "
-        "trainer: move GPUs to rollout (one-step overlap also still waits for the tail).",
+        "overlaps them (one-step overlap, async streaming on separate pools) waits because its rollout pool is "
+        "too slow for the trainer: move GPUs to rollout (one-step overlap also still waits for the tail).",
     ),
     Entry(
         "logprob-mismatch-high",

@@ -205,8 +205,8 @@ def _learner_waits(facts: RunFacts) -> str:
     if facts.shares_gpus:
         return (
             "rollout and training take turns on the same GPUs, so the learner idles while they decode. "
-            "Cut the long tail (partial rollout, a lower max response length) or move to separate pools with "
-            "async streaming;"
+            "Cut the long tail (a lower max response length or turn limit; verl's colocate_async already stops "
+            "unfinished requests at each sample) or move to separate pools with async streaming;"
         )
     if facts.kind == "one_step_overlap":
         return (
