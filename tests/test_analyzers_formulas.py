@@ -15,7 +15,7 @@ import pytest
 
 from rlscope.advice import CATALOGUE, Finding, Severity, finding
 from rlscope.analyzers import longtail, mfu, staleness, sync_balance, topology
-from rlscope.analyzers._data import RunFacts, topology_kind, trend, wide_steps
+from rlscope.analyzers._data import RunFacts, meta_problems, topology_kind, trend, wide_steps
 from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, gpu_model, peak_flops
 from rlscope.trace import simulator
 
@@ -466,6 +466,10 @@ def test_run_facts_from_meta_spellings():
     # gen (trainer_colocate_async.py: on_sample_end puts them to sleep): not overlapped, not pooled
     f = RunFacts.from_meta({"gpu": {"count": 8}, "topology": "colocate_async", "split": {"rollout": 8, "train": 8}})
     assert f.shares_gpus and f.kind == "async_streaming" and not f.overlapped and not f.is_pooled
+    # a split of half the GPUs each is no pool either, and is said to be wrong
+    halves = {"gpu": {"count": 8}, "topology": "colocate_async", "split": "4:4"}
+    assert not RunFacts.from_meta(halves).is_pooled
+    assert meta_problems(halves) == ["split 4:4 of a colocate_async run, whose rollout and training share all 8 GPUs"]
 
 
 def test_recommendations_keep_three_figures_of_short_times():

@@ -497,7 +497,7 @@ def test_mfu_of_an_overlapped_run_without_a_split_is_over_the_whole_step(tmp_pat
     # alike to the 816 - 1.848 the step leaves; the tail's 8 x 40 of 8 x 152 - 1.848 lost
     assert m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu) and m.waterfall["idle_other"] == pytest.approx(0)
     assert m.waterfall["long_tail"] == pytest.approx(100 * (8 * 40) / (8 * 152 - useful) * (budget - useful) / budget)
-    assert m.scaled and "no rollout:train split in meta.json" in m.findings[0].recommendation
+    assert m.scaled and "no usable rollout:train split in meta.json" in m.findings[0].recommendation
 
 
 def test_a_best_topology_is_a_gain_only_against_the_model_s_step_now(tmp_path):

@@ -234,8 +234,12 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
         )
     facts = RunFacts.from_meta(meta)
     n_r, n_t = facts.rollout_gpus, facts.train_gpus
-    pooled = facts.kind != "colocated" and not facts.shares_gpus  # colocate_async: both pools are all GPUs
-    if pooled and n_r and n_t and facts.n_gpus and n_r + n_t != facts.n_gpus:
+    if facts.shares_gpus and n_r and n_t and facts.n_gpus and not n_r == n_t == facts.n_gpus:
+        # colocate_async: both sides are all GPUs, taking turns
+        out.append(
+            f"split {n_r}:{n_t} of a colocate_async run, whose rollout and training share all {facts.n_gpus} GPUs"
+        )
+    elif facts.kind != "colocated" and n_r and n_t and facts.n_gpus and n_r + n_t != facts.n_gpus:
         out.append(f"split {n_r}:{n_t} adds up to {n_r + n_t} GPUs, not the run's {facts.n_gpus}")
     threshold = meta.get("max_off_policy_threshold")
     if threshold is not None and off_policy_threshold(meta) is None:
@@ -333,7 +337,7 @@ class RunFacts:
         (verl's ``colocate_async`` is async on shared GPUs: not pooled.)
         """
         n_r, n_t = self.rollout_gpus, self.train_gpus
-        return self.kind != "colocated" and bool(n_r and n_t) and n_r + n_t == self.n_gpus
+        return self.kind != "colocated" and not self.shares_gpus and bool(n_r and n_t) and n_r + n_t == self.n_gpus
 
     @property
     def shares_gpus(self) -> bool:

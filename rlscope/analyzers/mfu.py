@@ -410,7 +410,7 @@ def _findings(r: MFUResult, *, unknown_split: bool = False) -> list[Finding]:
                 + (
                     ". The phases take more GPU time than the steps hold"
                     + (
-                        " (generation beside the step, with no rollout:train split in meta.json to charge each pool "
+                        " (generation beside the step, with no usable rollout:train split in meta.json to charge each pool "
                         "its own time)"
                         if unknown_split
                         else " (stage timers that overlap)"
