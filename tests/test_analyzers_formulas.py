@@ -466,6 +466,10 @@ def test_run_facts_from_meta_spellings():
     # gen (trainer_colocate_async.py: on_sample_end puts them to sleep): not overlapped, not pooled
     f = RunFacts.from_meta({"gpu": {"count": 8}, "topology": "colocate_async", "split": {"rollout": 8, "train": 8}})
     assert f.shares_gpus and f.kind == "async_streaming" and not f.overlapped and not f.is_pooled
+    assert (
+        meta_problems({"gpu": {"count": 8}, "topology": "colocate_async", "split": "8:8"}) == []
+    )  # as verl's hook writes
+    assert meta_problems({"topology": "colocate_async", "split": "8:8"}) == []  # no count: the split gives it
     # a split of half the GPUs each is no pool either, and is said to be wrong
     halves = {"gpu": {"count": 8}, "topology": "colocate_async", "split": "4:4"}
     assert not RunFacts.from_meta(halves).is_pooled

@@ -412,7 +412,11 @@ def test_topology_colocate_async_has_no_split_to_move(tmp_path):
     assert ids(r) == ["async-recommended"] and r.what_if.loc["async_streaming", "n_rollout"] == 42
     doc = build_document(analyze_run(run), RunReader(run), run)
     assert doc["run"]["topology"] == "colocate_async" and doc["topology"]["current"] == "colocated"
-    assert doc["topology"]["shared"] is True and doc["run"]["split"] is None
+    assert doc["topology"]["shared"] is True and doc["run"]["split"] is None and doc["run"]["warnings"] == []
+    # without a GPU count there is no model, and the run is still said to be colocate_async
+    bare = make_run(tmp_path / "bare", {"topology": "colocate_async"}, {0: EIGHT_B_STEP})
+    doc = build_document(analyze_run(bare), RunReader(bare), bare)
+    assert doc["run"]["topology"] == "colocate_async" and doc["topology"]["shared"] is True
 
 
 # 8 GPUs; per step gen 100 s, old_log_prob 10, ref 10, update_actor 30, update_weights 2.

@@ -239,7 +239,14 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
         out.append(
             f"split {n_r}:{n_t} of a colocate_async run, whose rollout and training share all {facts.n_gpus} GPUs"
         )
-    elif facts.kind != "colocated" and n_r and n_t and facts.n_gpus and n_r + n_t != facts.n_gpus:
+    elif (
+        not facts.shares_gpus
+        and facts.kind != "colocated"
+        and n_r
+        and n_t
+        and facts.n_gpus
+        and n_r + n_t != facts.n_gpus
+    ):
         out.append(f"split {n_r}:{n_t} adds up to {n_r + n_t} GPUs, not the run's {facts.n_gpus}")
     threshold = meta.get("max_off_policy_threshold")
     if threshold is not None and off_policy_threshold(meta) is None:

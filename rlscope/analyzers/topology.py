@@ -336,7 +336,9 @@ def analyze(
     model = measure(frames, anatomy, longtail)
     if model is None:
         empty = pd.DataFrame(columns=["n_rollout", "n_train", "step_s", "speedup"])
-        result = TopologyResult(None, current, n_r, n_t, empty, pd.DataFrame(), math.nan, math.nan)
+        result = TopologyResult(
+            None, current, n_r, n_t, empty, pd.DataFrame(), math.nan, math.nan, shared=facts.shares_gpus
+        )
         result.findings.extend(_idle_findings(frames.steps))
         return result
     rows = {"colocated": (math.nan, math.nan, step_time(model, "colocated"))}
