@@ -30,10 +30,10 @@ work: MFU stays useful / (n x step x peak) and the points still add up to 100 - 
 In pooled topologies (separated / async with a known split) generation runs on the n_r
 rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is the
 rollout time from trajectories, else ``timing_s/gen``, at most the step. Under async streaming
-with verl's rollouter idle ratio logged it is ``(1 - fully_async/rollouter/idle_ratio) * step``
-(a trajectory's finish time counts from a submit steps earlier), and as async streaming hides
-the tail it is charged no tail; without the ratio it is measured as for a synchronous pooled
-run, the rollout time at most the step, split by its tail share (as ``topology.async_throughput_s``).
+it is ``(1 - fully_async/rollouter/idle_ratio) * step``, or the whole step when the ratio is
+not logged (a trajectory's finish time then counts from a submit steps earlier, and the
+trainer's ``gen`` timer is its wait for samples); async streaming hides the tail, so it is
+charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as colocated.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
-from rlscope.analyzers.topology import async_busy_share, logs_rollouter_idle
+from rlscope.analyzers.topology import async_busy_share
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -254,7 +254,7 @@ def analyze(
     tokens_at = tokens.to_dict()
     tails = longtail.per_step["tail_share"].to_dict()
     rollouts = longtail.per_step["rollout_s"].to_dict()
-    busy = async_busy_share(frames.steps).to_dict() if logs_rollouter_idle(frames.steps) else {}
+    busy = async_busy_share(frames.steps).to_dict()
     rows, ledgers, stage_eta = {}, {}, {}
     for step in steps:
         sec = seconds[step]
@@ -265,7 +265,7 @@ def analyze(
             sec,
             flops,
             tail=0.0 if math.isnan(tail) else tail,
-            busy_share=busy.get(step),
+            busy_share=busy.get(step, 1.0),
             rollout_s=rollouts.get(step, sec["gen"]),
         )
         mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
@@ -318,22 +318,19 @@ def _step_ledger(
     flops: Mapping[str, float],
     *,
     tail: float,
-    busy_share: float | None,
+    busy_share: float,
     rollout_s: float,
 ) -> list[LedgerEntry]:
     """One step's ledger: ``tail`` share of generation, and when pooled the rollout pool's busy
-    time: the measured ``rollout_s`` (at most the step); under async streaming ``busy_share`` of
-    the step where verl logs the rollouter idle ratio (see :func:`topology.async_busy_share`),
-    else the ``gen`` timer, as :func:`topology.async_throughput_s` takes it."""
+    time: the measured ``rollout_s`` (at most the step), or under async streaming ``busy_share``
+    of the step (see :func:`topology.async_busy_share`), the tail being hidden."""
     peak = float(facts.peak_flops or math.nan)
     if not facts.is_pooled:
         n = int(facts.n_gpus or 0)
         return ledger(sec, flops, tail_s=tail * sec["gen"], peak=peak, n_rollout=n, n_train=n)
-    if facts.kind == "async_streaming" and busy_share is not None:
+    if facts.kind == "async_streaming":
         rollout_s, tail_s = busy_share * sec["step"], 0.0
     else:
-        if facts.kind == "async_streaming":  # finish times reach back over earlier steps: the timer
-            rollout_s = sec["gen"]
         rollout_s = min(rollout_s, sec["step"])
         tail_s = tail * rollout_s
     return ledger(

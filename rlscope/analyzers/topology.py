@@ -63,7 +63,6 @@ __all__ = [
     "balanced_ratio",
     "best_split",
     "idle_imbalance",
-    "logs_rollouter_idle",
     "measure",
     "overlap_bound",
     "sides_now",
@@ -236,8 +235,7 @@ class TopologyResult:
 
 def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     """Per step of an async run, the share of the step the rollout pool is busy: 1 - verl's
-    rollouter idle ratio, or 1 when the run never logs it (never idle: an upper bound, which
-    :func:`async_throughput_s` tightens with the generation timer).
+    rollouter idle ratio, or 1 when the run never logs it (never idle: an upper bound).
 
     A trajectory's finish time counts from the earliest submit of the batch it joined, which
     under async streaming reaches back over earlier steps, so finish times cannot give it.
@@ -248,32 +246,25 @@ def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     return 1.0 - steps[ROLLOUTER_IDLE].ffill().bfill()
 
 
-def logs_rollouter_idle(steps: pd.DataFrame) -> bool:
-    """Whether the run logs verl's rollouter idle ratio at any step."""
-    return ROLLOUTER_IDLE in steps and bool(steps[ROLLOUTER_IDLE].notna().any())
-
-
 def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.Series) -> pd.Series:
     """Per step of an async run (index of ``groups``, :func:`anatomy.group_seconds`), the
     throughput part T_thr of its generation: seconds on the GPUs it ran on (the rollout pool
     when pooled), before scaling to all GPUs.
 
-    - Separate pools with verl's rollouter idle ratio: the pool's busy time,
-      :func:`async_busy_share` x step (finish times reach back over earlier steps).
-    - Otherwise (no ratio logged, or rollout taking turns with training on shared GPUs): as for a
-      synchronous run, the ``gen`` timer less the tail share f of that step (``tail_shares``),
-      gen (1 - f), and never more than the step, as no pool is busy longer than the wall clock
-      (a gen window reaching back over earlier steps is cut to the step). A step without a gen
-      timer takes the whole step (never idle: an upper bound).
+    - Separate pools: the pool's busy time, :func:`async_busy_share` x step, from verl's
+      rollouter idle ratio, else the whole step (never idle: an upper bound). Their trainer's
+      ``gen`` timer is its wait for samples (verl: ``trainer/idle_ratio = gen / step``), not the
+      pool's time, and finish times reach back over earlier steps.
+    - Shared GPUs (verl's ``colocate_async``): the engines generate while the step waits in
+      ``gen``, so as for a synchronous run, the ``gen`` timer less the tail share f of that step
+      (``tail_shares``), at most the step; a step without a gen timer takes the whole step.
     """
     step = groups["step"]
-    gen = groups["generation"].where(groups["generation"] > 0)
-    f = tail_shares.reindex(groups.index).fillna(0.0)
-    thr = (gen * (1.0 - f)).clip(upper=step).fillna(step)
-    if frames.facts.is_pooled and logs_rollouter_idle(frames.steps):
-        busy = async_busy_share(frames.steps).reindex(groups.index) * step
-        thr = busy.fillna(thr)
-    return thr
+    if frames.facts.shares_gpus:
+        gen = groups["generation"].where(groups["generation"] > 0)
+        f = tail_shares.reindex(groups.index).fillna(0.0)
+        return (gen * (1.0 - f)).clip(upper=step).fillna(step)
+    return async_busy_share(frames.steps).reindex(groups.index).fillna(1.0) * step
 
 
 def _tail_for(t_thr: float, tail_share: float) -> float:
@@ -285,10 +276,9 @@ def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longt
     """The what-if inputs from the last quarter of the run, scaled to all GPUs.
 
     Generation is the ``gen`` timer split by the long-tail share. Under async streaming the
-    throughput part is :func:`async_throughput_s` (the rollout pool's busy time per trainer
-    step where verl logs it, else the generation timer's throughput part, at most the step),
-    and the tail what the measured tail share f adds to it, T_thr f / (1 - f): with the
-    generation timer's T_thr that is its measured tail again, never a second one.
+    throughput part is :func:`async_throughput_s` (on separate pools the rollout pool's busy
+    time per trainer step, at most the step; on shared GPUs the generation timer's throughput
+    part), and the tail what the measured tail share f adds to it, T_thr f / (1 - f).
     """
     facts = frames.facts
     if not facts.n_gpus or anatomy.seconds.empty:
