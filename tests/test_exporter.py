@@ -501,14 +501,14 @@ def test_a_broken_histogram_row_neither_moves_the_step_nor_resets_the_sum(tmp_pa
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(median, rel=0.1)
 
 
-def test_a_row_with_infinite_deltas_stays_out_of_the_mean_s_sum_and_count(tmp_path):
+def test_infinite_deltas_stay_out_of_the_mean_s_sum_and_count(tmp_path):
     with Recorder(tmp_path / "run") as rec:
         rec.log_logprob_delta(1, np.full(1000, 1e-3))
         rec.log_logprob_delta(2, np.array([1e-3, 3e-3, np.inf]))  # a token the rollout gave probability 0
     registry, _ = _registry(tmp_path / "run")
-    # step 2's row counts 3 tokens but means 2 of them: left out, _sum / _count is step 1's 1e-3
-    assert _value(registry, "rlscope_logprob_abs_delta_count") == 1000
-    assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(1000 * 1e-3)
+    # step 2's row counts 3 tokens and means the 2 finite ones (2e-3): _count 1002, _sum 1 + 2 x 2e-3
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 1002
+    assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(1000 * 1e-3 + 2 * 2e-3)
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.999") >= 100  # the quantiles still see it
 
 

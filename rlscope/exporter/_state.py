@@ -353,14 +353,14 @@ class RunState:
         if rows.num_rows == 0:
             return
         # the summary's _sum and _count run over the tokens read, as Prometheus counts them: each
-        # row's mean |delta| times its tokens (a row of no tokens has no mean). A row with a token in
-        # the last bin (|delta| >= 100) may hold infinite deltas, which its tokens count and its
-        # finite mean leaves out: such rows are left out of both, so _sum / _count stays a mean
+        # row's mean |delta| times its tokens (a row of no tokens has no mean). A row's tokens count
+        # its infinite deltas, its mean leaves them out: the tokens of the last bin (|delta| >= 100,
+        # where the infinite ones are) are left out of both, so _sum / _count stays a mean
         columns = ("abs_mean", "n_tokens", "abs_counts")
         for mean, n, counts in zip(*(rows.column(c).to_pylist() for c in columns), strict=True):
-            if counts[-1] == 0:
-                self._logprob_abs_sum += (mean or 0.0) * (n or 0)
-                self._logprob_tokens += n or 0
+            finite = max((n or 0) - counts[-1], 0)
+            self._logprob_abs_sum += (mean or 0.0) * finite
+            self._logprob_tokens += finite
         step = int(pc.max(rows.column("step")).as_py())
         if self._logprob_step is not None and step < self._logprob_step:
             return
