@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlscope.report._format import secs, signed_secs
+from rlscope.report._format import measured_aside, secs, signed_secs
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
@@ -86,7 +86,8 @@ def _best(head: dict[str, Any]) -> str | None:
     if not best or best.get("step_s") is None:
         return None
     split = f" {best['n_rollout']}:{best['n_train']}" if best.get("n_rollout") else ""
-    speed = f" ({best['speedup']:.2f}x)" if best.get("speedup") else ""
+    aside = measured_aside(head).strip(" ()")
+    speed = f" ({best['speedup']:.2f}x" + (f"; {aside})" if aside else ")") if best.get("speedup") else ""
     if not best.get("improves", True):
         speed = " (no gain predicted)"
     return f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"

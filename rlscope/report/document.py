@@ -153,7 +153,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
             "n_train": None if math.isnan(w["n_train"]) else int(w["n_train"]),
             "step_s": _num(w["step_s"]),
             "speedup": _num(w.get("speedup")),
-            # a gain only if shorter than the modelled and the measured step now
+            # a gain only if shorter than the model's step now (model against model, as the speedup)
             "improves": t.improves(float(w["step_s"])),
         }
     trainer_idle = None
