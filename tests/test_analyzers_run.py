@@ -410,6 +410,8 @@ def test_topology_colocate_async_has_no_split_to_move(tmp_path):
     assert r.current == "colocated" and r.shared and r.n_rollout is None and r.model is not None
     assert r.step_now_s == pytest.approx(810) and r.what_if.loc["colocated", "speedup"] == pytest.approx(1.0)
     assert ids(r) == ["async-recommended"] and r.what_if.loc["async_streaming", "n_rollout"] == 42
+    said = r.findings[0].recommendation  # its samples are stale already: it is told about pools
+    assert said.startswith("moving to separate pools at 42:22 predicts 810 s -> ") and "become stale" not in said
     doc = build_document(analyze_run(run), RunReader(run), run)
     assert doc["run"]["topology"] == "colocate_async" and doc["topology"]["current"] == "colocated"
     assert doc["topology"]["shared"] is True and doc["run"]["split"] is None and doc["run"]["warnings"] == []

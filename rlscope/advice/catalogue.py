@@ -146,8 +146,8 @@ _ENTRIES = (
         "Async streaming is colocation minus the long tail: the trainer never waits for the last "
         "trajectories. The price is off-policy samples (staleness), which needs importance-sampling "
         "correction and a staleness bound (s <= 2-4 is reported lossless). Try verl's async trainer "
-        "(separate_async on separate pools; colocate_async takes turns on the same GPUs, with partial "
-        "rollout cutting the tail) and compare reward curves. For separated pools the "
+        "(separate_async on separate pools; a colocate_async run, whose GPUs take turns, is told what "
+        "separate pools would give) and compare reward curves. For separated pools the "
         "prediction starts from the current topology at its best split (see split-imbalanced), so async is "
         "credited only with what rebalancing alone would not give.",
     ),

@@ -183,10 +183,9 @@ def _levers(facts: RunFacts) -> str:
         )
     if facts.shares_gpus:
         return (
-            "Rollout and training take turns on the same GPUs, so the GPUs train only once the batch is in: partial "
-            "rollout (verl's colocate_async stops unfinished requests at each sample and resumes them later) keeps "
-            "the wait short, async streaming on separate pools removes it; a lower max response length or turn "
-            "limit shortens them"
+            "Rollout and training take turns on the same GPUs, so the GPUs train only once the batch is in (verl's "
+            "colocate_async already stops unfinished requests at each sample and resumes them later): async "
+            "streaming on separate pools removes the wait; a lower max response length or turn limit shortens them"
         )
     if facts.kind == "one_step_overlap":
         return (

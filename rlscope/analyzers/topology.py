@@ -438,7 +438,8 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "t_tail_s": m.t_tail_s,
                         "overlap_bound": r.overlap_bound,
                     },
-                    f"switching to async streaming at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
+                    ("moving to separate pools" if r.shared else "switching to async streaming")
+                    + f" at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
                     f"{fmt_seconds(base)} s -> {fmt_seconds(best['step_s'])} s ({speedup:.2f}x)"
                     + (
                         f", beyond rebalancing the current split ({fmt_seconds(now)} s modelled now{measured})"
@@ -449,8 +450,13 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                     + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
                     + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")
                     + "). "
-                    "Samples become stale, a long answer by about (its generation + wait) / T_sync versions: "
-                    "bound it with the off-policy threshold and watch the staleness findings",
+                    + (
+                        "Its samples are already stale; on separate pools (verl's separate_async) the rollout no "
+                        "longer pauses for training, so watch the staleness findings"
+                        if r.shared
+                        else "Samples become stale, a long answer by about (its generation + wait) / T_sync versions: "
+                        "bound it with the off-policy threshold and watch the staleness findings"
+                    ),
                 )
             )
     return out
