@@ -880,6 +880,18 @@ def test_the_topology_card_is_unknown_without_meta(tmp_path, client):  # client:
     assert (
         cards(LiveRun(2, str(SAMPLES / "separated-8b"), "separated"))["topology"] == "separated sync 46:18"
     )  # DOMAIN: 46:18
+    # verl's colocate_async is named as the reports name it, on the card and on the advice page
+    from rlscope.dashboards.pages import advice
+
+    shared = _small_run(
+        tmp_path / "ca", steps=4, meta={"gpu": {"type": "H100", "count": 8}, "topology": "colocate_async"}
+    )
+    run = LiveRun(3, str(shared), "ca")
+    assert cards(run)["topology"] == "colocate async"
+    t = run.analysis().topology
+    assert [r[1] for r in advice._rows("ca", t) if "current" in r[1]] == [
+        "colocated (current: colocate async, taking turns)"
+    ]
 
 
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists

@@ -49,7 +49,9 @@ def _split(n_rollout: float, n_train: float) -> str:
 def _rows(label: str, t: TopologyResult) -> list[tuple]:
     rows = []
     for topology, r in t.what_if.iterrows():
-        mark = " (current)" if topology == t.current else ""
+        mark = (
+            (" (current: colocate async, taking turns)" if t.shared else " (current)") if topology == t.current else ""
+        )
         rows.append(
             (
                 label,
@@ -67,7 +69,7 @@ def _recommendation(label: str, t: TopologyResult) -> str:
     row = t.what_if.loc[best]
     now = t.step_now_s
     where = "" if best == "colocated" else f" at {_split(row['n_rollout'], row['n_train'])}"
-    current = t.current.replace("_", " ")
+    current = "colocate async" if t.shared else t.current.replace("_", " ")
     if best == t.current:
         return f"{label}: the current {current}{where} is the fastest option the model sees ({fmt_seconds(row['step_s'])} s per step)."
     return (

@@ -63,7 +63,8 @@ def _last(per_step: pd.DataFrame) -> str:
 def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     facts = run.facts
     # the analyzers assume colocated when meta.json says nothing; the card does not
-    topology = facts.kind.replace("_", " ") if run.meta.get("topology") else "?"
+    kind = "colocate async" if facts.shares_gpus else facts.kind.replace("_", " ")
+    topology = kind if run.meta.get("topology") else "?"
     if facts.is_pooled:
         topology += f" {facts.rollout_gpus}:{facts.train_gpus}"
     step_s = gen = tail = mfu = math.nan
