@@ -33,6 +33,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'rlscope' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 __version__ = "0.1.0"
 
 # In a checkout, collectors/ and dashboards/ sit beside this package and are installed as

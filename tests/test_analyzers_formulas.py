@@ -270,6 +270,8 @@ def test_under_10_trajectories_the_tail_is_read_off_the_last_two_finishes():
     # the simulator's ground truth keeps the same convention
     assert simulator.t90([30, 32, 34, 36, 38, 40, 42, 44, 300]) == pytest.approx(69.6)
     assert simulator.t90(range(1, 11)) == 9 and math.isnan(simulator.t90([7.0]))
+    # the infinite one left out: 3 and 9 s, t90 = 9 - 0.1 x 2 x (9 - 3) = 7.8
+    assert simulator.t90([3, 9, math.inf]) == longtail.tail_split([3, 9, math.inf]).t_thr_s == pytest.approx(7.8)
 
 
 def test_tail_split_ignores_missing_and_handles_empty():

@@ -74,6 +74,8 @@ def test_import_rlscope_stays_light(tmp_path):
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "[]"
     code = "import rlscope; from rlscope import Recorder, RunReader; print(Recorder.__name__, RunReader.__name__)"
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader"
+    code = "import rlscope; print({'Recorder', 'RunReader', '__version__'} <= set(dir(rlscope)))"
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "True"
 
 
 @pytest.mark.parametrize(("env", "backend"), [(None, "jemalloc"), ("system", "system")])

@@ -367,7 +367,8 @@ def get_scenario(name: str) -> Scenario:
 def t90(finish_times: Sequence[float] | np.ndarray) -> float:
     """Time by which 90% of a step's trajectories have finished: the ceil(0.9 n)-th smallest;
     with n < 10, read at 0.9 n between the last two (t_n - 0.1 n (t_n - t_(n-1))); NaN for one."""
-    f = np.sort(np.asarray(finish_times, dtype=np.float64))
+    f = np.asarray(finish_times, dtype=np.float64)
+    f = np.sort(f[np.isfinite(f)])  # as the long-tail analyzer reads them
     if f.size < 2:
         return math.nan
     if f.size < 10:
