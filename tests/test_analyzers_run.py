@@ -466,22 +466,27 @@ def test_colocate_async_is_modelled_from_its_generation_timer_not_stacked_tails(
     }
 
 
-def test_pooled_async_without_idle_ratios_takes_its_rollout_pool_as_never_idle(tmp_path):
-    # async 4:4 without verl's rollouter idle ratio: its gen timer (100 s) is the trainer's wait for
-    # samples, not the pool's time, so the pool is taken as busy the whole 102 s step (an upper bound).
-    # The tail the measured share 0.4 adds to it, 102 * 0.4 / 0.6 = 68 s, is latency: no more GPUs
-    # shorten it (DOMAIN: T_gen(n_r) = T_thr n/n_r + T_tail). Scaled to 8 GPUs: T_thr 102 * 4/8 = 51,
-    # T_t 50 * 4/8 = 25, T_sync 2: colocated 51 + 68 + 25 + 2 = 146 s
+def test_async_on_separate_pools_without_the_pool_s_busy_time_has_no_model(tmp_path):
+    # async 4:4 without verl's rollouter idle ratio (verl's v1 separate_async logs none): its gen timer
+    # (100 s) is the trainer's wait for samples, not the pool's time. Taken as busy the whole step, the
+    # pool would be every such run's bottleneck and every split advice a move towards it: no model,
+    # no split advice, and the reports say what is missing
     meta = {"model": {"active_params": 7e9}, "gpu": {"type": "H100", "count": 8}, "topology": "async", "split": "4:4"}
     run = _async_run(tmp_path / "r", meta, 102.0)
-    r = topology.analyze(run)
-    assert (r.model.t_thr_s, r.model.t_tail_s, r.model.t_train_s) == pytest.approx((51, 68, 25))
-    assert r.what_if.loc["colocated", "step_s"] == pytest.approx(146)
-    # async now at 4:4: max(51 * 8/4, 25 * 8/4) = 102 s, the measured step
-    assert r.step_now_s == pytest.approx(102) and r.step_measured_s == pytest.approx(102)
-    # the waterfall charges the rollout pool the whole step and no tail (async hides it)
-    m = mfu.analyze(run)
-    assert m.waterfall["long_tail"] == 0 and m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu)
+    d = analyze_run(run)
+    assert d.topology.model is None and "fully_async/rollouter/idle_ratio" in d.topology.missing
+    assert d.drift.per_step.empty and not {"split-imbalanced", "split-drift", "async-recommended"} & set(ids(d))
+    doc = build_document(d, RunReader(run), run)
+    assert doc["headline"]["best_topology"] is None and doc["topology"]["missing"] == d.topology.missing
+    (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
+    assert row.startswith("n/a (an async run on separate pools needs the rollout pool's busy time")
+    # with the ratio (rollouter idle 25%): the pool is busy 0.75 x 102 = 76.5 s, 38.25 s on all 8 GPUs
+    ratio = {s: {**ASYNC_STEP, "timing_s/step": 102.0, "fully_async/rollouter/idle_ratio": 0.25} for s in range(8)}
+    r = topology.analyze(make_run(tmp_path / "ratio", meta, ratio, dict.fromkeys(range(8), finish_rows(ASYNC_FINISH))))
+    assert r.missing is None and r.model.t_thr_s == pytest.approx(0.75 * 102 * 4 / 8)
+    # and without a split, nothing says which GPUs each side had
+    nosplit = topology.analyze(_async_run(tmp_path / "nosplit", {**meta, "split": None}, 102.0))
+    assert nosplit.model is None and "rollout:train split" in nosplit.missing
 
 
 def test_mfu_of_an_overlapped_run_without_a_split_is_over_the_whole_step(tmp_path):
@@ -814,8 +819,9 @@ def test_sample_trace_recommendations(sample):
 def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
     # Under async streaming a step's finish times count from a submit steps earlier (~1500 s
     # windows on ~700 s steps), so the rollout pool's busy time comes from verl's rollouter idle
-    # ratio, or is the whole step when that is not logged. Truth: the simulator's colocated-
-    # equivalent quantities on all 32 GPUs, last quarter of steps.
+    # ratio; without it the run has no model (this balanced run's pool is busy nearly the whole
+    # step, but a trainer-bound run's is not, and nothing else tells them apart). Truth: the
+    # simulator's colocated-equivalent quantities on all 32 GPUs, last quarter of steps.
     path = SAMPLES / "async-drift"
     if not (path / "meta.json").is_file():
         pytest.skip("sample trace async-drift is not in this checkout")
@@ -825,6 +831,10 @@ def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
         frames.steps = frames.steps.drop(columns=[topology.ROLLOUTER_IDLE, topology.TRAINER_IDLE])
     a, lt = anatomy.analyze(frames), longtail.analyze(frames)
     r, m = topology.analyze(frames, a, lt), mfu.analyze(frames, a, lt)
+    if not idle_ratios:
+        assert r.model is None and topology.ROLLOUTER_IDLE in r.missing
+        assert 0 < m.mfu < 1  # MFU is useful work over the whole step: it needs no pool times
+        return
     q = len(truth["steps"]) // 4
 
     def last(key: str) -> float:

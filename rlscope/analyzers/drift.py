@@ -32,6 +32,7 @@ from rlscope.analyzers.topology import (
     best_split,
     idle_imbalance,
     step_time,
+    unmodelled,
 )
 from rlscope.trace.reader import RunReader
 
@@ -50,10 +51,15 @@ class DriftResult:
     findings: list[Finding] = field(default_factory=list)
 
 
+_MODEL_COLUMNS = ("t_thr_s", "t_tail_s", "t_train_s", "t_sync_s", "t_switch_s")
+
+
 def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: pd.Series) -> pd.DataFrame:
     """Each step's ledger inputs (seconds as if on all GPUs): ``t_thr_s``, ``t_tail_s``,
     ``t_train_s``, and the weight sync and switching every topology adds, ``t_sync_s``, ``t_switch_s``."""
     facts = frames.facts
+    if unmodelled(facts, frames.steps):  # an async run whose pools' time is not known: no model
+        return pd.DataFrame(columns=list(_MODEL_COLUMNS), index=pd.Index([], name="step"))
     groups = _anatomy.group_seconds(anatomy.seconds)
     share = tails.reindex(groups.index).fillna(0.0)
     if facts.kind == "async_streaming":  # the tail is hidden: the async split does not need it
@@ -76,9 +82,6 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
         }
     )
     return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
-
-
-_MODEL_COLUMNS = ("t_thr_s", "t_tail_s", "t_train_s", "t_sync_s", "t_switch_s")
 
 
 def _best(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:

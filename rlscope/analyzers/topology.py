@@ -45,7 +45,7 @@ from rlscope.advice.thresholds import (
 )
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
-from rlscope.analyzers._data import TOPOLOGIES, RunFrames, load, recent
+from rlscope.analyzers._data import TOPOLOGIES, RunFacts, RunFrames, load, recent
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "split_table",
     "step_time",
     "tail_sensitivity",
+    "unmodelled",
 ]
 
 POOLED = TOPOLOGIES[1:]
@@ -203,7 +204,8 @@ class TopologyResult:
     ``splits``: :func:`split_table`. ``async_speedup`` and ``overlap_bound`` as defined above.
     ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``.
     ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``),
-    whose ``current`` is then ``colocated``: its GPU time is the colocated row's.
+    whose ``current`` is then ``colocated``: its GPU time is the colocated row's. ``missing``: why
+    an async run on separate pools has no model (:func:`unmodelled`).
     """
 
     model: StepModel | None
@@ -217,6 +219,7 @@ class TopologyResult:
     step_measured_s: float = math.nan
     findings: list[Finding] = field(default_factory=list)
     shared: bool = False
+    missing: str | None = None
 
     @property
     def step_now_s(self) -> float:
@@ -246,13 +249,34 @@ def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     return 1.0 - steps[ROLLOUTER_IDLE].ffill().bfill()
 
 
+def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
+    """Why an async run on separate pools has no what-if model, or None if it has one.
+
+    Its rollout pool's busy time comes only from verl's rollouter idle ratio (the fully async
+    trainer logs it; the v1 ``separate_async`` trainer does not): the trainer's ``gen`` timer is
+    its wait for samples, and finish times reach back over earlier steps. Assuming the pool
+    busy the whole step would make rollout the bottleneck of every such run, and every split
+    advice a move towards it; the pools' sizes are needed to scale either side.
+    """
+    if facts.kind != "async_streaming" or facts.shares_gpus:
+        return None
+    if not facts.is_pooled:
+        return "an async run on separate pools needs its rollout:train split (meta.json split)"
+    if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
+        return (
+            f"an async run on separate pools needs the rollout pool's busy time ({ROLLOUTER_IDLE}, which verl's "
+            "fully async trainer logs; the trainer's gen timer is only its wait for samples)"
+        )
+    return None
+
+
 def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.Series) -> pd.Series:
     """Per step of an async run (index of ``groups``, :func:`anatomy.group_seconds`), the
     throughput part T_thr of its generation: seconds on the GPUs it ran on (the rollout pool
     when pooled), before scaling to all GPUs.
 
     - Separate pools: the pool's busy time, :func:`async_busy_share` x step, from verl's
-      rollouter idle ratio, else the whole step (never idle: an upper bound). Their trainer's
+      rollouter idle ratio (a run without it has no model: :func:`unmodelled`). Their trainer's
       ``gen`` timer is its wait for samples (verl: ``trainer/idle_ratio = gen / step``), not the
       pool's time, and finish times reach back over earlier steps.
     - Shared GPUs (verl's ``colocate_async``): the engines generate while the step waits in
@@ -281,7 +305,7 @@ def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longt
     part), and the tail what the measured tail share f adds to it, T_thr f / (1 - f).
     """
     facts = frames.facts
-    if not facts.n_gpus or anatomy.seconds.empty:
+    if not facts.n_gpus or anatomy.seconds.empty or unmodelled(facts, frames.steps):
         return None
     seconds = _anatomy.group_seconds(anatomy.seconds)
     groups = recent(seconds).mean()
@@ -326,8 +350,18 @@ def analyze(
     model = measure(frames, anatomy, longtail)
     if model is None:
         empty = pd.DataFrame(columns=["n_rollout", "n_train", "step_s", "speedup"])
+        missing = unmodelled(facts, frames.steps)
         result = TopologyResult(
-            None, current, n_r, n_t, empty, pd.DataFrame(), math.nan, math.nan, shared=facts.shares_gpus
+            None,
+            current,
+            n_r,
+            n_t,
+            empty,
+            pd.DataFrame(),
+            math.nan,
+            math.nan,
+            shared=facts.shares_gpus,
+            missing=missing,
         )
         result.findings.extend(_idle_findings(frames.steps))
         return result

@@ -114,6 +114,9 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if head["trainer_gpu_idle_share"] is not None:
         rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step, whole run (NVML)"))
     best = head["best_topology"]
+    missing = doc["topology"].get("missing")
+    if missing:
+        rows.append(("best topology", f"n/a ({missing})"))
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
         model = head.get("step_s_model")
