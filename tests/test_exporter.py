@@ -509,6 +509,13 @@ def test_infinite_deltas_stay_out_of_the_mean_s_sum_and_count(tmp_path):
     # step 2's row counts 3 tokens and means the 2 finite ones (2e-3): _count 1002, _sum 1 + 2 x 2e-3
     assert _value(registry, "rlscope_logprob_abs_delta_count") == 1002
     assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(1000 * 1e-3 + 2 * 2e-3)
+    # a finite |delta| of 150 shares the last bin with the infinite ones: that row cannot be split, so
+    # it stays out of both, and _sum / _count is still a mean of what was counted
+    with Recorder(tmp_path / "run") as rec:
+        rec.log_logprob_delta(3, np.array([*[1e-3] * 99, 150.0, np.inf]))
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 1002
+    assert _value(registry, "rlscope_logprob_abs_delta_sum") == pytest.approx(1000 * 1e-3 + 2 * 2e-3)
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.999") >= 100  # the quantiles still see it
 
 

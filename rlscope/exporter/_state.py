@@ -197,7 +197,9 @@ class RunState:
             self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
             self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
             self._ingest_gpu(reader.read_new("gpu", cursor, ["time", "host", "gpu", "role", "util_pct"]))
-            self._ingest_logprob(reader.read_new("logprob", cursor, ["step", "abs_counts", "abs_mean", "n_tokens"]))
+            self._ingest_logprob(
+                reader.read_new("logprob", cursor, ["step", "abs_counts", "abs_mean", "abs_max", "n_tokens"])
+            )
             self.up = True
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
@@ -354,10 +356,13 @@ class RunState:
             return
         # the summary's _sum and _count run over the tokens read, as Prometheus counts them: each
         # row's mean |delta| times its tokens (a row of no tokens has no mean). A row's tokens count
-        # its infinite deltas, its mean leaves them out: the tokens of the last bin (|delta| >= 100,
-        # where the infinite ones are) are left out of both, so _sum / _count stays a mean
-        columns = ("abs_mean", "n_tokens", "abs_counts")
-        for mean, n, counts in zip(*(rows.column(c).to_pylist() for c in columns), strict=True):
+        # its infinite deltas, its mean (and max) leave them out. With no finite |delta| of 100 or
+        # more (max below it), the last bin holds only infinite ones: its tokens leave both sums.
+        # Otherwise the two cannot be told apart there, and the row stays out of both
+        columns = ("abs_mean", "abs_max", "n_tokens", "abs_counts")
+        for mean, top, n, counts in zip(*(rows.column(c).to_pylist() for c in columns), strict=True):
+            if counts[-1] and (top or 0.0) >= LOGPROB_BIN_EDGES[-2]:
+                continue
             finite = max((n or 0) - counts[-1], 0)
             self._logprob_abs_sum += (mean or 0.0) * finite
             self._logprob_tokens += finite
