@@ -412,6 +412,7 @@ def test_topology_colocate_async_has_no_split_to_move(tmp_path):
     assert ids(r) == ["async-recommended"] and r.what_if.loc["async_streaming", "n_rollout"] == 42
     said = r.findings[0].recommendation  # its samples are stale already: it is told about pools
     assert said.startswith("moving to separate pools at 42:22 predicts 810 s -> ") and "become stale" not in said
+    assert ": training stops taking turns with generation, whose 196 s tail (" in said
     doc = build_document(analyze_run(run), RunReader(run), run)
     assert doc["run"]["topology"] == "colocate_async" and doc["topology"]["current"] == "colocated"
     assert doc["topology"]["shared"] is True and doc["run"]["split"] is None and doc["run"]["warnings"] == []

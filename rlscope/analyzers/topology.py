@@ -480,7 +480,12 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         if base < now
                         else f" over the model's step now{measured}"
                     )
-                    + f": the trainer stops waiting for the {fmt_seconds(m.t_tail_s)} s tail ("
+                    + (
+                        ": training stops taking turns with generation, whose "
+                        if r.shared
+                        else ": the trainer stops waiting for the "
+                    )
+                    + f"{fmt_seconds(m.t_tail_s)} s tail ("
                     + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
                     + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")
                     + "). "
