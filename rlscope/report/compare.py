@@ -86,8 +86,8 @@ def _best(head: dict[str, Any]) -> str | None:
     if not best or best.get("step_s") is None:
         return None
     split = f" {best['n_rollout']}:{best['n_train']}" if best.get("n_rollout") else ""
-    aside = measured_aside(head).strip(" ()")
-    speed = f" ({best['speedup']:.2f}x" + (f"; {aside})" if aside else ")") if best.get("speedup") else ""
+    aside = measured_aside(head).strip(" ()")  # "102 s measured", or ""
+    speed = f" ({best['speedup']:.2f}x{'; ' + aside if aside else ''})" if best.get("speedup") else ""
     if not best.get("improves", True):
         speed = " (no gain predicted)"
     return f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"
