@@ -693,7 +693,10 @@ def split_curve(splits: pd.DataFrame, current_rollout: int | None = None) -> go.
     """Predicted step time of each pooled topology at every rollout:train split (topology ``split_table``)."""
     title = "Predicted step time by split"
     if splits.empty:
-        return placeholder("the what-if needs meta.json's GPU count and step timers", title)
+        return placeholder(
+            "no what-if: it needs meta.json's GPU count and step timers (an async run on separate pools also its split and verl's rollouter idle ratio)",
+            title,
+        )
     fig = _figure(title, "rollout GPUs (the rest train)", "predicted step seconds")
     for i, topology in enumerate(t for t in POOLED if t in splits):
         column = splits[topology]
@@ -720,7 +723,10 @@ def split_drift(runs: Mapping[str, pd.DataFrame], current: Mapping[str, int | No
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Balanced split over the run"
     if not runs:
-        return placeholder("the split per step needs meta.json's GPU count and step timers", title)
+        return placeholder(
+            "the split per step needs meta.json's GPU count and step timers (an async run on separate pools also its split and verl's rollouter idle ratio)",
+            title,
+        )
     topology = str(next(iter(runs.values()))["topology"].iloc[0]).replace("_", " ")
     fig = _figure(f"{title} ({topology})", "step", "rollout GPUs of the best split")
     for i, (label, frame) in enumerate(runs.items()):

@@ -894,6 +894,23 @@ def test_the_topology_card_is_unknown_without_meta(tmp_path, client):  # client:
     ]
 
 
+def test_the_advice_page_says_why_a_run_has_no_what_if_and_keeps_its_advice(tmp_path, client):
+    from rlscope.dashboards.pages import advice
+
+    idle = {"fully_async/rollouter/idle_ratio": 0.6, "fully_async/trainer/idle_ratio": 0.05}
+    step = {"timing_s/gen": 5.0, "timing_s/update_actor": 80.0, "timing_s/step": 100.0, **idle}
+    with Recorder(tmp_path / "nosplit", meta={"gpu": {"type": "H100", "count": 8}, "topology": "async"}) as rec:
+        for s in range(8):  # no split: no model; verl's idle ratios still say to move GPUs to the trainer
+            rec.log_step(s, step)
+    run = LiveRun(0, str(tmp_path / "nosplit"), "nosplit")
+    run.refresh(force=True)
+    _, table, (note, found), curve, _ = advice._render([run])
+    assert table == [] and note.children == (
+        "nosplit: no what-if: an async run on separate pools needs its rollout:train split (meta.json split)."
+    )
+    assert "async-idle-imbalanced" in str(found) and _is_placeholder(curve)
+
+
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists
     from rlscope.dashboards.pages import rollout
 

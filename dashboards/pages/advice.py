@@ -70,8 +70,10 @@ def _recommendation(label: str, t: TopologyResult) -> str:
     now = t.step_now_s
     where = "" if best == "colocated" else f" at {_split(row['n_rollout'], row['n_train'])}"
     current = "colocate async" if t.shared else t.current.replace("_", " ")
-    if best == t.current:
+    if best == t.current and (t.n_rollout is None or t.n_rollout == row["n_rollout"]):
         return f"{label}: the current {current}{where} is the fastest option the model sees ({fmt_seconds(row['step_s'])} s per step)."
+    if best == t.current:  # the same topology, another split
+        current += f" at {t.n_rollout}:{t.n_train}"
     return (
         f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(row['step_s'])} s per step against {fmt_seconds(now)} s "
         f"for the current {current} ({now / row['step_s']:.2f}x); the measured recent step is {fmt_seconds(t.step_measured_s)} s."
@@ -80,21 +82,17 @@ def _recommendation(label: str, t: TopologyResult) -> str:
 
 def _render(runs: Sequence[LiveRun]) -> tuple:
     rows, notes, advice = [], [], []
-    curve = figures.placeholder(
-        "the what-if needs meta.json's GPU count and step timers", "Predicted step time by split"
-    )
+    curve = figures.placeholder("no what-if for this run (see the note below)", "Predicted step time by split")
     for i, run in enumerate(runs):
         d = run.analysis()
+        if d is not None:  # a run without a model keeps the advice it has (verl's idle ratios, say)
+            advice += [f for f in d.findings if f.id in _ADVICE_IDS]
         if d is None or d.topology.model is None:
-            notes.append(
-                html.Div(
-                    f"{run.label}: the what-if needs meta.json's GPU count and step timers.", className="rls-muted"
-                )
-            )
+            why = (d.topology.missing if d is not None else None) or "it needs meta.json's GPU count and step timers"
+            notes.append(html.Div(f"{run.label}: no what-if: {why}.", className="rls-muted"))
             continue
         rows += _rows(run.label, d.topology)
         notes.append(html.P(_recommendation(run.label, d.topology)))
-        advice += [f for f in d.findings if f.id in _ADVICE_IDS]
         if i == 0:
             curve = figures.split_curve(d.topology.splits, d.topology.n_rollout)
             if len(runs) > 1:
