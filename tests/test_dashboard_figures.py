@@ -911,6 +911,24 @@ def test_the_advice_page_says_why_a_run_has_no_what_if_and_keeps_its_advice(tmp_
     assert "async-idle-imbalanced" in str(found) and _is_placeholder(curve)
 
 
+def test_a_better_split_of_the_current_topology_is_told_as_a_rebalancing(tmp_path, client):
+    from rlscope.dashboards.pages import advice
+
+    # async 6:2, the rollout pool busy all 100 s (idle ratio 0), training 20 s on 2 GPUs. On 8 GPUs:
+    # T_thr 75, T_t 5; async is max(T_thr 8/n_r, T_t 8/n_t): 6:2 gives 100 s, 7:1 max(85.7, 40) = 85.7 s.
+    # A tail share of 0.5 (9 of 10 done at 10 s, the last at 20 s) keeps colocated slower: 75 + 75 + 5
+    meta = {"gpu": {"type": "H100", "count": 8}, "topology": "async", "split": "6:2"}
+    step = {"timing_s/update_actor": 20.0, "timing_s/step": 100.0, "fully_async/rollouter/idle_ratio": 0.0}
+    with Recorder(tmp_path / "a", meta=meta) as rec:
+        for s in range(4):
+            rec.log_step(s, step)
+            rec.log_trajectories(s, [{"finish_time": t} for t in [10.0] * 9 + [20.0]])
+    t = analyze_run(str(tmp_path / "a")).topology
+    assert advice._recommendation("a", t).startswith(
+        "a: async streaming at 7:1 predicts 85.7 s per step against 100 s for the current async streaming at 6:2 (1.17x)"
+    )
+
+
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists
     from rlscope.dashboards.pages import rollout
 
