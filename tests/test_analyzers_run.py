@@ -412,7 +412,7 @@ def test_topology_colocate_async_has_no_split_to_move(tmp_path):
     assert ids(r) == ["async-recommended"] and r.what_if.loc["async_streaming", "n_rollout"] == 42
     said = r.findings[0].recommendation  # its samples are stale already: it is told about pools
     assert said.startswith("moving to separate pools at 42:22 predicts 810 s -> ") and "become stale" not in said
-    assert ": training stops taking turns with generation, whose 196 s tail (" in said
+    assert ": training stops taking turns with generation and its 196 s tail (" in said
     doc = build_document(analyze_run(run), RunReader(run), run)
     assert doc["run"]["topology"] == "colocate_async" and doc["topology"]["current"] == "colocated"
     assert doc["topology"]["shared"] is True and doc["run"]["split"] is None and doc["run"]["warnings"] == []
@@ -477,6 +477,11 @@ def test_async_on_separate_pools_without_the_pool_s_busy_time_has_no_model(tmp_p
     d = analyze_run(run)
     assert d.topology.model is None and "fully_async/rollouter/idle_ratio" in d.topology.missing
     assert d.drift.per_step.empty and not {"split-imbalanced", "split-drift", "async-recommended"} & set(ids(d))
+    (fall,) = [f for f in d.findings if f.id == "mfu-waterfall"]  # MFU needs no pool times, its split of causes does
+    assert (
+        fall.evidence["rollout_pool_assumed_busy"]
+        and "decode throughput holds whatever time it idled" in fall.recommendation
+    )
     doc = build_document(d, RunReader(run), run)
     assert doc["headline"]["best_topology"] is None and doc["topology"]["missing"] == d.topology.missing
     (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]

@@ -303,7 +303,7 @@ def test_gpu_idle_share_per_role_step_and_phase(tmp_path):
     [
         ("separated", "Overlap rollout with training (one-step overlap or async streaming)"),
         ("one_step_overlap", "Move GPUs from training to rollout or cut the long tail"),
-        ("async", "Move GPUs from training to rollout until verl's trainer and rollouter idle ratios"),
+        ("async", "Move GPUs from training to rollout until the trainer idles little"),
     ],
 )
 def test_an_idle_learner_is_told_to_overlap_only_when_it_does_not(tmp_path, topology, lever):

@@ -124,3 +124,19 @@ def test_generation_beside_the_step_does_not_explain_its_time(tmp_path, capsys):
     # 150 + 7.5 = 157.5 s on all 8 (1.27x); B's 100 s at 6:2 against colocated 75 + 12.5 = 87.5 s (1.14x)
     # the model's 200 s and 100 s are far off the measured 30 s and 50 s steps: said beside
     assert best == ("colocated: 158 s (1.27x; 30 s measured)", "colocated: 87.5 s (1.14x; 50 s measured)")
+
+
+def test_a_run_without_a_what_if_says_what_it_lacks(tmp_path, capsys):
+    runs = []
+    for name, meta in (("v1", {"topology": "async", "split": "4:4"}), ("colo", {"topology": "colocated"})):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}, **meta}) as rec:
+            for step in range(4):  # verl's v1 separate_async logs no rollouter idle ratio
+                rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/update_actor": 50.0, "timing_s/step": 100.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    best = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}[
+        "best topology (what-if)"
+    ]
+    assert best[0].startswith("n/a (an async run on separate pools needs the rollout pool's busy time")
+    assert best[1].startswith("colocated: ")

@@ -217,7 +217,8 @@ def _learner_waits(facts: RunFacts) -> str:
     if facts.kind == "async_streaming":
         return (
             "rollout already streams beside training, so the trainer waits for samples the rollout pool makes too "
-            "slowly. Move GPUs from training to rollout until verl's trainer and rollouter idle ratios are both low;"
+            "slowly. Move GPUs from training to rollout until the trainer idles little (and verl's rollouter idle "
+            "ratio, where logged, stays low);"
         )
     return "they wait for rollout to finish. Overlap rollout with training (one-step overlap or async streaming) or cut the long tail;"
 
@@ -245,6 +246,6 @@ def _findings(by_step: pd.DataFrame, facts: RunFacts | None = None) -> list[Find
             severity,
             {"role": role, "idle_share": idle, "steps": len(recent), "util_threshold_pct": GPU_IDLE_UTIL_PCT},
             f"{role} GPUs are idle (< {GPU_IDLE_UTIL_PCT:g}% utilisation) for {idle:.0%} of each recent step: "
-            f"{why} see the topology what-if for the predicted step time.",
+            f"{why} the topology what-if, where the run has one, predicts the step time.",
         )
     ]

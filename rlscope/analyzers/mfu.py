@@ -52,7 +52,7 @@ from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
-from rlscope.analyzers.topology import async_busy_share
+from rlscope.analyzers.topology import async_busy_share, unmodelled
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -288,7 +288,9 @@ def analyze(
     check = _cross_check(frames.steps.reindex(window), ours)
     result = MFUResult(per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated, scaled=scaled)
     unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
-    result.findings.extend(_findings(result, unknown_split=unknown_split))
+    # an async rollout pool whose busy time is not logged is charged busy: decode holds its idle time
+    pool_assumed = facts.is_pooled and facts.kind == "async_streaming" and unmodelled(facts, frames.steps) is not None
+    result.findings.extend(_findings(result, unknown_split=unknown_split, pool_assumed=pool_assumed))
     return result
 
 
@@ -372,7 +374,7 @@ def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
 
 
-def _findings(r: MFUResult, *, unknown_split: bool = False) -> list[Finding]:
+def _findings(r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool = False) -> list[Finding]:
     out: list[Finding] = []
     if r.mfu > 1:
         return [
@@ -398,6 +400,7 @@ def _findings(r: MFUResult, *, unknown_split: bool = False) -> list[Finding]:
                     "top_points": float(r.waterfall[top]),
                     "tail_estimated": r.tail_estimated,
                     "scaled": r.scaled,
+                    "rollout_pool_assumed_busy": pool_assumed,
                     **points,
                 },
                 "100% -> "
@@ -414,6 +417,12 @@ def _findings(r: MFUResult, *, unknown_split: bool = False) -> list[Finding]:
                     )
                     + ": every cause's lost points are scaled alike to fit"
                     if r.scaled
+                    else ""
+                )
+                + (
+                    ". The rollout pool is charged busy the whole step (verl's fully_async/rollouter/idle_ratio, its "
+                    "busy time, is not logged), so decode throughput holds whatever time it idled"
+                    if pool_assumed
                     else ""
                 ),
             )

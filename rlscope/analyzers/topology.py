@@ -481,7 +481,7 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         else f" over the model's step now{measured}"
                     )
                     + (
-                        ": training stops taking turns with generation, whose "
+                        ": training stops taking turns with generation and its "
                         if r.shared
                         else ": the trainer stops waiting for the "
                     )

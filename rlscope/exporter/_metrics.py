@@ -203,7 +203,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_recommended_gpus",
         "gauge",
         "Rollout:train split that the topology model predicts to give the shortest step for this run's topology "
-        "(pooled topologies only).",
+        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio).",
         ("role",),
     ),
     MetricSpec(

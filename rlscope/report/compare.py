@@ -65,7 +65,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
         ("GPUs", "", a["run"]["gpu_count"], b["run"]["gpu_count"]),
-        ("best topology (what-if)", "", _best(ha), _best(hb)),
+        ("best topology (what-if)", "", _best(a), _best(b)),
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
     pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
@@ -80,11 +80,14 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _best(head: dict[str, Any]) -> str | None:
-    """The what-if's best topology, its split and predicted step, against the run's own modelled step."""
+def _best(doc: dict[str, Any]) -> str | None:
+    """The what-if's best topology, its split and predicted step, against the run's own modelled step;
+    for a run without a what-if, what it lacks."""
+    head = doc["headline"]
     best = head.get("best_topology")
     if not best or best.get("step_s") is None:
-        return None
+        missing = doc.get("topology", {}).get("missing")
+        return f"n/a ({missing})" if missing else None
     split = f" {best['n_rollout']}:{best['n_train']}" if best.get("n_rollout") else ""
     aside = measured_aside(head).strip(" ()")  # "102 s measured", or ""
     speed = f" ({best['speedup']:.2f}x{'; ' + aside if aside else ''})" if best.get("speedup") else ""
