@@ -693,10 +693,7 @@ def split_curve(splits: pd.DataFrame, current_rollout: int | None = None) -> go.
     """Predicted step time of each pooled topology at every rollout:train split (topology ``split_table``)."""
     title = "Predicted step time by split"
     if splits.empty:
-        return placeholder(
-            "no what-if: it needs meta.json's GPU count and step timers (an async run on separate pools also its split and verl's rollouter idle ratio)",
-            title,
-        )
+        return placeholder("no split to predict: one GPU cannot be split into two pools", title)
     fig = _figure(title, "rollout GPUs (the rest train)", "predicted step seconds")
     for i, topology in enumerate(t for t in POOLED if t in splits):
         column = splits[topology]

@@ -906,7 +906,7 @@ def test_the_advice_page_says_why_a_run_has_no_what_if_and_keeps_its_advice(tmp_
     run.refresh(force=True)
     _, table, (note, found), curve, _ = advice._render([run])
     assert table == [] and note.children == (
-        "nosplit: no what-if: an async run on separate pools needs its rollout:train split (meta.json split)."
+        "nosplit: no what-if: an async run on separate pools needs its rollout:train split, meta.json's split."
     )
     assert "async-idle-imbalanced" in str(found) and _is_placeholder(curve)
 
@@ -927,6 +927,15 @@ def test_a_better_split_of_the_current_topology_is_told_as_a_rebalancing(tmp_pat
     assert advice._recommendation("a", t).startswith(
         "a: async streaming at 7:1 predicts 85.7 s per step against 100 s for the current async streaming at 6:2 (1.17x)"
     )
+    # a separated run whose split meta.json does not give: its own step is not modelled, and no "nanx"
+    with Recorder(tmp_path / "sep", meta={"gpu": {"type": "H100", "count": 8}, "topology": "separated"}) as rec:
+        for s in range(4):
+            rec.log_step(s, {"timing_s/gen": 50.0, "timing_s/update_actor": 40.0, "timing_s/step": 90.0})
+    said = advice._recommendation("sep", analyze_run(str(tmp_path / "sep")).topology)
+    assert said.endswith("the current separated sync is not modelled without its split.") and "nan" not in said
+    # one GPU: nothing to split
+    curve = figures.split_curve(pd.DataFrame(), None)
+    assert curve.layout.annotations[0].text == "no split to predict: one GPU cannot be split into two pools"
 
 
 def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client):  # client: the app exists

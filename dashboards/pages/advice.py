@@ -74,6 +74,11 @@ def _recommendation(label: str, t: TopologyResult) -> str:
         return f"{label}: the current {current}{where} is the fastest option the model sees ({fmt_seconds(row['step_s'])} s per step)."
     if best == t.current:  # the same topology, another split
         current += f" at {t.n_rollout}:{t.n_train}"
+    if math.isnan(now):  # a pooled topology whose split meta.json does not give
+        return (
+            f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(row['step_s'])} s per step; the current "
+            f"{current} is not modelled without its split."
+        )
     return (
         f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(row['step_s'])} s per step against {fmt_seconds(now)} s "
         f"for the current {current} ({now / row['step_s']:.2f}x); the measured recent step is {fmt_seconds(t.step_measured_s)} s."
@@ -82,7 +87,8 @@ def _recommendation(label: str, t: TopologyResult) -> str:
 
 def _render(runs: Sequence[LiveRun]) -> tuple:
     rows, notes, advice = [], [], []
-    curve = figures.placeholder("no what-if for this run (see the note below)", "Predicted step time by split")
+    why = "the first run selected has no what-if (see the notes below)" if runs else "no run selected"
+    curve = figures.placeholder(why, "Predicted step time by split")
     for i, run in enumerate(runs):
         d = run.analysis()
         if d is not None:  # a run without a model keeps the advice it has (verl's idle ratios, say)

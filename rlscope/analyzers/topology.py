@@ -261,11 +261,11 @@ def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
     if facts.kind != "async_streaming" or facts.shares_gpus:
         return None
     if not facts.is_pooled:
-        return "an async run on separate pools needs its rollout:train split (meta.json split)"
+        return "an async run on separate pools needs its rollout:train split, meta.json's split"
     if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
         return (
-            f"an async run on separate pools needs the rollout pool's busy time ({ROLLOUTER_IDLE}, which verl's "
-            "fully async trainer logs; the trainer's gen timer is only its wait for samples)"
+            f"an async run on separate pools needs the rollout pool's busy time, {ROLLOUTER_IDLE}, which verl's "
+            "fully async trainer logs: the trainer's gen timer is only its wait for samples"
         )
     return None
 

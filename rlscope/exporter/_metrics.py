@@ -175,8 +175,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_logprob_abs_delta",
         "summary",
         "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step; _sum and _count over "
-        "every token read but those with a |delta| of 100 or more (infinite ones included; a histogram row that "
-        "also holds a finite one of 100 or more stays out whole).",
+        "every token read but those with a |delta| of 100 or more (infinite ones included; a histogram row whose "
+        "largest finite |delta| is 100 or more stays out whole, its last bin mixing the two).",
         ("quantile",),
     ),
     MetricSpec(
