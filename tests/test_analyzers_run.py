@@ -485,7 +485,7 @@ def test_async_on_separate_pools_without_the_pool_s_busy_time_has_no_model(tmp_p
     doc = build_document(d, RunReader(run), run)
     assert doc["headline"]["best_topology"] is None and doc["topology"]["missing"] == d.topology.missing
     (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
-    assert row.startswith("n/a (an async run on separate pools needs the rollout pool's busy time")
+    assert row.startswith("n/a (the what-if of an async run on separate pools needs the rollout pool's busy time")
     # with the ratio (rollouter idle 25%): the pool is busy 0.75 x 102 = 76.5 s, 38.25 s on all 8 GPUs
     ratio = {s: {**ASYNC_STEP, "timing_s/step": 102.0, "fully_async/rollouter/idle_ratio": 0.25} for s in range(8)}
     r = topology.analyze(make_run(tmp_path / "ratio", meta, ratio, dict.fromkeys(range(8), finish_rows(ASYNC_FINISH))))

@@ -138,5 +138,5 @@ def test_a_run_without_a_what_if_says_what_it_lacks(tmp_path, capsys):
     best = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}[
         "best topology (what-if)"
     ]
-    assert best[0].startswith("n/a (an async run on separate pools needs the rollout pool's busy time")
+    assert best[0].startswith("n/a (the what-if of an async run on separate pools needs the rollout pool's busy time")
     assert best[1].startswith("colocated: ")

@@ -906,7 +906,7 @@ def test_the_advice_page_says_why_a_run_has_no_what_if_and_keeps_its_advice(tmp_
     run.refresh(force=True)
     _, table, (note, found), curve, _ = advice._render([run])
     assert table == [] and note.children == (
-        "nosplit: no what-if: an async run on separate pools needs its rollout:train split, meta.json's split."
+        "nosplit: the what-if of an async run on separate pools needs its rollout:train split, meta.json's split."
     )
     assert "async-idle-imbalanced" in str(found) and _is_placeholder(curve)
 

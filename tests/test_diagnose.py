@@ -140,6 +140,19 @@ def test_one_trajectory_a_step_has_no_tail_and_says_why(tmp_path, capsys):
     assert "90% finished" not in capsys.readouterr().out  # no t90 to mark
 
 
+def test_a_run_without_a_what_if_says_what_it_needs(tmp_path, capsys):
+    run = str(tmp_path / "nogpus")
+    with Recorder(run) as rec:  # no meta.json GPU count
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 10, "timing_s/update_actor": 5, "timing_s/step": 16})
+    code, doc = _run_json(capsys, run)
+    need = "the what-if needs the run's GPU count: meta.json gpu.count, or --gpus"
+    assert code == 0 and doc["headline"]["best_topology"] is None and doc["topology"]["missing"] == need
+    assert main(["diagnose", run]) == 0 and f"n/a ({need})" in capsys.readouterr().out
+    code, doc = _run_json(capsys, run, "--gpus", "8")
+    assert doc["topology"]["missing"] is None and doc["headline"]["best_topology"] is not None
+
+
 def _hostile_run(tmp_path) -> str:
     """A failing reward source and a metric key whose names are markup."""
     run = str(tmp_path / "hostile")

@@ -94,8 +94,8 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
         if d is not None:  # a run without a model keeps the advice it has (verl's idle ratios, say)
             advice += [f for f in d.findings if f.id in _ADVICE_IDS]
         if d is None or d.topology.model is None:
-            why = (d.topology.missing if d is not None else None) or "it needs meta.json's GPU count and step timers"
-            notes.append(html.Div(f"{run.label}: no what-if: {why}.", className="rls-muted"))
+            why = (d.topology.missing if d is not None else None) or "no what-if yet: the run has no steps"
+            notes.append(html.Div(f"{run.label}: {why}.", className="rls-muted"))
             continue
         rows += _rows(run.label, d.topology)
         notes.append(html.P(_recommendation(run.label, d.topology)))

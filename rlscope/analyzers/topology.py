@@ -205,7 +205,7 @@ class TopologyResult:
     ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``.
     ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``),
     whose ``current`` is then ``colocated``: its GPU time is the colocated row's. ``missing``: why
-    an async run on separate pools has no model (:func:`unmodelled`).
+    the run has no model (:func:`unmodelled` for an async run on separate pools).
     """
 
     model: StepModel | None
@@ -261,13 +261,22 @@ def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
     if facts.kind != "async_streaming" or facts.shares_gpus:
         return None
     if not facts.is_pooled:
-        return "an async run on separate pools needs its rollout:train split, meta.json's split"
+        return "the what-if of an async run on separate pools needs its rollout:train split, meta.json's split"
     if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
         return (
-            f"an async run on separate pools needs the rollout pool's busy time, {ROLLOUTER_IDLE}, which verl's "
+            f"the what-if of an async run on separate pools needs the rollout pool's busy time, {ROLLOUTER_IDLE}, which verl's "
             "fully async trainer logs: the trainer's gen timer is only its wait for samples"
         )
     return None
+
+
+def _no_model(facts: RunFacts, anatomy: _anatomy.AnatomyResult) -> str:
+    """Why :func:`measure` gave no model to a run that :func:`unmodelled` does not explain."""
+    if not facts.n_gpus:
+        return "the what-if needs the run's GPU count: meta.json gpu.count, or --gpus"
+    if anatomy.seconds.empty:
+        return "the what-if needs step timers, timing_s/*"
+    return "the what-if needs a generation and a training timer, timing_s/gen and timing_s/update_actor"
 
 
 def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.Series) -> pd.Series:
@@ -350,7 +359,7 @@ def analyze(
     model = measure(frames, anatomy, longtail)
     if model is None:
         empty = pd.DataFrame(columns=["n_rollout", "n_train", "step_s", "speedup"])
-        missing = unmodelled(facts, frames.steps)
+        missing = unmodelled(facts, frames.steps) or _no_model(facts, anatomy)
         result = TopologyResult(
             None,
             current,
