@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,19 @@ def test_a_run_without_a_what_if_says_what_it_lacks(tmp_path, capsys):
     ]
     assert best[0].startswith("n/a (the what-if of an async run on separate pools needs the rollout pool's busy time")
     assert best[1].startswith("colocated: ")
+
+
+def test_a_run_already_at_its_best_topology_and_split_is_said_to_be(capsys):
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    runs = [str(samples / "async-drift"), str(samples / "healthy-colocated")]
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    best = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}[
+        "best topology (what-if)"
+    ]
+    # async-drift streams at 21:11, the split the model finds fastest for it
+    assert best[0] == "async streaming 21:11: 658 s (as the run is now)" and best[1].endswith("x)")
+    assert main(["diagnose", runs[0]]) == 0
+    assert (
+        "async streaming at 21:11: 658 s, as the run is now: the fastest option the model sees"
+        in capsys.readouterr().out
+    )

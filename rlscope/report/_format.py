@@ -15,6 +15,7 @@ __all__ = [
     "generation",
     "gpus",
     "headline_rows",
+    "is_current_best",
     "measured_aside",
     "pct",
     "reward_rows",
@@ -90,6 +91,16 @@ def measured_aside(head: dict[str, Any]) -> str:
     return f" ({secs(measured)} measured)" if model and measured and abs(model - measured) > 0.1 * measured else ""
 
 
+def is_current_best(doc: dict[str, Any], best: dict[str, Any]) -> bool:
+    """Whether the best topology is the run's own, at its own split."""
+    split = doc["run"].get("split") or {}
+    same_split = best["n_rollout"] is None or (best["n_rollout"], best["n_train"]) == (
+        split.get("rollout"),
+        split.get("train"),
+    )
+    return best["topology"] == doc["topology"]["current"] and same_split
+
+
 def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """The headline as (measure, value) rows, the same in every format."""
     head = doc["headline"]
@@ -124,6 +135,8 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         if best.get("improves", True):
             speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
             rows.append(("best topology", what + speed + (measured_aside(head) if speed else "")))
+        elif is_current_best(doc, best):
+            rows.append(("best topology", f"{what}, as the run is now: the fastest option the model sees"))
         else:
             rows.append(("best topology", f"no gain predicted: {what}, against the {secs(model)} it models now"))
     return rows

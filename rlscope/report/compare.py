@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlscope.report._format import measured_aside, secs, signed_secs
+from rlscope.report._format import is_current_best, measured_aside, secs, signed_secs
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
@@ -92,7 +92,7 @@ def _best(doc: dict[str, Any]) -> str | None:
     aside = measured_aside(head).strip(" ()")  # "102 s measured", or ""
     speed = f" ({best['speedup']:.2f}x{'; ' + aside if aside else ''})" if best.get("speedup") else ""
     if not best.get("improves", True):
-        speed = " (no gain predicted)"
+        speed = " (as the run is now)" if is_current_best(doc, best) else " (no gain predicted)"
     return f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"
 
 
