@@ -467,6 +467,32 @@ def test_colocate_async_is_modelled_from_its_generation_timer_not_stacked_tails(
     }
 
 
+def test_a_run_that_ties_for_the_shortest_step_is_the_best_as_it_is(tmp_path):
+    # async 4:4, rollout pool busy half the 100 s step, training 50 s, no tail: on 8 GPUs T_thr 25,
+    # T_t 25; colocated 25 + 25 = 50 s and async at 4:4 max(25 x 2, 25 x 2) = 50 s tie: the run as it is
+    meta = {"gpu": {"type": "H100", "count": 8}, "topology": "async", "split": "4:4"}
+    step = {"timing_s/gen": 90.0, "timing_s/update_actor": 50.0, "timing_s/step": 100.0}
+    steps = {s: {**step, "fully_async/rollouter/idle_ratio": 0.5} for s in range(4)}
+    run = make_run(tmp_path / "tie", meta, steps)
+    doc = build_document(analyze_run(run), RunReader(run), run)
+    (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
+    assert row == "async streaming at 4:4: 50 s, as the run is now: the fastest option the model sees"
+    # colocate_async on one GPU: the colocated row is the run as it is, and is named as the run
+    shared = make_run(
+        tmp_path / "ca1", {**meta, "gpu": {"type": "H100", "count": 1}, "topology": "colocate_async"}, steps
+    )
+    doc = build_document(analyze_run(shared), RunReader(shared), shared)
+    (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
+    assert row.startswith("colocate async: ") and row.endswith(", as the run is now: the fastest option the model sees")
+    # a run of validation records only has no training step to model
+    val = make_run(
+        tmp_path / "val", {**meta, "topology": "colocated"}, {s: {"timing_s/testing": 30.0} for s in range(3)}
+    )
+    assert topology.analyze(val).missing == (
+        "the what-if needs training steps: the run's timers are validation or checkpointing only"
+    )
+
+
 def test_async_on_separate_pools_without_the_pool_s_busy_time_has_no_model(tmp_path):
     # async 4:4 without verl's rollouter idle ratio (verl's v1 separate_async logs none): its gen timer
     # (100 s) is the trainer's wait for samples, not the pool's time. Taken as busy the whole step, the

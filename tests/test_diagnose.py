@@ -146,7 +146,7 @@ def test_a_run_without_a_what_if_says_what_it_needs(tmp_path, capsys):
         for step in range(4):
             rec.log_step(step, {"timing_s/gen": 10, "timing_s/update_actor": 5, "timing_s/step": 16})
     code, doc = _run_json(capsys, run)
-    need = "the what-if needs the run's GPU count: meta.json gpu.count, or --gpus"
+    need = "the what-if needs the run's GPU count, meta.json gpu.count"
     assert code == 0 and doc["headline"]["best_topology"] is None and doc["topology"]["missing"] == need
     assert main(["diagnose", run]) == 0 and f"n/a ({need})" in capsys.readouterr().out
     code, doc = _run_json(capsys, run, "--gpus", "8")

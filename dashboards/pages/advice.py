@@ -65,23 +65,22 @@ def _rows(label: str, t: TopologyResult) -> list[tuple]:
 
 
 def _recommendation(label: str, t: TopologyResult) -> str:
-    best = str(t.what_if["step_s"].idxmin())
-    row = t.what_if.loc[best]
+    best, n_r, n_t, step_s = t.best()  # a tie goes to the run as it is
     now = t.step_now_s
-    where = "" if best == "colocated" else f" at {_split(row['n_rollout'], row['n_train'])}"
+    where = "" if best == "colocated" else f" at {_split(n_r, n_t)}"
     current = "colocate async" if t.shared else t.current.replace("_", " ")
-    if best == t.current and (t.n_rollout is None or t.n_rollout == row["n_rollout"]):
-        return f"{label}: the current {current}{where} is the fastest option the model sees ({fmt_seconds(row['step_s'])} s per step)."
+    if best == t.current and (t.n_rollout is None or t.n_rollout == n_r):
+        return f"{label}: the current {current}{where} is the fastest option the model sees ({fmt_seconds(step_s)} s per step)."
     if best == t.current:  # the same topology, another split
         current += f" at {t.n_rollout}:{t.n_train}"
     if math.isnan(now):  # a pooled topology whose split meta.json does not give
         return (
-            f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(row['step_s'])} s per step; the current "
+            f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(step_s)} s per step; the current "
             f"{current} is not modelled without its split."
         )
     return (
-        f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(row['step_s'])} s per step against {fmt_seconds(now)} s "
-        f"for the current {current} ({now / row['step_s']:.2f}x); the measured recent step is {fmt_seconds(t.step_measured_s)} s."
+        f"{label}: {best.replace('_', ' ')}{where} predicts {fmt_seconds(step_s)} s per step against {fmt_seconds(now)} s "
+        f"for the current {current} ({now / step_s:.2f}x); the measured recent step is {fmt_seconds(t.step_measured_s)} s."
     )
 
 

@@ -228,6 +228,17 @@ class TopologyResult:
             return math.nan
         return step_time(self.model, self.current, self.n_rollout)
 
+    def best(self) -> tuple[str, float, float, float]:
+        """The what-if's shortest predicted step as ``(topology, n_rollout, n_train, step_s)``
+        (NaN GPU counts for colocated); on a tie, the run as it is, its topology at its split."""
+        row = str(self.what_if["step_s"].idxmin())
+        w = self.what_if.loc[row]
+        now = self.step_now_s
+        if self.current in self.what_if.index and now <= float(w["step_s"]) * (1 + 1e-9):  # False for NaN
+            n_r, n_t = (math.nan, math.nan) if self.n_rollout is None else (self.n_rollout, self.n_train)
+            return self.current, float(n_r), float(n_t), now
+        return row, float(w["n_rollout"]), float(w["n_train"]), float(w["step_s"])
+
     def improves(self, step_s: float) -> bool:
         """Whether a predicted step of ``step_s`` is a gain to offer: shorter than the model's
         step now, model against model as every speedup (what the model leaves out cancels);
@@ -270,13 +281,18 @@ def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
     return None
 
 
-def _no_model(facts: RunFacts, anatomy: _anatomy.AnatomyResult) -> str:
+def _no_model(facts: RunFacts, anatomy: _anatomy.AnatomyResult, steps: pd.DataFrame) -> str:
     """Why :func:`measure` gave no model to a run that :func:`unmodelled` does not explain."""
     if not facts.n_gpus:
-        return "the what-if needs the run's GPU count: meta.json gpu.count, or --gpus"
+        return "the what-if needs the run's GPU count, meta.json gpu.count"
     if anatomy.seconds.empty:
+        if any(str(c).startswith("timing_s/") for c in steps.columns):
+            return "the what-if needs training steps: the run's timers are validation or checkpointing only"
         return "the what-if needs step timers, timing_s/*"
-    return "the what-if needs a generation and a training timer, timing_s/gen and timing_s/update_actor"
+    groups = recent(_anatomy.group_seconds(anatomy.seconds)).mean()
+    if not groups["forward"] + groups["training"] > 0:
+        return "the what-if needs a training time: no update_actor, old_log_prob or ref timer above zero"
+    return "the what-if needs a generation time: no rollout time above zero (timing_s/gen, or the pool's busy time)"
 
 
 def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.Series) -> pd.Series:
@@ -359,7 +375,7 @@ def analyze(
     model = measure(frames, anatomy, longtail)
     if model is None:
         empty = pd.DataFrame(columns=["n_rollout", "n_train", "step_s", "speedup"])
-        missing = unmodelled(facts, frames.steps) or _no_model(facts, anatomy)
+        missing = unmodelled(facts, frames.steps) or _no_model(facts, anatomy, frames.steps)
         result = TopologyResult(
             None,
             current,

@@ -131,7 +131,9 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if best:
         split = f" at {best['n_rollout']}:{best['n_train']}" if best["n_rollout"] else ""
         model = head.get("step_s_model")
-        what = f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}"
+        # verl's colocate_async is the colocated row in GPU time, but is not a synchronous colocated run
+        shared = doc["topology"].get("shared") and best["topology"] == "colocated"
+        what = f"{'colocate async' if shared else best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}"
         if best.get("improves", True):
             speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
             rows.append(("best topology", what + speed + (measured_aside(head) if speed else "")))

@@ -93,7 +93,9 @@ def _best(doc: dict[str, Any]) -> str | None:
     speed = f" ({best['speedup']:.2f}x{'; ' + aside if aside else ''})" if best.get("speedup") else ""
     if not best.get("improves", True):
         speed = " (as the run is now)" if is_current_best(doc, best) else " (no gain predicted)"
-    return f"{best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}{speed}"
+    shared = doc.get("topology", {}).get("shared") and best["topology"] == "colocated"  # colocate_async, as it is
+    name = "colocate async" if shared else best["topology"].replace("_", " ")
+    return f"{name}{split}: {secs(best['step_s'])}{speed}"
 
 
 def _counts(doc: dict[str, Any]) -> str:

@@ -145,16 +145,15 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
     best = None
     t = d.topology
     if not t.what_if.empty:
-        row = t.what_if["step_s"].idxmin()
-        w = t.what_if.loc[row]
+        row, n_r, n_t, best_s = t.best()
         best = {
             "topology": row,
-            "n_rollout": None if math.isnan(w["n_rollout"]) else int(w["n_rollout"]),
-            "n_train": None if math.isnan(w["n_train"]) else int(w["n_train"]),
-            "step_s": _num(w["step_s"]),
-            "speedup": _num(w.get("speedup")),
+            "n_rollout": None if math.isnan(n_r) else int(n_r),
+            "n_train": None if math.isnan(n_t) else int(n_t),
+            "step_s": _num(best_s),
+            "speedup": _num(t.step_now_s / best_s),
             # a gain only if shorter than the model's step now (model against model, as the speedup)
-            "improves": t.improves(float(w["step_s"])),
+            "improves": t.improves(best_s),
         }
     trainer_idle = None
     if d.gpu_idle is not None and d.gpu_idle.available and not d.gpu_idle.by_step.empty:
