@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, usable_step_rows, wide_steps
-from rlscope.analyzers.staleness import VERL_WORST_LAG
+from rlscope.analyzers.staleness import verl_lags
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, best_split
 from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
@@ -469,10 +469,9 @@ class LiveRun:
         if idle_keys:
             idle = wide[idle_keys].rename(columns={TRAINER_IDLE: "trainer", ROLLOUTER_IDLE: "rollouter"})
             self.idle = _upsert(self.idle, idle.dropna(how="all"), idle.index)
-        lag_keys = {VERL_WORST_LAG + "mean": "mean", VERL_WORST_LAG + "max": "max"}
-        if lag_keys.keys() & set(wide.columns):
-            verl = wide[[k for k in lag_keys if k in wide.columns]].rename(columns=lag_keys)
-            self.verl_lags = _upsert(self.verl_lags, verl.dropna(how="all"), verl.index)
+        verl = verl_lags(wide)
+        if len(verl.columns):
+            self.verl_lags = _upsert(self.verl_lags, verl, wide.index)
         lengths = _lengths(traj, wide)
         horizon = self._steps[-self.window] if len(self._steps) >= self.window else -math.inf
         window = {s for s in steps if s >= horizon}  # a step whose rows left the window keeps what it had

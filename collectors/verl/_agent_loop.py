@@ -133,22 +133,6 @@ def _v1_mode(config: Any) -> Any:
     return _field(_field(_field(config, "trainer"), "v1"), "trainer_mode")
 
 
-def _async_trainer_mode(config: Any, v1: bool) -> str | None:
-    """Which async trainer a worker's (or trainer's) config runs; None for a synchronous one, or
-    a v1 config that names no mode.
-
-    The v1 trainer names its mode (``trainer.v1.trainer_mode``: ``sync``, ``separate_async``,
-    ``colocate_async``); the legacy agent-loop worker serves the fully async rollouter (an
-    ``async_training`` section) and the one-step-off trainer (a top-level ``rollout`` section
-    of its own), or else the synchronous legacy trainer."""
-    if v1:
-        mode = _v1_mode(config)
-        return None if mode is None or mode == "sync" else str(mode)
-    if _field(config, "async_training") is not None:
-        return "fully_async"
-    return "one_step_off" if _field(config, "rollout") is not None else None
-
-
 def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     output = kwargs["output"] if "output" in kwargs else args[0]
     validate = kwargs["validate"] if "validate" in kwargs else args[1]
@@ -159,8 +143,7 @@ def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, A
         sample.captured = True  # a subclass that calls super() must not write the sample twice
     step = _step_of(kwargs.get("global_steps"))  # the v1 worker's, else the legacy worker's
     v1 = step is not None or "global_steps" in kwargs
-    mode = _async_trainer_mode(config, v1)
-    if mode == "fully_async":
+    if not v1 and _field(config, "async_training") is not None:  # the legacy worker under the fully async rollouter
         # Which update trains on the sample is decided later by the trainer, which writes its
         # row when it takes the sample (_consumed): nothing here, so it is recorded once.
         return
@@ -177,7 +160,7 @@ def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, A
     # end of step s - 1 (verl: trajectory_staleness = (global_steps - 1) - version); the other
     # async trainers train on samples of earlier steps, chosen after the row is written, and a v1
     # config naming no mode says nothing of which update takes the sample
-    synchronous = _v1_mode(config) == "sync" if v1 else mode is None
+    synchronous = _v1_mode(config) == "sync" if v1 else _field(config, "rollout") is None  # no one-step-off pool
     version = step - 1 if synchronous else None
     for row in trajectory_rows(outputs, kwargs, submit, finish, _origin(step, submit or finish), index, version):
         hook.log_trajectory(step, row)

@@ -61,6 +61,7 @@ __all__ = [
     "expected_staleness",
     "recent_mean_lag",
     "sync_interval",
+    "verl_lags",
 ]
 
 
@@ -288,14 +289,20 @@ def analyze(
     return result
 
 
+def verl_lags(steps: pd.DataFrame) -> pd.DataFrame:
+    """verl's own per-step ``mean`` and ``max`` lag (``trajectory_staleness_worst``) from the wide
+    step metrics, for the steps that log either; no columns when the run logs neither."""
+    keys = {VERL_WORST_LAG + "mean": "mean", VERL_WORST_LAG + "max": "max"}
+    return steps[[k for k in keys if k in steps.columns]].rename(columns=keys).dropna(how="all")
+
+
 def _from_verl(steps: pd.DataFrame, columns: list[str]) -> StalenessResult:
     """Per-step mean and max lag from verl's own metrics, for runs whose samples carry no
     ``trainer_version`` (the v1 trainer's async modes log them); empty without them too."""
-    mean, top = VERL_WORST_LAG + "mean", VERL_WORST_LAG + "max"
-    if mean not in steps:
+    lags = verl_lags(steps)
+    if "mean" not in lags:
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
-    table = pd.DataFrame({"mean": steps[mean], "max": steps[top] if top in steps else math.nan})
-    table = table[table["mean"].notna()].reindex(columns=columns).astype(float)
+    table = lags[lags["mean"].notna()].reindex(columns=columns).astype(float)
     return StalenessResult(table.rename_axis("step"), math.nan, None, source="verl" if len(table) else None)
 
 
