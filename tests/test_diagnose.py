@@ -754,3 +754,16 @@ def test_gzip_given_to_diagnose_through_a_pipe_names_the_pipe(tmp_path, capsys):
     assert main(["diagnose", fifo]) == 1
     writer.join(5)
     assert capsys.readouterr().err == f"rlscope: {fifo}: gzip-compressed; decompress it in the pipe: <(zcat FILE.gz)\n"
+
+
+def test_report_axes_are_labelled_in_decades_of_delta_and_whole_gpus():
+    # four bins a decade: the axis names 1e-07, 1e-06, ..., 1e+02, not every other bin (2e-07, 6e-07)
+    from rlscope.report.figures import mismatch_heatmap, split_drift
+
+    d = analyze_run(str(SAMPLES / "moe-mismatch"))
+    fig = mismatch_heatmap(d)
+    assert list(fig.layout.yaxis.tickvals) == [f"1e{e:+03d}" for e in range(-7, 3)]
+    assert set(fig.layout.yaxis.tickvals) <= set(fig.data[0].y)
+    # the balanced split stays 27 of 32 beside the run's 24: ticks one GPU apart, not 24.5
+    drift = split_drift(d)
+    assert set(drift.data[0].y) == {27} and drift.layout.yaxis.dtick == 1

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis
 from rlscope.analyzers.mfu import cause_label
 from rlscope.trace.reader import RunReader
-from rlscope.trace.schema import LOGPROB_BIN_EDGES
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, LOGPROB_BINS_PER_DECADE
 
 __all__ = ["all_figures"]
 
@@ -103,6 +103,9 @@ def mismatch_heatmap(d: Diagnosis) -> go.Figure | None:
         yaxis_title="|delta| bin (lower edge)",
         **_LAYOUT,
     )
+    # four bins a decade: label the decades only (left alone, plotly labels every other bin, 2e-07,
+    # 6e-07, ...); bin 0, [0, 1e-07), is the row under 1e-07, too close for a label of its own
+    fig.update_yaxes(tickmode="array", tickvals=labels[1::LOGPROB_BINS_PER_DECADE])
     return fig
 
 
@@ -119,6 +122,9 @@ def reward_by_source(d: Diagnosis) -> go.Figure | None:
     return fig
 
 
+_WHOLE_TICKS_UP_TO = 12  # GPUs apart: over a wider range plotly's own ticks (2, 5, 10 apart) are whole
+
+
 def split_drift(d: Diagnosis) -> go.Figure | None:
     p = d.drift.per_step
     if p.empty:
@@ -132,6 +138,10 @@ def split_drift(d: Diagnosis) -> go.Figure | None:
         yaxis_title=f"rollout GPUs of {d.drift.n_gpus}",
         **_LAYOUT,
     )
+    # whole GPUs: over a narrow range plotly would tick halves (24.5 GPUs)
+    shown = [*p["best_rollout"].dropna(), *([d.topology.n_rollout] if d.topology.n_rollout else [])]
+    if shown and max(shown) - min(shown) <= _WHOLE_TICKS_UP_TO:
+        fig.update_yaxes(dtick=1)
     return fig
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "GPU",
     "IS_WEIGHT_CAP",
     "LOGPROB",
+    "LOGPROB_BINS_PER_DECADE",
     "LOGPROB_BIN_EDGES",
     "LOGPROB_QUANTILES",
     "SCHEMA_VERSION",
@@ -94,7 +95,8 @@ GPU = pa.schema(
 
 # |log p_trainer - log p_rollout| histogram: bin 0 is [0, 1e-7), then 4 bins per decade up to
 # 1e2, and a last bin [1e2, inf). Fixed edges make histograms of different steps addable.
-LOGPROB_BIN_EDGES: np.ndarray = np.concatenate([[0.0], np.logspace(-7, 2, 9 * 4 + 1), [np.inf]])
+LOGPROB_BINS_PER_DECADE = 4
+LOGPROB_BIN_EDGES: np.ndarray = np.concatenate([[0.0], np.logspace(-7, 2, 9 * LOGPROB_BINS_PER_DECADE + 1), [np.inf]])
 LOGPROB_QUANTILES: tuple[float, ...] = (0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999)
 IS_WEIGHT_CAP = 2.0  # truncated importance sampling: w = min(p_trainer / p_rollout, 2)
 
