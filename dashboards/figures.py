@@ -265,6 +265,7 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
         y = np.arange(1, t.size + 1) / t.size
         keep = np.unique(np.linspace(0, t.size - 1, min(t.size, _CDF_POINTS)).round().astype(int))
         fig.add_scatter(x=t[keep], y=y[keep], name=text(label), mode="lines", line={"shape": "hv", "color": _color(i)})
+    first, last = min(t[0] for t in runs.values()), max(t[-1] for t in runs.values())
     split = tail_split(next(iter(runs.values()))) if len(runs) == 1 else None
     if split is not None and not math.isnan(split.t_thr_s + split.t_tail_s):  # one trajectory: no t90
         fig.add_vline(x=split.t_thr_s, line={"dash": "dash", "color": "#E45756"})
@@ -273,9 +274,13 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
             y=0.5,
             text=f"t90 = {fmt_seconds(split.t_thr_s)} s: the slowest 10% hold the last {split.tail_share:.0%} of the rollout",
             showarrow=False,
-            xanchor="left",
+            # the text runs into the half of the plot with room for it
+            xanchor="left" if split.t_thr_s < (first + last) / 2 else "right",
             bgcolor="rgba(255,255,255,0.8)",
         )
+    # the finish times' own span: left to itself, plotly widens the axis to hold the annotation's text
+    pad = 0.02 * (last - first) or 1.0  # one finish time: a second either side
+    fig.update_xaxes(range=[first - pad, last + pad])
     fig.update_yaxes(tickformat=".0%", range=[0, 1.02])
     return fig
 

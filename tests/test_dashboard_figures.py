@@ -249,6 +249,19 @@ def test_a_step_of_one_trajectory_draws_no_t90():
     assert line.x0 == pytest.approx(69.6) and "the last 77% of the rollout" in fig.layout.annotations[0].text
 
 
+def test_the_finish_time_axis_spans_the_finish_times_with_the_t90_text_inside():
+    # t90 late in the rollout: the text runs left of its line, and the axis stays the finish
+    # times' own span (a browser widened it to hold text running right: 29-3,575 s for 29-1,764 s)
+    times = np.linspace(100.0, 1100.0, 101)
+    fig = figures.finish_cdf({"run": times}, 3)
+    (note,) = fig.layout.annotations
+    assert note.x == pytest.approx(1000.0) and note.xanchor == "right"
+    assert fig.layout.xaxis.range == pytest.approx((80.0, 1120.0))
+    early = figures.finish_cdf({"run": np.concatenate([np.linspace(0.0, 100.0, 91), np.full(10, 1000.0)])}, 3)
+    assert early.layout.annotations[0].xanchor == "left"
+    assert figures.finish_cdf({"run": np.array([7.0])}, 3).layout.xaxis.range == pytest.approx((6.0, 8.0))
+
+
 def test_staleness_vs_length_shows_longer_answers_are_staler(runs):
     run = runs["async-drift"]
     fig = figures.staleness_vs_length({run.label: run.lag_lengths()})
