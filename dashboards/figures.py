@@ -217,7 +217,8 @@ def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tai
         x=["peak", *(cause_label(c, tail_estimated) for c in causes), "MFU"],
         y=[100.0, *(-float(lost[c]) for c in causes), 0.0],
         measure=["absolute", *(["relative"] * len(causes)), "total"],
-        text=["100", *(f"-{lost[c]:.1f}" for c in causes), f"{100 * mfu:.1f}"],
+        # a cause that cost nothing (the tail of a streaming run) reads 0, not -0.0
+        text=["100", *(f"-{lost[c]:.1f}" if round(lost[c], 1) else "0" for c in causes), f"{100 * mfu:.1f}"],
         textposition="outside",
         decreasing={"marker": {"color": "#E45756"}},
         totals={"marker": {"color": "#4C78A8"}},

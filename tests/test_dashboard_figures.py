@@ -114,6 +114,12 @@ def test_mfu_waterfall_goes_from_peak_to_mfu(runs):
     assert estimated.data[0].x[2] == "long tail (estimated)"
 
 
+def test_a_cause_that_cost_nothing_reads_0_on_the_waterfall():
+    lost = pd.Series({"decode": 60.0, "long_tail": 0.0, "switching": 0.04, "idle_other": 20.0})
+    (w,) = figures.mfu_waterfall(lost, 0.2).data
+    assert list(w.text) == ["100", "-60.0", "0", "0", "-20.0", "20.0"]
+
+
 def test_compare_views_overlay_one_trace_per_run(runs):
     a, b = runs["healthy-colocated"], runs["agentic-failing-reward"]
     fig = figures.step_time_compare({a.label: a.phases["step"], b.label: b.phases["step"]})
