@@ -222,6 +222,17 @@ def test_a_straggler_among_fewer_than_10_trajectories_is_a_tail(tmp_path):
         "the slowest 10% of trajectories take 77% of rollout time (measured; as few as 9 trajectories a step: "
         "the tail is read off the last two finishes)"
     )
+    # the same 9 beside 3 that never finished (infinite times): 9 counted, the same tail and note
+    r = longtail.analyze(
+        make_run(
+            tmp_path / "inf",
+            {},
+            steps,
+            dict.fromkeys(range(4), finish_rows([*[30, 32, 34, 36, 38, 40, 42, 44, 300], *[math.inf] * 3])),
+        )
+    )
+    assert set(r.per_step["n"]) == {9} and r.tail_share == pytest.approx(0.768)
+    assert "as few as 9 trajectories a step" in next(f for f in r.findings if f.id == "long-tail-dominates").title
     # three even finishes a step: 10%, no finding (the slowest one alone would have said 33%)
     even = make_run(tmp_path / "even", {}, steps, dict.fromkeys(range(4), finish_rows([100, 200, 300])))
     assert longtail.analyze(even).tail_share == pytest.approx(0.1) and "long-tail-dominates" not in ids(

@@ -126,12 +126,14 @@ def test_recent_phase_shares_are_the_headline_s_ratio_of_means(tmp_path, capsys)
     assert shares["gen"] == pytest.approx(50 / 60) and shares["update_actor"] == pytest.approx(5 / 60)
 
 
-def test_one_trajectory_a_step_has_no_tail_and_says_why(tmp_path, capsys):
+@pytest.mark.parametrize("unfinished", [0, 2])
+def test_one_trajectory_a_step_has_no_tail_and_says_why(tmp_path, capsys, unfinished):
+    # beside it, trajectories that never finished (infinite times) are not counted: still one
     run = str(tmp_path / "one")
     with Recorder(run) as rec:
         for step in range(4):
             rec.log_step(step, {"timing_s/gen": 10, "timing_s/update_actor": 5, "timing_s/step": 16})
-            rec.log_trajectories(step, [{"finish_time": 9.0}])
+            rec.log_trajectories(step, [{"finish_time": 9.0}] + [{"finish_time": float("inf")}] * unfinished)
     code, doc = _run_json(capsys, run)
     assert code == 0 and doc["headline"]["tail_share"] is None and doc["long_tail"]["per_step"][0]["n"] == 1
     assert main(["diagnose", run]) == 0

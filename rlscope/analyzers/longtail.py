@@ -104,9 +104,10 @@ def estimate_tail_share(mean_len: float, max_len: float, clip_ratio: float | Non
 class LongTailResult:
     """Per-step tail split, its trend and the recent (last-quarter) mean.
 
-    ``per_step``: index step; ``n`` (trajectories, NaN when estimated), ``rollout_s``,
-    ``t_thr_s``, ``t_tail_s``, ``tail_share``. ``t_thr_s``, ``t_tail_s``, ``tail_share``:
-    means over the last quarter of steps (share = mean tail / mean rollout). ``estimated``:
+    ``per_step``: index step; ``n`` (trajectories with a finite finish time, NaN when
+    estimated), ``rollout_s``, ``t_thr_s``, ``t_tail_s``, ``tail_share``. ``t_thr_s``,
+    ``t_tail_s``, ``tail_share``: means over the last quarter of steps (share = mean tail /
+    mean rollout). ``estimated``:
     True when derived from response lengths rather than trajectories.
     """
 
@@ -121,13 +122,11 @@ class LongTailResult:
 
 def _measured(trajectories: Trajectories) -> pd.DataFrame:
     finish = trajectories.numbers("finish_time").astype(float, copy=False)
-    keep = ~np.isnan(finish) & ~trajectories.flags("aborted")
-    rows = kept(keep)
+    # n counts what the split reads: a missing or infinite time says nothing of when it finished
+    rows = kept(np.isfinite(finish) & ~trajectories.flags("aborted"))
     g = trajectories.step_groups(rows)
     finish = g.take(finish[rows])
-    # n counts infinite times too; the split leaves them out
-    split = _split if np.isfinite(finish).all() else tail_split
-    splits = [split(finish[a:b]) for a, b in zip(g.starts, g.ends, strict=True)]
+    splits = [_split(finish[a:b]) for a, b in zip(g.starts, g.ends, strict=True)]
     return pd.DataFrame(
         {
             "n": g.sizes,
