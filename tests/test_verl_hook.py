@@ -1,10 +1,11 @@
 """The verl hook, loaded the way users load it (VERL_USE_EXTERNAL_MODULES), on verl's own code.
 
-Three subprocesses run ``tests/verl_support/drive_verl.py`` side by side, each importing verl
+Four subprocesses run ``tests/verl_support/drive_verl.py`` side by side, each importing verl
 once: ``main`` drives verl's Tracking, marked_timer, calculate_debug_metrics,
 compute_data_metrics and agent-loop worker on tiny CPU batches; ``faults`` removes one
 patch target, makes the hook's own code fail, and takes the run directory away; ``v1``
-runs verl's v1 (TransferQueue) agent-loop worker after a Ray-style pickle round trip. The
+runs verl's v1 (TransferQueue) agent-loop worker after a Ray-style pickle round trip;
+``onestep`` runs verl's one-step-off trainer loop over its agent-loop manager and workers. The
 test compares what verl computed with what the hook wrote. Skipped where verl is not installed.
 """
 
@@ -66,7 +67,7 @@ def driven(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     if importlib.util.find_spec("verl") is None:
         pytest.skip("verl is not installed")
     base = tmp_path_factory.mktemp("verl")
-    modules = {"main": HOOK, "faults": f"break_verl,{HOOK}", "v1": HOOK}
+    modules = {"main": HOOK, "faults": f"break_verl,{HOOK}", "v1": HOOK, "onestep": HOOK}
     envs = {name: _env(base / name, modules[name]) for name in modules}
     # main also starts the driver's services: NVML sampling (a stand-in pynvml) and the exporter
     envs["main"].update(RLSCOPE_GPU_INTERVAL="0.05", RLSCOPE_EXPORT_PORT=str(_free_port()))
@@ -317,19 +318,83 @@ def test_the_fully_async_rollouters_agent_loop_writes_nothing_and_counts_no_faul
     assert hook.status()["faults"] == {} and hook.status()["recorder"] is None
 
 
-def test_the_one_step_off_trainers_agent_loop_writes_its_rows_without_a_trainer_version(tmp_path):
-    # one_step_off_policy/ray_trainer.py: the legacy worker, with a rollout section of its own; the
-    # step that trains a batch is chosen after the worker wrote it
+def _one_step_off_batch(hook: Hook, worker: Any, tag: int, validate: bool = False) -> None:
+    """One batch through a one-step-off worker as verl runs it: generate_sequences around its
+    samples' _run_agent_loop, each ending in _agent_loop_postprocess (two samples here)."""
+    from types import SimpleNamespace
+
+    batch = _agent_loop._enter_batch(
+        hook, worker, (SimpleNamespace(meta_info={"global_steps": tag, "validate": validate}),), {}
+    )
+    for i in range(2):
+        token = _agent_loop._enter_sample(hook, (0, {"step": tag, "validate": validate}), {})
+        output = {"response_ids": [1] * (tag + i), "extra_fields": {"min_global_steps": 2, "max_global_steps": 2}}
+        _agent_loop._after_postprocess(hook, worker, (), {"output": output, "validate": validate, "uid": f"t{tag}"})
+        _agent_loop._leave_sample(token)
+    _agent_loop._leave_batch(batch)
+
+
+def test_the_one_step_off_worker_files_its_first_batch_under_its_tag_and_later_ones_one_step_on(tmp_path):
+    # one_step_off_policy/ray_trainer.py: a worker's training batches carry the tags k, k, k + 1, ...
+    # (fit starts the first at :317, _fit_generate the next at :403 before global_steps advances),
+    # trained by steps k, k + 1, k + 2; validation batches (meta_info validate) come in between
     run = tmp_path / "run"
     hook = Hook(str(run))
     worker = type("Worker", (), {"config": {"rollout": {"nnodes": 1}}})()
-    token = _agent_loop._enter_sample(hook, (0, {"step": 3, "validate": False}), {})
-    output = {"response_ids": [1, 2], "extra_fields": {"min_global_steps": 2, "max_global_steps": 2}}
-    _agent_loop._after_postprocess(hook, worker, (), {"output": output, "validate": False})
-    _agent_loop._leave_sample(token)
+    for tag, validate in [(4, False), (4, True), (4, False), (5, False)]:
+        _one_step_off_batch(hook, worker, tag, validate)
     hook.flush()
-    (row,) = RunReader(str(run)).read("trajectories", ["step", "trainer_version", "response_tokens"]).to_pylist()
-    assert row == {"step": 3, "trainer_version": None, "response_tokens": 2} and hook.faults == {}
+    rows = RunReader(str(run)).read("trajectories", ["step", "group", "trainer_version", "response_tokens"])
+    got = sorted((r["step"], r["group"], r["response_tokens"], r["trainer_version"]) for r in rows.to_pylist())
+    # tokens tag + i; the two tag-4 batches apart; no trainer_version (its weights are labelled one ahead)
+    g4, g5 = _agent_loop.group_of("t4"), _agent_loop.group_of("t5")
+    assert got == [
+        (4, g4, 4, None),
+        (4, g4, 5, None),
+        (5, g4, 4, None),
+        (5, g4, 5, None),
+        (6, g5, 5, None),
+        (6, g5, 6, None),
+    ]
+    assert hook.faults == {}
+
+
+def test_a_one_step_off_sample_outside_a_batch_the_hook_saw_is_a_counted_fault(tmp_path, caplog):
+    # a worker subclass whose generate_sequences does not call verl's: the sample's tag is not its
+    # step, and which step trains it is unknown
+    hook = Hook(str(tmp_path / "run"))
+    worker = type("Worker", (), {"config": {"rollout": {"nnodes": 1}}})()
+    with caplog.at_level("WARNING", logger="rlscope"):
+        token = _agent_loop._enter_sample(hook, (0, {"step": 3, "validate": False}), {})
+        _agent_loop._after_postprocess(hook, worker, (), {"output": {"response_ids": [1, 2]}, "validate": False})
+        _agent_loop._leave_sample(token)
+    assert hook.status()["faults"] == {"trajectories": 1} and hook.status()["recorder"] is None
+    assert "did not come through AgentLoopWorker.generate_sequences" in caplog.text
+
+
+@needs_verl
+def test_the_one_step_off_trainer_files_each_batch_under_the_step_that_trains_it(driven):
+    result = driven["onestep"]["result"]
+    # verl's fit starts step 1's generation with global_steps 1 (ray_trainer.py:302, :317); each
+    # _fit_generate starts the next step's (:403) before _fit_postprocess_step advances global_steps,
+    # so the batches of steps 1, 2, 3 carry 1, 1, 2, and those of a run resumed after step 3, 4 and 4
+    assert [b["tag"] for b in result["batches"]] == [1, 1, 2, 4, 4]
+    trained = {int(step): set(uids) for step, uids in result["trained"].items()}  # what each update took
+    assert sorted(trained) == [1, 2, 3, 4, 5]
+    rows = RunReader(str(driven["onestep"]["run_dir"])).read("trajectories").to_pylist()
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_step.setdefault(row["step"], []).append(row)
+    # each step holds its own update's batch and nothing else: 2 prompts x rollout.n 2, once each
+    assert {step: len(rs) for step, rs in by_step.items()} == dict.fromkeys(trained, 4)
+    assert {step: {r["traj_id"].rsplit("_", 1)[0] for r in rs} for step, rs in by_step.items()} == trained
+    assert len({r["traj_id"] for r in rows}) == len(rows)
+    # times count from the first sample of the step's own batch, so they fit in its generation window
+    window = {frozenset(b["uids"]): b["end"] - b["start"] for b in result["batches"]}
+    for step, rs in by_step.items():
+        assert min(r["submit_time"] for r in rs) == 0.0
+        assert max(r["finish_time"] for r in rs) <= window[frozenset(trained[step])]
+    assert {r["trainer_version"] for r in rows} == {None} and result["status"]["faults"] == {}
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,8 @@ TARGETS: tuple[Target, ...] = (
         _logprob.wrap_calculate_debug_metrics,
         rebind=True,
     ),
+    # the one-step-off trainer's batches: which step trains each (see _agent_loop)
+    Target("trajectories", _AGENT_LOOP, "AgentLoopWorker.generate_sequences", _agent_loop.wrap_generate_sequences),
     Target("trajectories", _AGENT_LOOP, "AgentLoopWorker._run_agent_loop", _agent_loop.wrap_run_agent_loop),
     Target("trajectories", _AGENT_LOOP, "AgentLoopWorker._agent_loop_postprocess", _agent_loop.wrap_postprocess),
     Target(

@@ -11,6 +11,12 @@ variable, so concurrent samples in one event loop stay apart) and each class's
 skipped: the trajectories table describes training steps. So are the samples of verl's fully
 async rollouter, which carry no training step: its trainer writes their rows when it takes them
 (``_consumed``).
+
+The one-step-off trainer starts the generation of step s + 1's batch during step s, before it
+advances ``global_steps``, so its batches carry the tags 1, 1, 2, 3, ... (k, k, k + 1, ... when
+resumed from step k - 1's checkpoint). The hook also wraps ``AgentLoopWorker.generate_sequences``,
+which each worker runs once per batch, one training batch after another, and files a batch under
+the step that trains it: its tag for the first training batch the worker gets, the tag + 1 after.
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ import functools
 import hashlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rlscope.collectors.verl._hook import Hook
 
-__all__ = ["group_of", "trajectory_rows", "wrap_postprocess", "wrap_run_agent_loop"]
+__all__ = ["group_of", "trajectory_rows", "wrap_generate_sequences", "wrap_postprocess", "wrap_run_agent_loop"]
 
 _MAX_ORIGINS = 256  # steps whose rollout start this process remembers
 
@@ -38,12 +45,16 @@ class _Sample:
     sample_index: Any
     rollout_n: Any
     submit: float
+    batch_step: int | None = None  # the step a one-step-off batch is filed under
     captured: bool = False
 
 
 _current: contextvars.ContextVar[_Sample | None] = contextvars.ContextVar("rlscope_verl_sample", default=None)
+_batch_step: contextvars.ContextVar[int | None] = contextvars.ContextVar("rlscope_verl_batch_step", default=None)
 _origins: dict[int, float] = {}
 _origins_lock = threading.Lock()
+_started: weakref.WeakSet[Any] = weakref.WeakSet()  # one-step-off workers that have had a training batch
+_started_lock = threading.Lock()
 
 
 def _origin(step: int, when: float) -> float:
@@ -133,6 +144,12 @@ def _v1_mode(config: Any) -> Any:
     return _field(_field(_field(config, "trainer"), "v1"), "trainer_mode")
 
 
+def _one_step_off(config: Any) -> bool:
+    """The one-step-off trainer's config (seen by the legacy worker): a rollout pool of its own, and
+    not the fully async trainer's (which also has one)."""
+    return _field(config, "rollout") is not None and _field(config, "async_training") is None
+
+
 def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     output = kwargs["output"] if "output" in kwargs else args[0]
     validate = kwargs["validate"] if "validate" in kwargs else args[1]
@@ -147,7 +164,19 @@ def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, A
         # Which update trains on the sample is decided later by the trainer, which writes its
         # row when it takes the sample (_consumed): nothing here, so it is recorded once.
         return
-    if step is None and sample is not None:
+    one_step_off = not v1 and _one_step_off(config)
+    if one_step_off:  # the batch's tag is not the step that trains it: _enter_batch worked that out
+        step = None if sample is None else sample.batch_step
+        if step is None and sample is not None and _step_of(sample.step) is not None:
+            hook.fault(
+                "trajectories",
+                LookupError(
+                    "a one-step-off sample that did not come through AgentLoopWorker.generate_sequences: "
+                    "the step that trains it is unknown; not recorded"
+                ),
+            )
+            return
+    elif step is None and sample is not None:
         step = _step_of(sample.step)
     if step is None:  # no training step, outside the fully async trainer: nothing to file it under
         hook.fault("trajectories", LookupError("an agent-loop sample carries no training step; not recorded"))
@@ -157,10 +186,11 @@ def _capture(hook: Hook, config: Any, args: tuple[Any, ...], kwargs: dict[str, A
     index = f"{sample.sample_index}_{sample.rollout_n}" if sample is not None else None
     outputs = output if isinstance(output, list) else [output]
     # a synchronous trainer trains step s on step s's own samples, from the version synced at the
-    # end of step s - 1 (verl: trajectory_staleness = (global_steps - 1) - version); the other
-    # async trainers train on samples of earlier steps, chosen after the row is written, and a v1
-    # config naming no mode says nothing of which update takes the sample
-    synchronous = _v1_mode(config) == "sync" if v1 else _field(config, "rollout") is None  # no one-step-off pool
+    # end of step s - 1 (verl: trajectory_staleness = (global_steps - 1) - version); the v1 async
+    # modes train on samples of earlier steps, chosen after the row is written, a v1 config naming
+    # no mode says nothing of which update takes the sample, and the one-step-off trainer labels
+    # its weights one ahead (it syncs the weights of s - 1 updates as version s)
+    synchronous = _v1_mode(config) == "sync" if v1 else not one_step_off
     version = step - 1 if synchronous else None
     for row in trajectory_rows(outputs, kwargs, submit, finish, _origin(step, submit or finish), index, version):
         hook.log_trajectory(step, row)
@@ -170,9 +200,14 @@ def _enter_sample(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     try:
         info = kwargs["trajectory"] if "trajectory" in kwargs else args[1]
         sample = _Sample(
-            info.get("step"), bool(info.get("validate")), info.get("sample_index"), info.get("rollout_n"), time.time()
+            info.get("step"),
+            bool(info.get("validate")),
+            info.get("sample_index"),
+            info.get("rollout_n"),
+            time.time(),
+            _batch_step.get(),
         )
-        step = _step_of(sample.step)
+        step = sample.batch_step if sample.batch_step is not None else _step_of(sample.step)
         if step is not None and not sample.validate:
             _origin(step, sample.submit)
         return _current.set(sample)
@@ -184,6 +219,29 @@ def _enter_sample(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
 def _leave_sample(token: contextvars.Token | None) -> None:
     if token is not None:
         _current.reset(token)
+
+
+def _enter_batch(hook: Hook, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> contextvars.Token | None:
+    """A one-step-off worker's training batch: the step that trains it, for its samples' tasks."""
+    try:
+        if not _one_step_off(getattr(worker, "config", None)):
+            return None
+        meta = (kwargs["batch"] if "batch" in kwargs else args[0]).meta_info
+        tag = _step_of(meta.get("global_steps"))
+        if meta.get("validate") or tag is None:
+            return None
+        with _started_lock:  # verl awaits each training batch before it starts the next one
+            first = worker not in _started
+            _started.add(worker)
+        return _batch_step.set(tag if first else tag + 1)
+    except Exception as exc:  # noqa: BLE001 - never harm training
+        hook.fault("trajectories", exc)
+        return None
+
+
+def _leave_batch(token: contextvars.Token | None) -> None:
+    if token is not None:
+        _batch_step.reset(token)
 
 
 def _after_postprocess(hook: Hook, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -207,6 +265,18 @@ def wrap_run_agent_loop(hook: Hook, original: Callable[..., Any]) -> Callable[..
             _leave_sample(token)
 
     return _run_agent_loop
+
+
+def wrap_generate_sequences(hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def generate_sequences(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _enter_batch(hook, self, args, kwargs)
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            _leave_batch(token)
+
+    return generate_sequences
 
 
 def wrap_postprocess(hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,8 +43,9 @@ def _tokenizer() -> Any:
     )
 
 
-def _agent_loop_worker() -> Any:
-    """A real AgentLoopWorker with just the attributes its rollout path reads (no LLM server)."""
+def _agent_loop_worker(trainer: dict[str, Any] | None = None) -> Any:
+    """A real AgentLoopWorker with just the attributes its rollout path reads (no LLM server);
+    ``trainer`` adds top-level sections of the trainer's config (the worker gets all of it)."""
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
@@ -59,7 +60,7 @@ def _agent_loop_worker() -> Any:
         "agent": {"default_agent_loop": "rlscope_echo"},
     }
     worker = object.__new__(AgentLoopWorker)
-    worker.config = OmegaConf.create({"data": {}, "actor_rollout_ref": {"rollout": rollout}})
+    worker.config = OmegaConf.create({"data": {}, "actor_rollout_ref": {"rollout": rollout}, **(trainer or {})})
     worker.rollout_config = worker.config.actor_rollout_ref.rollout
     worker.llm_client = worker.teacher_client = worker.reward_loop_worker_handles = None
     worker.tokenizer, worker.processor = _tokenizer(), None
@@ -300,10 +301,133 @@ def scenario_v1(run_dir: str) -> dict[str, Any]:
     return {"cases": CASES, "status": hook.status()}
 
 
+def scenario_onestep(run_dir: str) -> dict[str, Any]:
+    """verl's one-step-off trainer (fit, fit_step, _fit_generate, _async_gen_next_batch, the agent
+    loop manager's dispatch, two agent-loop workers): a run of 3 steps, then a run resumed from the
+    checkpoint of step 3 with fresh workers (new processes) for steps 4-5. Only the LLM, the model
+    workers and the step's compute phases are stand-ins; what each update trains on is recorded."""
+    import time
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayTrainer
+
+    import rlscope.collectors.verl as hook
+
+    _register_echo_loop()
+    pool = {"nnodes": 1, "n_gpus_per_node": 1}  # the rollout's own pool: what marks the one-step-off config
+    config = OmegaConf.create(
+        {
+            "data": {"train_batch_size": 2, "max_response_length": RESPONSE_LEN},
+            "actor_rollout_ref": {"rollout": {"n": 2, "name": "vllm", "temperature": 1.0}},
+            "rollout": pool,
+            "trainer": {
+                "project_name": "p",
+                "experiment_name": "e",
+                "logger": [],
+                "val_before_train": False,
+                "total_epochs": 1,
+                "balance_batch": False,
+                "critic_warmup": 0,
+                "test_freq": -1,
+                "save_freq": -1,
+                "esi_redundant_time": 0,
+                "nnodes": 1,
+                "n_gpus_per_node": 1,
+            },
+            "global_profiler": {"steps": None, "profile_continuous_steps": False},
+        }
+    )
+    out: dict[str, Any] = {"trained": {}, "batches": [], "synced": []}
+
+    def _prompts(index: list[int]) -> dict[str, Any]:
+        """One batch as verl's dataloader yields it (the echo loop answers each sample as CASES[index])."""
+        raw_prompt = np.empty(len(index), dtype=object)
+        raw_prompt[:] = [[{"role": "user", "content": "q"}] for _ in index]
+        sources = np.array([CASES[i]["source"] for i in index], dtype=object)
+        return {
+            "dummy": torch.zeros(len(index), 1),
+            "index": np.array(index),
+            "raw_prompt": raw_prompt,
+            "data_source": sources,
+        }
+
+    class Trainer(OneStepOffRayTrainer):
+        """verl's trainer with the model workers' phases stubbed: each records what it was given."""
+
+        def _load_checkpoint(self) -> None:
+            self.global_steps = self.resume_from
+
+        def _fit_compute_reward(self, batch: Any) -> Any:
+            out["trained"][self.global_steps] = sorted(set(batch.non_tensor_batch["uid"].tolist()))
+            return batch
+
+        def _fit_update_actor(self, batch: Any) -> Any:
+            time.sleep(0.2)  # the update blocks the event loop, as verl's blocking worker calls do
+            return batch
+
+        def _fit_collect_metrics(self, batch: Any) -> None:
+            pass
+
+    for name in ("_fit_compute_log_prob", "_fit_compute_ref_log_prob", "_fit_compute_critic"):
+        setattr(Trainer, name, lambda self, batch: batch)
+    for name in ("_fit_compute_advantage", "_fit_update_critic"):
+        setattr(Trainer, name, lambda self, batch: batch)
+
+    class Manager(AgentLoopManager):
+        """verl's manager: chunks each batch over its workers; records each batch's window and step tag."""
+
+        async def generate_sequences(self, prompts: Any) -> Any:
+            start = time.time()
+            tag = prompts.meta_info["global_steps"]
+            result = await super().generate_sequences(prompts)
+            out["batches"].append({"tag": tag, "uids": sorted(set(result.non_tensor_batch["uid"].tolist()))})
+            out["batches"][-1].update(start=start, end=time.time())
+            return result
+
+    class Sync:
+        def update_weights(self, global_steps: int) -> None:
+            out["synced"].append(global_steps)
+
+    def run(resume_from: int, total: int) -> None:
+        workers = [_agent_loop_worker({"rollout": pool}) for _ in range(2)]  # one per Ray actor process
+        manager = object.__new__(Manager)
+        # a Ray actor handle's method.remote(...) is awaited by the manager; here it is the coroutine
+        manager.agent_loop_workers = [
+            SimpleNamespace(generate_sequences=SimpleNamespace(remote=w.generate_sequences)) for w in workers
+        ]
+        trainer = object.__new__(Trainer)
+        trainer.__dict__.update(
+            config=config,
+            resume_from=resume_from,
+            total_training_steps=total,
+            async_rollout_manager=manager,
+            checkpoint_manager=Sync(),
+            actor_rollout_wg=None,
+            train_dataset=None,
+            # one dict per training batch: 2 prompts whose samples the echo loop answers as CASES
+            train_dataloader=[_prompts([2 * (k % 2), 2 * (k % 2) + 1]) for k in range(total - resume_from)],
+            global_steps=0,
+            epoch=0,
+            metrics={},
+            timing_raw={},
+            is_last_step=False,
+        )
+        asyncio.run(trainer.fit())
+
+    run(0, 3)
+    run(3, 5)
+    hook.flush()
+    out["status"] = hook.status()
+    return out
+
+
 def main() -> int:
     scenario, run_dir = sys.argv[1], os.environ["RLSCOPE_RUN_DIR"]
     assert "rlscope.collectors.verl" in sys.modules, "VERL_USE_EXTERNAL_MODULES did not load the hook"
-    result = {"main": scenario_main, "faults": scenario_faults, "v1": scenario_v1}[scenario](run_dir)
+    scenarios = {"main": scenario_main, "faults": scenario_faults, "v1": scenario_v1, "onestep": scenario_onestep}
+    result = scenarios[scenario](run_dir)
     result["verl_version"] = verl.__version__
     print("RESULT " + json.dumps(result))
     return 0
