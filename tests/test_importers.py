@@ -389,6 +389,43 @@ def test_pretty_printed_validation_dicts(tmp_path):
     assert summary.skipped == {"duplicate_of_step_line": 1} and value(df, 4, "timing_s/gen") == 13.0
 
 
+def test_verl_0_1_final_validation_goes_under_the_step_that_logs_it(tmp_path):
+    # verl <= 0.2 and TinyZero raise global_steps, print the final validation, then log it at the
+    # next step: the value belongs to step 3 alone, not also to step 2 (which did not validate);
+    # the console line rounds to 3 decimals, the printed dict keeps its digits
+    log = tmp_path / "fin.log"
+    log.write_text(
+        "(main_task pid=1) step:2 - timing_s/gen:5.041 - timing_s/step:8.858 - critic/score/mean:0.035\n"
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"\n"
+        "(main_task pid=1) step:3 - val/test_score/countdown:0.039\n"
+    )
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert df[df.key == "val/test_score/countdown"][["step", "value"]].values.tolist() == [[3, 0.0390625]]
+    assert summary.restarts == 0 and summary.skipped == {"duplicate_of_step_line": 1}
+
+
+def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):
+    # the dict prints 0.0078125, the console logger's line 0.008: one value at step 0, the dict's
+    log = tmp_path / "tz.log"
+    log.write_text(
+        "(main_task pid=1) \"Initial validation metrics: {'val/test_score/countdown': 0.0078125}\"\n"
+        "(main_task pid=1) step:0 - val/test_score/countdown:0.008\n"
+        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.025\n"
+        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.030\n"
+    )
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 0 and df.attempt.eq(0).all()
+    assert df[df.key == "val/test_score/countdown"][["step", "value"]].values.tolist() == [[0, 0.0078125]]
+    # a value the line does not round to is the dict's own: 0.0071 prints as 0.007, not 0.008
+    log.write_text(log.read_text().replace("0.0078125", "0.0071"))
+    import_verl_log([log], tmp_path / "other", strict=True)
+    df = steps(tmp_path / "other")
+    zero = df[(df.key == "val/test_score/countdown") & (df.step == 0)]
+    assert sorted(zero.value) == [0.0071, 0.008]
+
+
 def test_printed_dicts_without_console_step_lines(tmp_path):
     log = tmp_path / "wandb_only.log"
     log.write_text(

@@ -19,10 +19,12 @@ parser reads what it can of every line and never stops on one it cannot:
   split over several quoted lines), ``Final validation metrics``, the fully async trainer's
   ``parameter version: N Validation metrics: {...}``, or a bare dict of ``a/b`` keys. Values
   that the neighbouring step line already holds are dropped (with the console logger on,
-  verl logs the same dict as a step line too); the rest is imported at the step the text
-  names, at the last step (final validation), or, for a dict printed before a step line
-  (initial validation), at that step, less one when it is a training step (when no step line
-  follows: at the last step, or 0). Other nested dicts, and dicts none of whose keys is a
+  verl logs the same dict as a step line too), also where the line rounds them (TinyZero's
+  logger prints 3 decimals: the value keeps the dict's digits); the rest is imported at the
+  step the text names, or at the step of the step line printed after it (the initial
+  validation; the final one of verl <= 0.2 and TinyZero, which log it at the next step), less
+  one when that is a training step; when no step line follows, at the last step (final
+  validation after the last line), or 0. Other nested dicts, and dicts none of whose keys is a
   path like verl's (``sample 3 reward metrics: {'acc': 1.0}``, a reward function's own
   print), are ignored.
 
@@ -43,6 +45,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rlscope.collectors.importers._common import (
@@ -84,6 +87,7 @@ _METRIC_FIELD = re.compile(r"(?:^|\s)-\s+[^\s:]+/[^\s:]*:(\S+)")  # " - a/b:valu
 _TAIL_NUMBER = re.compile(r"^[\d.eE+-]+(?:\\[nr]|[\s\"'`,])*$")  # what _TRAILING_JUNK strips may follow
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*([^,{}]+?)\s*(?=,|\}|$)""")
+_PRINTED_NUMBER = re.compile(r"\d*\.?\d+(?:[eE][-+]?\d+)?")
 _LABEL_STEP = re.compile(r"(?:step|version)\D{0,3}(\d+)", re.I)
 # the first line of verl's config dump: pprint sorts keys, so it opens with one of these sections
 _CONFIG_START = re.compile(
@@ -142,14 +146,37 @@ def _orphaned_fields(text: str) -> bool:
     return sum(parse_number(value) is not None for value in _METRIC_FIELD.findall(text)) >= 2
 
 
-def _unseen(metrics: Mapping[str, float], seen: Mapping[str, float]) -> dict[str, float]:
-    """The metrics that ``seen`` (a step line) does not already hold with the same value."""
-    out = {}
-    for key, value in metrics.items():
-        other = seen.get(key)
-        if other is None or not (other == value or (math.isnan(other) and math.isnan(value))):
-            out[key] = value
-    return out
+def _half_unit(raw: str) -> float:
+    """How far from a value printed as ``raw`` the value it rounds may lie: half a unit in its
+    last digit (``0.008``: 0.0005, ``1.5e-05``: 5e-07); 0 for an integer, ``nan`` or ``inf``."""
+    numbers = _PRINTED_NUMBER.findall(raw)
+    if not numbers or not any(c in numbers[-1] for c in ".eE"):
+        return 0.0
+    mantissa, _, exponent = numbers[-1].lower().partition("e")
+    return 0.5 * 10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2]))
+
+
+@dataclass
+class _StepLine:
+    """A step line's metrics, and per key how far the value it rounds may lie (``_half_unit``)."""
+
+    step: int
+    metrics: dict[str, float]
+    half_units: dict[str, float]
+
+    def holds(self, key: str, value: float) -> bool:
+        """Whether the line holds ``value`` for ``key``, as printed (a console logger that prints
+        ``.3f`` shows a dict's 0.0078125 as 0.008)."""
+        other = self.metrics.get(key)
+        if other is None:
+            return False
+        if other == value or (math.isnan(other) and math.isnan(value)):
+            return True
+        return abs(other - value) <= self.half_units.get(key, 0.0) * (1 + 1e-9)
+
+    def unseen(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        """The metrics that this line does not already hold."""
+        return {key: value for key, value in metrics.items() if not self.holds(key, value)}
 
 
 class _Block:
@@ -209,9 +236,9 @@ class _Parser:
         self.step_cut = False  # the pending step line ends in a line cut off (no line end)
         self.piece_cut = False  # the text being fed is the end of such a line
         self.block: _Block | None = None
-        self.waiting: tuple[str, dict[str, float]] | None = None  # a dict printed before its step line
-        self.last_metrics: dict[str, float] = {}
-        self.last_step: int | None = None
+        # a dict printed before its step line: where, its metrics, whether it is the final validation
+        self.waiting: tuple[str, dict[str, float], bool] | None = None
+        self.last_line: _StepLine | None = None
         self.tail = ""  # the last characters of the last line classified: a wrap may split "step:"
         self.facts = LogFacts()
         self.launch_text: str | None = None  # a launch command that the next line may continue
@@ -364,7 +391,7 @@ class _Parser:
                     f"its last field, {fields[last][:80]!r}, may be cut off and was left out"
                 )
                 del fields[last]
-        metrics: dict[str, float] = {}
+        line = _StepLine(step, {}, {})
         for field in fields:
             if not field or field == "-":
                 continue
@@ -376,18 +403,18 @@ class _Parser:
             value = parse_number(raw)
             if value is None:
                 self.sink.skip("bad_value", where, field)
-            elif key in metrics:
+            elif key in line.metrics:
                 self.sink.skip("duplicate_key", where, key, bad=False)
             else:
-                metrics[key] = value
-        if not metrics:
+                line.metrics[key], line.half_units[key] = value, _half_unit(raw)
+        if not line.metrics:
             if not cut:  # else the field left out was its only one
                 self.sink.skip("empty_step_line", where, text)
             return
         if self.waiting is not None:
-            self._settle_waiting((step, metrics))
-        self.sink.add(step, metrics, when=when)
-        self.last_metrics, self.last_step = metrics, step
+            self._settle_waiting(line)
+        self.sink.add(step, line.metrics, when=when)
+        self.last_line = line
 
     # -- metric dicts --------------------------------------------------------------------
 
@@ -433,26 +460,28 @@ class _Parser:
                 metrics.setdefault(key, value)
         if not any("/" in k for k in metrics):  # verl's metric keys are paths; {'acc': 1.0} is someone's print
             return
+        last = self.last_line
         named = _LABEL_STEP.search(label)
-        if named or "final" in label.lower():  # the step it names, or the last one (final validation)
-            step = _step_number(named.group(1)) if named else self.last_step
+        if named:  # the step it names
+            step = _step_number(named.group(1))
             if step is None:
                 self.sink.skip("dict_without_step", block.where, bad=False)
                 return
-            if step == self.last_step:
-                metrics = _unseen(metrics, self.last_metrics)
+            if last is not None and step == last.step:
+                metrics = last.unseen(metrics)
             if metrics:
                 self.sink.add(step, metrics)
             else:
                 self.sink.skip("duplicate_of_step_line", block.where, bad=False)
             return
-        metrics = _unseen(metrics, self.last_metrics)  # e.g. pprint(metrics) after logging them
+        # pprint(metrics) after logging them, or the final validation after the last step line
+        metrics = last.unseen(metrics) if last is not None else metrics
         if not metrics:
             self.sink.skip("duplicate_of_step_line", block.where, bad=False)
             return
         if self.waiting is not None:
             self._settle_waiting(None)
-        self.waiting = (block.where, metrics)
+        self.waiting = (block.where, metrics, "final" in label.lower())
 
     # -- run facts -----------------------------------------------------------------------
 
@@ -496,16 +525,24 @@ class _Parser:
         elif mixture:
             self.sink.skip("moe_total_params", where, mixture, bad=False)  # not the active count MFU needs
 
-    def _settle_waiting(self, following: tuple[int, dict[str, float]] | None) -> None:
-        """Import the dict printed before a step line (initial validation) unless that line repeats it."""
+    def _settle_waiting(self, following: _StepLine | None) -> None:
+        """Import the dict printed before a step line unless that line repeats it: the initial
+        validation, or the final one of verl <= 0.2 and TinyZero, which print it and then log it
+        at the next step. A value the line holds rounded takes the dict's digits there."""
         assert self.waiting is not None
-        where, metrics = self.waiting
+        where, metrics, final = self.waiting
         self.waiting = None
         if following is None:
-            step = self.last_step or 0
+            if final and self.last_line is None:  # no step line before it or after it
+                self.sink.skip("dict_without_step", where, bad=False)
+                return
+            step = self.last_line.step if self.last_line is not None else 0
         else:
-            step, after = following
-            metrics = _unseen(metrics, after)
+            step, after = following.step, following.metrics
+            unseen = following.unseen(metrics)
+            for key in metrics.keys() - unseen.keys():
+                after[key] = metrics[key]
+            metrics = unseen
             if not all(is_validation_key(k) for k in after):
                 step = max(step - 1, 0)  # validation before a training step: of the weights before it
         if metrics:
