@@ -544,6 +544,7 @@ def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):
     summary = import_verl_log([log], tmp_path / "run")
     df = steps(tmp_path / "run")
     assert sorted(set(df.step)) == [1, 2] and summary.skipped == {"overlong_line": 1, "cut_off_field": 1}
+    assert summary.lines == 5  # the overlong line is one of them, though not read
 
 
 def _stdin(data: bytes) -> io.TextIOWrapper:
@@ -705,6 +706,32 @@ def test_follow_tails_a_growing_log(tmp_path):
     assert [value(df, s, "timing_s/step") for s in (1, 2, 3, 4)] == [3.0, 2.0, 3.0, 4.0]
     assert value(df, 4, "timing_s/gen") == 4.5 and summary.steps == 4
     assert df[df.step == 1].time.isna().all() and df[df.step == 4].time.notna().all()
+
+
+def test_follow_on_stdin_writes_steps_while_the_pipe_is_quiet(tmp_path, monkeypatch):
+    # a live job piped in: its steps reach the run directory while the job still runs, not at EOF
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.FileIO(read_end, "rb"))))
+    seen_before_eof: list[list[int]] = []
+
+    def job() -> None:
+        with open(write_end, "wb", buffering=0) as pipe:
+            for step in (1, 2, 3):
+                pipe.write(f"(TaskRunner pid=1) step:{step} - timing_s/step:1{step}.0 - a/b:{step}\n".encode())
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not (tmp_path / "run" / "steps").exists():
+                time.sleep(0.05)  # the job is quiet between steps: the import writes meanwhile
+            if (tmp_path / "run" / "steps").exists():
+                seen_before_eof.append(sorted(set(steps(tmp_path / "run").step)))
+
+    writer = threading.Thread(target=job)
+    writer.start()
+    try:
+        summary = import_verl_log(["-"], tmp_path / "run", tail=Tail(True, 0.02, max_seconds=20))
+    finally:
+        writer.join()
+    # the last step line is complete once the pipe goes quiet (verl prints whole lines)
+    assert seen_before_eof == [[1, 2, 3]] and summary.steps == 3 and not summary.interrupted
 
 
 def test_follow_a_file_logger_rewritten_by_a_restart(tmp_path):

@@ -92,6 +92,7 @@ def source_lines(
     cut_at: list[int] = []
 
     def overlong(lineno: int) -> None:
+        sink.summary.lines += 1  # a line, though not read
         sink.skip("overlong_line", f"{name}:{lineno}", bad=False)
 
     for item in read_lines(path, tail, follow=follow, on_overlong=overlong, on_unterminated=cut_at.append):

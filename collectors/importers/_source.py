@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 import time
@@ -18,6 +19,8 @@ MAX_LINE_BYTES = 1 << 20  # a longer line is skipped: no metric line is anywhere
 _SNIFF_BYTES = 8192
 
 IDLE = None  # yielded by ``read_lines`` while a followed file has no new data
+_END = object()  # the end of standard input, from its reading thread
+_STDIN_QUEUE = 1024  # lines read ahead of the import from a followed standard input
 
 
 class ImportInputError(RLScopeError):
@@ -132,9 +135,8 @@ def read_lines(
     """
     if path == "-":
         # the peek before saw what the pipe had delivered, perhaps a byte: look again
-        yield from _numbered(
-            _checked_first("standard input", _stdin_lines(), _STDIN_DECOMPRESS), on_overlong, on_unterminated
-        )
+        lines = _stdin_followed(tail) if follow else _stdin_lines()
+        yield from _numbered(_checked_first("standard input", lines, _STDIN_DECOMPRESS), on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
         chunks = _file_lines(fh, tail, follow)
@@ -190,6 +192,37 @@ def _stdin_lines() -> Iterator[bytes]:
         yield chunk
     if rest:
         yield rest
+
+
+def _stdin_followed(tail: Tail) -> Iterator[bytes | None]:
+    """:func:`_stdin_lines` read on a thread, with ``None`` whenever a poll interval passes
+    without a line: a live job's pipe goes quiet between steps, and the import writes what it
+    has meanwhile. Ends at the end of the input, or when ``tail`` says stop while it is quiet."""
+    pieces: queue.Queue[bytes | BaseException | object] = queue.Queue(maxsize=_STDIN_QUEUE)
+
+    def pump() -> None:
+        try:
+            for piece in _stdin_lines():
+                pieces.put(piece)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
+            pieces.put(exc)
+        pieces.put(_END)
+
+    threading.Thread(target=pump, name="rlscope-stdin", daemon=True).start()
+    while True:
+        try:
+            piece = pieces.get(timeout=tail.poll_interval)
+        except queue.Empty:
+            if tail.should_stop():
+                return
+            yield None
+            continue
+        if piece is _END:
+            return
+        if isinstance(piece, BaseException):
+            raise piece
+        assert isinstance(piece, bytes)
+        yield piece
 
 
 def _whole_cr_lines(piece: bytes) -> tuple[bytes, bytes]:
