@@ -310,6 +310,20 @@ def test_a_step_number_of_many_digits_is_read_or_skipped_never_raised(tmp_path, 
     assert summary.skipped == ({} if step is not None else {"bad_step": 1}) and summary.restarts == 0
 
 
+def test_a_jsonl_integer_past_float_range_is_infinite_not_a_crash(tmp_path):
+    path = tmp_path / "big.jsonl"
+    huge = "1" + "0" * 400
+    path.write_text(
+        '{"step": 1, "data": {"a/b": 1}}\n'
+        f'{{"step": 2, "data": {{"a/b": {huge}, "a/c": -{huge}, "a/d": 2}}}}\n'
+        '{"step": 3, "data": {"a/b": 3}}\n'
+    )
+    summary = import_verl_jsonl([path], tmp_path / "run")
+    df = steps(tmp_path / "run")
+    assert summary.steps == 3 and value(df, 2, "a/b") == math.inf and value(df, 2, "a/c") == -math.inf
+    assert value(df, 2, "a/d") == 2 and value(df, 3, "a/b") == 3
+
+
 def test_a_dict_of_plain_keys_is_someone_s_print_not_verl_metrics(tmp_path):
     lines = []
     for s in (1, 2, 3):

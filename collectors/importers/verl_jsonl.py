@@ -35,7 +35,10 @@ def _number(value: Any) -> float | None:
     if value is None:
         return math.nan  # orjson writes NaN and +-inf as null
     if isinstance(value, (bool, int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer past float's range: as the text importers read it
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):
         return parse_number(value)
     return None
