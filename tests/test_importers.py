@@ -574,6 +574,31 @@ def test_stdin(tmp_path, capsys, monkeypatch):
     assert RunReader(tmp_path / "run").meta["importer"]["sources"] == ["<stdin>"]
 
 
+@pytest.mark.parametrize("hole", [200, 200_000, 3_000_000])
+def test_a_log_after_a_copytruncate_hole_is_read(tmp_path, hole):
+    # logrotate's copytruncate under `python train.py > train.log`: the writer goes on at its
+    # offset, and the file starts with that many NUL bytes (past 1 MiB, longer than any line)
+    log = tmp_path / "holed.log"
+    log.write_bytes(b"\0" * hole + (DATA / "crlf_tqdm.log").read_bytes())
+    summary = import_verl_log([log], tmp_path / "run")
+    plain = import_verl_log([DATA / "crlf_tqdm.log"], tmp_path / "plain")
+    assert steps(tmp_path / "run").drop(columns="time").equals(steps(tmp_path / "plain").drop(columns="time"))
+    assert summary.steps == plain.steps > 0 and summary.skipped == plain.skipped
+
+
+def test_a_log_in_another_8_bit_encoding_is_read(tmp_path):
+    # Chinese notes in GBK around ASCII metric lines: not UTF-8, not binary either
+    log = tmp_path / "gbk.log"
+    log.write_bytes(("训练日志 第一轮。\n" * 600).encode("gbk") + b"step:1 - timing_s/step:10.5 - a/b:1\n")
+    summary = import_verl_log([log], tmp_path / "run")
+    assert summary.steps == 1 and value(steps(tmp_path / "run"), 1, "timing_s/step") == 10.5
+    # control bytes where text would be are still refused
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(1, 32)) * 300)
+    with pytest.raises(ImportInputError, match=r"junk\.bin: binary data"):
+        import_verl_log([junk], tmp_path / "junk")
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
 def test_a_utf16_log_is_named_as_such(tmp_path, capsys, encoding):
     log = tmp_path / "powershell.log"

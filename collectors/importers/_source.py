@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -17,6 +18,12 @@ __all__ = ["IDLE", "MAX_LINE_BYTES", "ImportInputError", "Tail", "check_text_fil
 
 MAX_LINE_BYTES = 1 << 20  # a longer line is skipped: no metric line is anywhere near this long
 _SNIFF_BYTES = 8192
+# NUL bytes at the start of a file (or of a line) are a hole, not text: left by logrotate's
+# copytruncate under a writer that does not append (``python train.py > train.log``), which
+# goes on writing at its offset in the emptied file. They are skipped, this many at a read.
+_HOLE_READ_BYTES = 1 << 20
+_CONTROL_BYTES = re.compile(rb"[\x01-\x08\x0e-\x1a\x1c-\x1f]")  # not in text: tab, line ends and ESC are
+_MIN_JUDGED = 64  # bytes: fewer (a pipe's first byte) say too little to call them binary
 
 IDLE = None  # yielded by ``read_lines`` while a followed file has no new data
 _END = object()  # the end of standard input, from its reading thread
@@ -70,6 +77,8 @@ def check_text_file(path: str, *, piped_from: str | None = None) -> None:
     try:
         with open(path, "rb") as fh:
             head = fh.read(_SNIFF_BYTES)
+            while head and not head.strip(b"\0"):  # a hole (below): the text starts after it
+                head = fh.read(_HOLE_READ_BYTES)
     except OSError as exc:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if piped_from is not None:
@@ -96,14 +105,17 @@ def _stdin_head() -> bytes:
 
 
 def _check_head(name: str, head: bytes, decompress: str) -> None:
+    """Refuse what is not a text log. Text in another 8-bit encoding (GBK, Latin-1) is read,
+    its other characters replaced: verl's metric lines are ASCII."""
     if head.startswith(b"\x1f\x8b"):
         raise ImportInputError(f"{name}: gzip-compressed; {decompress}")
     if _is_utf16(head):  # PowerShell's ``>`` writes UTF-16
         raise ImportInputError(f"{name}: UTF-16 text; convert it to UTF-8 first (iconv -f utf-16 -t utf-8)")
+    head = head.lstrip(b"\0")[:_SNIFF_BYTES]  # after a hole
     if b"\0" in head:
         raise ImportInputError(f"{name}: binary data (NUL bytes), not a text file")
-    if head and head.decode("utf-8", "replace").count("\ufffd") > len(head) // 10:
-        raise ImportInputError(f"{name}: binary data (not UTF-8 text)")
+    if len(head) >= _MIN_JUDGED and len(_CONTROL_BYTES.findall(head)) > len(head) // 10:
+        raise ImportInputError(f"{name}: binary data (control bytes), not a text file")
 
 
 def _is_utf16(head: bytes) -> bool:
@@ -240,6 +252,10 @@ def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None
     while True:
         chunk = fh.readline(MAX_LINE_BYTES - len(partial))
         if chunk:
+            if not partial and chunk.startswith(b"\0"):  # a hole, not the start of a line
+                chunk = chunk.lstrip(b"\0")
+                if not chunk:
+                    continue
             partial += chunk
             if partial.endswith(b"\n") or len(partial) >= MAX_LINE_BYTES:
                 whole, partial = _whole_cr_lines(partial)
