@@ -440,6 +440,20 @@ def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path)
     assert sorted(zero.value) == [0.0071, 0.008]
 
 
+@pytest.mark.parametrize(
+    "stamp", ["2025-08-02T10:07:09.123456Z ", "2025-08-02T10:07:09.123456789+00:00 ", "Aug  2 10:07:09 "]
+)
+def test_lines_stamped_by_a_log_collector_read_as_without(tmp_path, stamp):
+    # kubectl logs --timestamps, docker logs -t, ts: a time before each line, the Ray prefix after it
+    plain = DATA / "validation_dicts.log"
+    log = tmp_path / "stamped.log"
+    log.write_text("".join(stamp + line for line in plain.read_text().splitlines(keepends=True)))
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    expected = import_verl_log([plain], tmp_path / "plain", strict=True)
+    assert steps(tmp_path / "run").equals(steps(tmp_path / "plain"))
+    assert summary.skipped == expected.skipped and summary.steps == expected.steps
+
+
 def test_printed_dicts_without_console_step_lines(tmp_path):
     log = tmp_path / "wandb_only.log"
     log.write_text(

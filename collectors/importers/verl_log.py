@@ -8,7 +8,8 @@ parser reads what it can of every line and never stops on one it cannot:
 - Ray prefixes (``(TaskRunner pid=1)``, ``(main_task pid=1, ip=10.0.0.1)``), ANSI colours
   as real escapes, caret text (``^[[36m``) or without their ESC byte (``[36m``, as pasted
   into an issue), Ray's ``[repeated 2x across cluster]``, ``>`` quote marks, surrounding
-  quotes, CRLF or CR line ends;
+  quotes, CRLF or CR line ends; a time stamp before each line (``kubectl logs --timestamps``,
+  ``docker logs -t``, ``ts``);
 - tqdm bars on the same line as a metric line, before or after it;
 - metric lines hard-wrapped by a terminal or a paste, even mid-token: a following line
   without a Ray prefix that can only be the rest of the line is joined back;
@@ -67,6 +68,11 @@ _ANSI = re.compile(r"(?:\x1b|\^\[)\[[0-?]*[ -/]*[@-~]")
 _BARE_SGR = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")  # a colour code whose ESC byte was lost in a paste
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _QUOTE_MARKS = re.compile(r"^\s*(?:>\s?)+")
+# a time stamp that a log collector puts before each line (kubectl logs --timestamps, docker logs -t, ts)
+_LINE_STAMP = re.compile(
+    r"^\s*(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+"
+)
 _RAY_PREFIX = re.compile(
     r"^\s*\((?:[^()\s][^()]*?\s)?pid=\d+[^()]*\)\s?|^\s*\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^()]*\)\s?"
 )
@@ -114,6 +120,8 @@ def _clean(piece: str) -> tuple[str, str]:
         piece = _CONTROL.sub("", piece)
     if "m" in piece and "[" in piece:
         piece = _BARE_SGR.sub("", piece)
+    if piece[:1].isdigit() or piece[:1].isupper():
+        piece = _LINE_STAMP.sub("", piece, count=1)
     if piece.lstrip().startswith(">"):
         piece = _QUOTE_MARKS.sub("", piece)
     prefix = ""
