@@ -386,6 +386,19 @@ def test_strict_names_the_first_unreadable_metric_line(tmp_path, capsys):
     assert err == f"rlscope: {DATA / 'values.log'}:1: bad value: note: resumed from checkpoint\n"
 
 
+def test_strict_says_what_an_earlier_segment_wrote(tmp_path, capsys):
+    # 1,100 steps of 50 keys: a segment of 50,000 rows (steps 1..1000) is on disk when step 1101 fails
+    log = tmp_path / "strict.log"
+    fields = " - ".join(f"a/k{i}:1.0" for i in range(50))
+    log.write_text("".join(f"step:{s} - {fields}\n" for s in range(1, 1101)) + "step:1101 - a/b:oops\n")
+    code, _, err = run_cli(capsys, "verl-log", log, "--out", tmp_path / "run", "--strict")
+    assert code == 1
+    assert err == (
+        f"rlscope: {log}:1101: bad value: a/b:oops (steps up to 1000 were written to {tmp_path / 'run'} before it)\n"
+    )
+    assert sorted(set(steps(tmp_path / "run").step)) == list(range(1, 1001))
+
+
 def test_pretty_printed_validation_dicts(tmp_path):
     summary = import_verl_log([DATA / "validation_dicts.log"], tmp_path / "run", strict=True)
     df = steps(tmp_path / "run")

@@ -260,7 +260,10 @@ class StepSink:
         self._skipped[reason] += 1
         if self.strict and bad and reason in _BAD_INPUT:
             text = f": {detail[:120]}" if detail else ""
-            raise ImportInputError(f"{where}: {reason.replace('_', ' ')}{text}")
+            held = ""
+            if self._written_to is not None:  # segments already on disk stay: say so, or it looks whole
+                held = f" (steps up to {self._written_to} were written to {self._loc.path} before it)"
+            raise ImportInputError(f"{where}: {reason.replace('_', ' ')}{text}{held}")
 
     # -- writing -------------------------------------------------------------------------
 
