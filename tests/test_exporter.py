@@ -337,6 +337,15 @@ def test_runs_get_unique_labels_and_scrapes_share_a_refresh(run, tmp_path):
     assert _value(registry, "rlscope_exporter_refresh_seconds") == refreshed
 
 
+def test_a_run_exported_by_a_relative_path_is_named_after_its_directory(run, monkeypatch):
+    # `rlscope export .` from inside the run directory, or a path that ends in ".."
+    monkeypatch.chdir(run)
+    registry, collector = _registry(".")
+    assert collector.states[0].run == "run"
+    assert _value(registry, "rlscope_last_step", "run") == 8.0
+    assert RLScopeCollector([run / "sub" / ".."]).states[0].run == "run"
+
+
 def test_every_metric_is_described_without_reading(tmp_path):
     collector = RLScopeCollector(tmp_path / "nothing-yet")
     assert sorted(f.name for f in collector.describe()) == sorted(m.name.removesuffix("_total") for m in METRICS)

@@ -125,8 +125,12 @@ class _SourceRewards:
 
 
 def run_label(run_dir: str | os.PathLike[str]) -> str:
-    """The ``run`` label of a run directory: its last path component, sanitised."""
-    text = os.fspath(run_dir).rstrip("/")
+    """The ``run`` label of a run directory: its last path component, sanitised. A local path
+    is made absolute first, so that ``.`` or ``runs/exp1/..`` is named after the directory."""
+    text = os.fspath(run_dir)
+    if "://" not in text:  # a filesystem URI keeps its path as written
+        text = os.path.abspath(text)
+    text = text.rstrip("/")
     return sanitize_label(text.rsplit("/", 1)[-1] or text)
 
 
