@@ -241,6 +241,42 @@ def test_gpu_latest_sample_and_stale_gpus_dropped(tmp_path):
     assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-b", gpu="0", role="rollout") is None
 
 
+def test_gpus_without_utilisation_leave_the_other_tables_served(tmp_path):
+    # NVML reports no utilisation for MIG slices: every GPU row has util_pct None
+    with Recorder(tmp_path / "mig", host="node-0") as rec:
+        rec.log_step(1, {"timing_s/step": 60.0})
+        rec.log_gpu([{"time": time.time(), "gpu": g, "role": "actor_rollout", "util_pct": None} for g in range(8)])
+        rec.log_logprob_delta(1, np.random.default_rng(0).normal(0.0, 1e-3, 20_000))
+    registry, _ = _registry(tmp_path / "mig")
+    assert _value(registry, "rlscope_run_up", "mig") == 1.0
+    assert _value(registry, "rlscope_exporter_refresh_errors_total", "mig") == 0.0
+    assert _value(registry, "rlscope_last_step", "mig") == 1.0
+    # the median of |N(0, 1e-3)| is 0.6745e-3
+    assert _value(registry, "rlscope_logprob_abs_delta", "mig", quantile="0.5") == pytest.approx(0.6745e-3, rel=0.1)
+    names = {s.name for f in registry.collect() for s in f.samples}
+    assert "rlscope_gpu_utilization_ratio" not in names
+
+
+def test_a_table_that_fails_does_not_keep_the_others_from_being_served(run):
+    registry, collector = _registry(run)
+    state = collector.states[0]
+
+    def broken(rows):
+        if rows.num_rows:
+            raise ValueError("an aggregate that does not expect these rows")
+
+    state._ingest_trajectories = broken
+    with Recorder(run) as rec:
+        rec.log_trajectories(9, _trajectories(9))
+        rec.log_step(9, _metrics(9))
+        rec.log_logprob_delta(9, np.full(1000, 0.5))
+    collector.min_refresh_s = 3600  # the values of one refresh
+    assert _value(registry, "rlscope_last_step") == 9.0  # steps and log-probs are still read
+    assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(0.5, rel=0.2)
+    assert _value(registry, "rlscope_run_up") == 0.0  # the run was not read without error
+    assert _value(registry, "rlscope_exporter_refresh_errors_total") == 1.0  # one failed refresh
+
+
 def test_reads_only_new_segments(run):
     registry, collector = _registry(run)
     assert _value(registry, "rlscope_last_step") == 8.0

@@ -197,18 +197,12 @@ class RunState:
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
-            reader, cursor = self.reader, self.cursor
-            self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
-            self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
-            self._ingest_gpu(reader.read_new("gpu", cursor, ["time", "host", "gpu", "role", "util_pct"]))
-            self._ingest_logprob(
-                reader.read_new("logprob", cursor, ["step", "abs_counts", "abs_mean", "abs_max", "n_tokens"])
-            )
-            self.up = True
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
-        except Exception as exc:  # noqa: BLE001 - one bad segment must not take /metrics down
-            self._fail("read", exc)
+        except Exception as exc:  # noqa: BLE001 - an unreadable run must not take /metrics down
+            self._fail("open", exc)
+        else:
+            self.up = self._read_tables()
         if self._dirty:
             self._dirty = False
             self._staleness = self._staleness_quantiles()
@@ -217,6 +211,27 @@ class RunState:
             except Exception as exc:  # noqa: BLE001 - an analyzer bug leaves the other metrics served
                 self._fail("analyze", exc)
         self.refresh_seconds = time.perf_counter() - started
+
+    def _read_tables(self) -> bool:
+        """Read and ingest each table's new segments; whether all of them were read without error.
+
+        Each table on its own: one that cannot be read or ingested (a bad segment, a value no
+        aggregate expects) must not keep the others from being served. The refresh counts as
+        one failed refresh however many tables failed."""
+        assert self.reader is not None
+        failed = False
+        for table, columns, ingest in (
+            ("steps", _STEP_COLUMNS, self._ingest_steps),
+            ("trajectories", _TRAJ_COLUMNS, self._ingest_trajectories),
+            ("gpu", ["time", "host", "gpu", "role", "util_pct"], self._ingest_gpu),
+            ("logprob", ["step", "abs_counts", "abs_mean", "abs_max", "n_tokens"], self._ingest_logprob),
+        ):
+            try:
+                ingest(self.reader.read_new(table, self.cursor, columns))
+            except Exception as exc:  # noqa: BLE001 - one bad segment must not take /metrics down
+                self._fail(f"read {table}", exc, count=not failed)
+                failed = True
+        return not failed
 
     def _same_run(self) -> bool:
         """Whether the directory still holds the run first read: meta.json's ``created`` stays
@@ -228,8 +243,8 @@ class RunState:
         except RLScopeError:
             return False
 
-    def _fail(self, kind: str, exc: BaseException) -> None:
-        self.refresh_errors += 1
+    def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
+        self.refresh_errors += int(count)
         if kind != "analyze":
             self.up = False
         if kind not in self._warned:
@@ -348,6 +363,8 @@ class RunState:
                 key = (sanitize_label(host), gpu_label)
             if key not in self._gpus or when >= self._gpus[key][0]:
                 self._gpus[key] = (float(when), sanitize_label(role), float(util) / 100.0)
+        if not self._gpus:  # no GPU reports utilisation (NVML has none for MIG slices)
+            return
         newest = max(t for t, _, _ in self._gpus.values())
         for key in [k for k, (t, _, _) in self._gpus.items() if t < newest - GPU_STALE_SECONDS]:
             del self._gpus[key]
