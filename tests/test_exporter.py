@@ -32,6 +32,7 @@ from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
 from rlscope.trace.simulator import simulate
+from rlscope.trace.store import write_segment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +44,13 @@ def _registry(run_dirs, **kw) -> tuple[CollectorRegistry, RLScopeCollector]:
 
 def _value(registry: CollectorRegistry, name: str, run: str = "run", **labels: str) -> float | None:
     return registry.get_sample_value(name, {"run": run, **labels})
+
+
+def _write_steps(path: Path, rows: list[tuple[int, int, float, str, float]], seq: int) -> None:
+    """One steps segment of (step, attempt, time, key, value) rows, logged at the times given."""
+    step, attempt, when, key, value = (list(c) for c in zip(*rows, strict=True))
+    table = pa.table({"step": step, "attempt": pa.array(attempt, pa.int32()), "time": when, "key": key, "value": value})
+    write_segment(path, "steps", table, writer_id="test", seq=seq)
 
 
 def _trajectories(step: int) -> list[dict]:
@@ -275,6 +283,26 @@ def test_a_table_that_fails_does_not_keep_the_others_from_being_served(run):
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(0.5, rel=0.2)
     assert _value(registry, "rlscope_run_up") == 0.0  # the run was not read without error
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 1.0  # one failed refresh
+
+
+def test_a_gpu_whose_sampler_died_goes_stale_while_training_goes_on(tmp_path):
+    path, t0 = tmp_path / "run", time.time() - 3600
+    with Recorder(path, {"topology": "colocated"}, host="node-0") as rec:
+        # the node's only sampler reads GPU 3 idle between phases at t0, then dies
+        rec.log_gpu([{"time": t0, "gpu": g, "role": "trainer", "util_pct": 5.0 if g == 3 else 90.0} for g in (2, 3)])
+    _write_steps(path, [(1, 0, t0, "timing_s/step", 60.0)], seq=1)
+    registry, _ = _registry(path)
+    gpu3 = {"host": "node-0", "gpu": "3", "role": "trainer"}
+    assert _value(registry, "rlscope_gpu_utilization_ratio", **gpu3) == 0.05
+    # training goes on, a step a minute: at t0 + 240 s the reading is 4 minutes old, still served
+    _write_steps(path, [(s, 0, t0 + 60.0 * (s - 1), "timing_s/step", 60.0) for s in range(2, 6)], seq=2)
+    assert _value(registry, "rlscope_last_step") == 5.0
+    assert _value(registry, "rlscope_gpu_utilization_ratio", **gpu3) == 0.05
+    # at t0 + 360 s it is 6 minutes old, past the 5 minutes: no GPU of the node is served any more
+    _write_steps(path, [(s, 0, t0 + 60.0 * (s - 1), "timing_s/step", 60.0) for s in (6, 7)], seq=3)
+    assert _value(registry, "rlscope_last_step") == 7.0
+    assert _value(registry, "rlscope_gpu_utilization_ratio", **gpu3) is None
+    assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-0", gpu="2", role="trainer") is None
 
 
 def test_reads_only_new_segments(run):

@@ -189,8 +189,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_gpu_utilization_ratio",
         "gauge",
-        "Latest NVML utilisation of each GPU (fraction of time a kernel ran); GPUs silent for 5 minutes of "
-        "the run's newest sample are dropped.",
+        "Latest NVML utilisation of each GPU (fraction of time a kernel ran); a GPU whose latest reading is 5 "
+        "minutes older than the run's newest GPU sample or step record is dropped.",
         ("host", "gpu", "role"),
     ),
     MetricSpec(

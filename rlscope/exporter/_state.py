@@ -171,6 +171,7 @@ class RunState:
         # gpu, logprob
         self._gpu_cap = LabelCap(MAX_GPUS)
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
+        self._run_clock = -math.inf  # the newest time of any GPU sample or step record: the run's "now"
         self._logprob_step: int | None = None
         self._logprob_counts = np.zeros(_N_BINS)
         self._logprob_abs_sum = 0.0  # over every token read (the summary's _sum and _count)
@@ -231,6 +232,7 @@ class RunState:
             except Exception as exc:  # noqa: BLE001 - one bad segment must not take /metrics down
                 self._fail(f"read {table}", exc, count=not failed)
                 failed = True
+        self._drop_stale_gpus()
         return not failed
 
     def _same_run(self) -> bool:
@@ -266,6 +268,7 @@ class RunState:
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         top = int(step.max())
         self._max_step = top if self._max_step is None else max(self._max_step, top)
+        self._run_clock = max(self._run_clock, float(when.max()))
 
         order = np.lexsort((step, attempt, when))  # by time, then attempt, then step
         last = order[-1]
@@ -350,6 +353,8 @@ class RunState:
         if rows.num_rows == 0:
             return
         rows = rows.filter(pc.is_valid(rows.column("time"))).sort_by("time")
+        if rows.num_rows:
+            self._run_clock = max(self._run_clock, float(rows.column("time")[-1].as_py()))
         latest = rows.group_by(["host", "gpu"], use_threads=False).aggregate(
             [("time", "last"), ("role", "last"), ("util_pct", "last")]
         )
@@ -363,10 +368,13 @@ class RunState:
                 key = (sanitize_label(host), gpu_label)
             if key not in self._gpus or when >= self._gpus[key][0]:
                 self._gpus[key] = (float(when), sanitize_label(role), float(util) / 100.0)
-        if not self._gpus:  # no GPU reports utilisation (NVML has none for MIG slices)
-            return
-        newest = max(t for t, _, _ in self._gpus.values())
-        for key in [k for k, (t, _, _) in self._gpus.items() if t < newest - GPU_STALE_SECONDS]:
+
+    def _drop_stale_gpus(self) -> None:
+        """Forget GPUs whose latest reading is ``GPU_STALE_SECONDS`` older than the run's newest GPU
+        sample or step record, whichever is newer: a GPU gone quiet, or a sampler that died while
+        training goes on, must not hold an old reading up as the present (an idle GPU's alert)."""
+        cut = self._run_clock - GPU_STALE_SECONDS
+        for key in [k for k, (t, _, _) in self._gpus.items() if t < cut]:
             del self._gpus[key]
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
