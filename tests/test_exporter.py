@@ -156,6 +156,30 @@ def test_a_stage_timer_that_timed_nothing_is_not_served(tmp_path, last):
     assert _value(registry, "rlscope_step_median_seconds") == 20.0  # over 20, 20, 20: not -5 or 0
 
 
+def test_only_top_level_stage_timers_are_phases(tmp_path):
+    # verl's agent loop logs per-sample statistics under timing_s/agent_loop/ (one a token count),
+    # and the rollout worker times sub-stages inside gen: neither is a stage of the step
+    metrics = {
+        "timing_s/gen": 250.0,
+        "timing_s/update_actor": 40.0,
+        "timing_s/timing_s/param_sync": 8.0,  # verl's fully async trainer doubles the prefix
+        "timing_s/step": 300.0,
+        "timing_s/generate_sequences": 240.0,
+        "timing/reshard": 3.0,  # an old spelling of a sub-stage
+        "timing_s/agent_loop/generate_sequences/max": 240.7,
+        "timing_s/agent_loop/tool_calls/mean": 55.0,
+        "timing_s/agent_loop/slowest/response_length": 16384.0,
+    }
+    with Recorder(tmp_path / "run") as rec:
+        rec.log_step(1, metrics)
+    registry, _ = _registry(tmp_path / "run")
+    phases = {
+        s.labels["phase"]: s.value for f in registry.collect() for s in f.samples if s.name == "rlscope_step_seconds"
+    }
+    assert phases == {"gen": 250.0, "update_actor": 40.0, "param_sync": 8.0, "step": 300.0}
+    assert sum(v for k, v in phases.items() if k != "step") <= phases["step"]  # the stacked panel fits the step
+
+
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
     # math scores half zeros in steps 1-3, then only zeros in steps 4-20: the 12 collapsed steps
     # that left the 5-step window would make the baseline (15 + 120) / 150 = 0.9 and end the alert

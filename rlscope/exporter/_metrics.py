@@ -97,7 +97,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_step_seconds",
         "gauge",
-        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step; phase=step is the whole step.",
+        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step; phase=step is the whole step. "
+        "Timers nested in another stage (generate_sequences, reshard, tool_calls, agent_loop) and keys under a "
+        "stage (timing_s/agent_loop/...) are left out.",
         ("phase",),
     ),
     MetricSpec(

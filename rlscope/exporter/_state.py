@@ -27,7 +27,7 @@ from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import canonical
+from rlscope.collectors.verl_metrics import SUBSTAGES, canonical
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -279,21 +279,20 @@ class RunState:
             self._newest = newest
         cur_attempt, cur_step = self._newest[1], self._newest[2]
 
-        wanted = [
-            i for i, name in enumerate(names) if name.startswith(_TIMING) or name in _IDLE_KEYS or name in _SCORE_KEYS
-        ]
+        stages = [_stage(name) for name in names]
+        wanted = [i for i, name in enumerate(names) if stages[i] or name in _IDLE_KEYS or name in _SCORE_KEYS]
         for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
             name = names[key_index[i]]
             v = value[i]
             if not math.isfinite(v):
                 continue
-            if name.startswith(_TIMING):
-                stage = name[len(_TIMING) :].split("/", 1)[0]
+            stage = stages[key_index[i]]
+            if stage:
                 if v < 0 or (stage == "step" and v == 0):  # timed nothing, as diagnose reads it
                     continue
                 if stage == "step":
                     self._durations[int(step[i])] = v
-                if step[i] == cur_step and attempt[i] == cur_attempt and stage:
+                if step[i] == cur_step and attempt[i] == cur_attempt:
                     self._phases[self._phase_cap(stage)] = v
             else:  # the latest value of an idle ratio or a score bound
                 latest, label = (
@@ -499,6 +498,19 @@ class RunState:
         times = [self._log_times[s] for s in sorted(self._log_times)]
         gaps = np.diff([t for t in times if math.isfinite(t)])
         return float(np.median(gaps)) if gaps.size else math.nan
+
+
+def _stage(name: str) -> str | None:
+    """The verl stage a canonical step key times, as the step anatomy reads it: ``timing_s/<stage>``
+    exactly, not a stage nested in another one (:data:`SUBSTAGES`, e.g. ``generate_sequences``
+    inside ``gen``) and not a statistic under a stage (``timing_s/agent_loop/slowest/response_length``
+    is a token count). None for any other key."""
+    if not name.startswith(_TIMING):
+        return None
+    stage = name[len(_TIMING) :]
+    if not stage or "/" in stage or stage in SUBSTAGES:
+        return None
+    return stage
 
 
 def _capped(raw: pd.Series, cap: LabelCap) -> pd.Series:
