@@ -256,6 +256,26 @@ def test_logprob_limit_follows_precision(tmp_path):
     assert _value(registry, "rlscope_logprob_abs_delta_threshold", "fp8", precision="fp8", model_type="moe") == 0.1
 
 
+def test_a_resumed_job_that_changes_meta_json_is_read_again(tmp_path):
+    path = tmp_path / "run"
+    meta = {"topology": "separate_async", "split": {"rollout": 21, "train": 11}, "gpu": {"type": "H100", "count": 32}}
+    with Recorder(path, meta) as rec:
+        rec.log_step(1, {"timing_s/step": 60.0})
+        rec.log_logprob_delta(1, np.random.default_rng(0).normal(0.0, 1.5e-2, 20_000))
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_configured_gpus", role="rollout") == 21.0
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") == 0.01
+    # resumed with the split the alert asked for and an fp8 rollout: the job merges both into meta.json
+    with Recorder(path, {"split": {"rollout": 24, "train": 8}, "precision": "fp8"}) as rec:
+        rec.log_step(2, {"timing_s/step": 60.0})
+    assert _value(registry, "rlscope_last_step") == 2.0
+    assert _value(registry, "rlscope_configured_gpus", role="rollout") == 24.0
+    assert _value(registry, "rlscope_configured_gpus", role="train") == 8.0
+    # fp8's normal gap is ~1e-2, its limit ten times that
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="fp8", model_type="dense") == 0.1
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") is None
+
+
 def test_gpu_latest_sample_and_stale_gpus_dropped(tmp_path):
     now = time.time()
     with Recorder(tmp_path / "run", host="node-a") as rec:

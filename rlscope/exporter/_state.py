@@ -191,10 +191,14 @@ class RunState:
         """Read the segments added since the last refresh and update the aggregates."""
         started = time.perf_counter()
         try:
-            if self.reader is not None and not self._same_run():
+            meta = self._meta_now() if self.reader is not None else None
+            if self.reader is not None and (meta is None or meta.get("created") != self.meta.get("created")):
                 errors = self.refresh_errors  # deleted, or another run in its place: start again,
                 self.__init__(self.run_dir, self.run)  # type: ignore[misc]  # none of its values served
                 self.refresh_errors = errors  # a counter: it never goes back
+            elif meta is not None and meta != self.meta:  # a resumed job merged its config in: a new
+                self.meta = meta  # split or precision; what the analyzers derive from it is redone
+                self._dirty = True
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
@@ -235,15 +239,16 @@ class RunState:
         self._drop_stale_gpus()
         return not failed
 
-    def _same_run(self) -> bool:
-        """Whether the directory still holds the run first read: meta.json's ``created`` stays
-        through resumes, and a run created in its place has its own."""
+    def _meta_now(self) -> dict[str, Any] | None:
+        """meta.json as it is now, None when the run directory or its meta.json is gone. The
+        directory still holds the run first read while ``created`` is the same: it stays through
+        resumes, and a run created in its place has its own."""
         assert self.reader is not None
         try:
             require_directory(self.reader.location)
-            return read_meta(self.reader.location).get("created") == self.meta.get("created")
+            return read_meta(self.reader.location)
         except RLScopeError:
-            return False
+            return None
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
