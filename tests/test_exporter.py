@@ -31,6 +31,7 @@ from rlscope import Recorder
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
+from rlscope.trace.schema import LOGPROB_BIN_EDGES
 from rlscope.trace.simulator import simulate
 from rlscope.trace.store import write_segment
 
@@ -247,6 +248,52 @@ def test_tail_staleness_and_logprob(run):
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(median, rel=0.1)
     assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.999") > 3 * median
     assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") == 0.01
+
+
+def _bin(delta: float) -> tuple[float, float]:
+    """The log-prob histogram bin holding |delta|: a quantile of tokens all at ``delta`` lies in it."""
+    i = int(np.searchsorted(LOGPROB_BIN_EDGES, delta, side="right")) - 1
+    return float(LOGPROB_BIN_EDGES[i]), float(LOGPROB_BIN_EDGES[i + 1])
+
+
+@pytest.mark.parametrize("scrape", ["each step", "once after the resume"])
+def test_a_resumed_attempt_replaces_the_crashed_one_in_the_logprob_quantiles(tmp_path, scrape):
+    # attempt 0 broke weight sync at step 3 (|delta| 0.05) and crashed; attempt 1 resumed from the
+    # step-1 checkpoint with the fix (|delta| 0.0013 again) and redoes steps 2 and 3
+    path = tmp_path / "run"
+    registry, _ = _registry(path)
+    p50 = []
+    with Recorder(path, {"precision": "bf16"}) as rec:
+        for step, delta in ((1, 0.0013), (2, 0.0013), (3, 0.05)):
+            rec.log_step(step, {"timing_s/step": 60.0})
+            rec.log_logprob_delta(step, np.full(1000, delta))
+            rec.flush()
+            if scrape == "each step":
+                p50.append(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5"))
+    for step in (2, 3):
+        with Recorder(path) as rec:
+            rec.log_step(step, {"timing_s/step": 60.0}, attempt=1)
+            rec.log_logprob_delta(step, np.full(1000, 0.0013))
+        p50.append(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5"))
+        assert _value(registry, "rlscope_last_step") == step
+    # the crashed step 3 while it was the latest, then the resumed steps alone (not mixed with it)
+    expected = ([0.0013, 0.0013, 0.05] if scrape == "each step" else []) + [0.0013, 0.0013]
+    assert [_bin(v) for v in p50] == [_bin(d) for d in expected]
+
+
+def test_a_step_redone_by_a_resumed_attempt_is_not_mixed_with_the_crashed_one(tmp_path):
+    # the crash came after step 3's histogram, the checkpoint is step 2's: attempt 1 redoes step 3
+    path = tmp_path / "run"
+    registry, _ = _registry(path)
+    with Recorder(path, {"precision": "bf16"}) as rec:
+        rec.log_step(3, {"timing_s/step": 60.0})
+        rec.log_logprob_delta(3, np.full(1000, 0.05))
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    with Recorder(path) as rec:
+        rec.log_step(3, {"timing_s/step": 60.0}, attempt=1)
+        rec.log_logprob_delta(3, np.full(3000, 0.0013))
+    # mixed, 3000 tokens at 0.0013 and 1000 at 0.05 would put the 0.9 quantile in 0.05's bin
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
 
 
 def test_logprob_limit_follows_precision(tmp_path):

@@ -158,6 +158,7 @@ class RunState:
         self._score: dict[str, tuple[float, int, int, float]] = {}  # max / min -> (time, attempt, step, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
+        self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
         self._max_step: int | None = None
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
@@ -173,6 +174,7 @@ class RunState:
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
         self._run_clock = -math.inf  # the newest time of any GPU sample or step record: the run's "now"
         self._logprob_step: int | None = None
+        self._logprob_attempt: int | None = None  # the step's attempt when its histogram began, if known
         self._logprob_counts = np.zeros(_N_BINS)
         self._logprob_abs_sum = 0.0  # over every token read (the summary's _sum and _count)
         self._logprob_tokens = 0
@@ -229,7 +231,7 @@ class RunState:
             ("steps", _STEP_COLUMNS, self._ingest_steps),
             ("trajectories", _TRAJ_COLUMNS, self._ingest_trajectories),
             ("gpu", ["time", "host", "gpu", "role", "util_pct"], self._ingest_gpu),
-            ("logprob", ["step", "abs_counts", "abs_mean", "abs_max", "n_tokens"], self._ingest_logprob),
+            ("logprob", ["step", "time", "abs_counts", "abs_mean", "abs_max", "n_tokens"], self._ingest_logprob),
         ):
             try:
                 ingest(self.reader.read_new(table, self.cursor, columns))
@@ -309,8 +311,11 @@ class RunState:
         logged = pd.Series(when).groupby(step).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
+        for s, a in pd.Series(attempt).groupby(step).max().items():
+            self._attempts[int(s)] = max(int(a), self._attempts.get(int(s), 0))
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
+        _keep_last(self._attempts, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
         steps = np.unique(window.column("step").to_numpy())
@@ -399,13 +404,32 @@ class RunState:
             finite = max((n or 0) - counts[-1], 0)
             self._logprob_abs_sum += (mean or 0.0) * finite
             self._logprob_tokens += finite
-        step = int(pc.max(rows.column("step")).as_py())
-        if self._logprob_step is not None and step < self._logprob_step:
-            return
-        if step != self._logprob_step:  # the quantiles are of the most recent step
-            self._logprob_step, self._logprob_counts = step, np.zeros(_N_BINS)
-        for counts in rows.filter(pc.equal(rows.column("step"), step)).column("abs_counts").to_pylist():
+        # the quantiles are of the step most recently logged: rows in the order they were logged,
+        # a step other than the current one starts a new histogram. A lower step logged later is
+        # a resumed attempt redoing it (the crashed attempt's rows of it must not stay mixed in,
+        # nor its higher steps hold the quantiles), and so is the same step once the steps table
+        # shows a higher attempt of it than when its histogram began
+        rows = rows.take(pc.sort_indices(pc.fill_null(rows.column("time"), -math.inf)))  # stable
+        start, reset = 0, False
+        for i, step in enumerate(rows.column("step").to_pylist()):
+            if step != self._logprob_step or self._resumed(step):
+                self._logprob_step, self._logprob_attempt = step, self._attempts.get(step)
+                start, reset = i, True
+        if reset:
+            self._logprob_counts = np.zeros(_N_BINS)
+        for counts in rows.column("abs_counts").slice(start).to_pylist():
             self._logprob_counts += np.asarray(counts, dtype=float)
+
+    def _resumed(self, step: int) -> bool:
+        """Whether the steps table shows a higher attempt of ``step`` (the current histogram's
+        step) than when its histogram began."""
+        attempt = self._attempts.get(step)
+        if attempt is None:
+            return False
+        if self._logprob_attempt is None:  # the histogram began before its step record was read
+            self._logprob_attempt = attempt
+            return False
+        return attempt > self._logprob_attempt
 
     # -- analyzers on the window ---------------------------------------------------------
 
