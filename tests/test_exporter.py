@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
+from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
@@ -187,6 +188,34 @@ def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
     with Recorder(tmp_path / "run", flush_interval=60) as rec:
         for step in range(1, 21):
             rec.log_trajectories(step, _trajectories(step))
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
+def test_a_source_hard_all_along_keeps_its_zeros_in_the_baseline(tmp_path):
+    # one group of 8 a step; the policy solves half of it in 5 of 30 steps and nothing otherwise
+    solved = {3, 9, 14, 21, 27}
+    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+        for step in range(1, 31):
+            rows = [{"data_source": "hard", "reward": float(step in solved and i < 4)} for i in range(8)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
+    registry, _ = _registry(tmp_path / "run")
+    zero = _value(registry, "rlscope_reward_zero_ratio", source="hard")
+    baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
+    assert zero == pytest.approx(36 / 40)  # steps 26-30: 4 rewarded in step 27
+    assert baseline == pytest.approx(184 / 200)  # steps 1-25: 16 rewarded in steps 3, 9, 14, 21
+    assert not (zero >= REWARD_ZERO_COLLAPSE and zero - baseline >= REWARD_ZERO_RISE_MIN)  # the alert's condition
+
+
+def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
+    # half zeros in steps 1-10 and 21-30, only zeros in 11-20 and again from 31: the second
+    # collapse is measured against the healthy steps, not against a baseline holding the first
+    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+        for step in range(1, 41):
+            collapsed = 11 <= step <= 20 or step > 30
+            rows = [{"data_source": "math", "reward": 0.0 if collapsed else float(i % 2)} for i in range(10)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
     registry, _ = _registry(tmp_path / "run")
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5

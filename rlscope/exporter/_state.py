@@ -15,7 +15,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE
+from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
@@ -81,11 +81,19 @@ Sample = tuple[str, tuple[str, ...], float]
 
 @dataclass
 class _SourceRewards:
-    """Reward counts of one source: per step for its last steps, summed before that."""
+    """Reward counts of one source: per step for its last steps, summed before that.
+
+    The baseline holds every earlier step, as ``rlscope diagnose``'s earlier share does, so a
+    source that scored mostly zeros all along has a baseline of mostly zeros. Only a step that
+    scored (almost) only zeros and was in the window while the window met the collapse
+    condition (``REWARD_ZERO_COLLAPSE`` zeros, ``REWARD_ZERO_RISE_MIN`` above the baseline) is
+    held out of it: a collapse that lasts must not become its own baseline and end the alert.
+    """
 
     recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
     base_scored: float = 0.0
     base_zeros: float = 0.0
+    collapsed: set[int] = field(default_factory=set)  # steps in the window while it met the condition
 
     def add(self, step: int, counts: np.ndarray) -> None:
         if step in self.recent:
@@ -93,15 +101,26 @@ class _SourceRewards:
         elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
             self.recent[step] = counts.copy()
         else:  # older than the window: straight into the baseline
-            self._to_baseline(counts)
+            self._to_baseline(counts, in_collapse=self._collapsing())
         while len(self.recent) > REWARD_WINDOW_STEPS:
-            self._to_baseline(self.recent.pop(min(self.recent)))
+            oldest = min(self.recent)
+            self._to_baseline(self.recent.pop(oldest), in_collapse=oldest in self.collapsed)
+            self.collapsed.discard(oldest)
+        if self._collapsing():
+            self.collapsed.update(self.recent)
 
-    def _to_baseline(self, counts: np.ndarray) -> None:
-        """A step that left the window joins the baseline, unless it scored (almost) only zeros:
-        a collapse that lasts must not become its own baseline and silence the alert."""
+    def _collapsing(self) -> bool:
+        """Whether the window's zero share is a collapse against the baseline, as the alert judges it."""
+        _, scored, _, zeros, _ = np.sum(list(self.recent.values()), axis=0)
+        if scored <= 0 or self.base_scored <= 0:
+            return False
+        share = zeros / scored
+        return share >= REWARD_ZERO_COLLAPSE and share - self.base_zeros / self.base_scored >= REWARD_ZERO_RISE_MIN
+
+    def _to_baseline(self, counts: np.ndarray, *, in_collapse: bool) -> None:
+        """A step that left the window joins the baseline, unless it is one of a collapse's zero steps."""
         scored, zeros = counts[1], counts[3]
-        if scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
+        if in_collapse and scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
             return
         self.base_scored += scored
         self.base_zeros += zeros
