@@ -559,6 +559,26 @@ def test_simulated_pooled_run_recommends_a_split(tmp_path):
     assert {m.name for m in METRICS} - names == absent
 
 
+@pytest.mark.parametrize(
+    ("gen_s", "train_s", "recommended"),
+    [
+        # on 16:16, step(n_r) = 16 gen / n_r + 16 train / (32 - n_r): 200 s now; 17:15 gives 199.5 s,
+        # 0.2% shorter, below SPLIT_GAIN_MIN (5%): not worth a move, the split stays
+        (110.0, 90.0, (16, 16)),
+        # 20:12 gives 120 + 66.7 = 186.7 s, 6.7% shorter than 200 s: move 4 GPUs to rollout
+        (150.0, 50.0, (20, 12)),
+    ],
+)
+def test_a_split_is_recommended_only_for_a_gain_diagnose_would_report(tmp_path, gen_s, train_s, recommended):
+    meta = {"topology": "separated", "split": {"rollout": 16, "train": 16}, "gpu": {"type": "H100", "count": 32}}
+    with Recorder(tmp_path / "sep", meta) as rec:
+        for step in range(1, 9):
+            rec.log_step(step, {"timing_s/gen": gen_s, "timing_s/update_actor": train_s, "timing_s/step": 200.0})
+    registry, _ = _registry(tmp_path / "sep")
+    served = tuple(_value(registry, "rlscope_recommended_gpus", "sep", role=r) for r in ("rollout", "train"))
+    assert served == recommended
+
+
 def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):
     simulate("separated-8b", 2, tmp_path / "sep")
     meta_path = tmp_path / "sep" / "meta.json"

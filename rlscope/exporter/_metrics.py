@@ -206,7 +206,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_recommended_gpus",
         "gauge",
         "Rollout:train split that the topology model predicts to give the shortest step for this run's topology "
-        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio).",
+        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio); the configured "
+        "split when a move would shorten the step by less than 5%.",
         ("role",),
     ),
     MetricSpec(

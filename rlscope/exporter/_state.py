@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN, SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
@@ -463,7 +463,12 @@ class RunState:
         self._recommended = {}
         if topo.model is not None and topo.current != "colocated" and topo.current in topo.what_if.index:
             best = topo.what_if.loc[topo.current]
-            self._recommended = {"rollout": int(best["n_rollout"]), "train": int(best["n_train"])}
+            split = int(best["n_rollout"]), int(best["n_train"])
+            # as diagnose's split-imbalanced finding: a move pays only from SPLIT_GAIN_MIN shorter steps
+            if topo.n_rollout is not None and topo.n_train is not None:
+                if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
+                    split = topo.n_rollout, topo.n_train
+            self._recommended = {"rollout": split[0], "train": split[1]}
 
     def _window_trajectories(self) -> pa.Table | None:
         """Trajectories of complete steps: the trainer logged the step, or a later step began."""
