@@ -139,6 +139,29 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
 
 
+def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_same(tmp_path):
+    path = tmp_path / "run"
+
+    def score(step: int, low: float, attempt: int = 0) -> None:
+        with Recorder(path) as rec:
+            rec.log_step(
+                step, {"timing_s/step": 1500.0, "critic/score/max": 1.0, "critic/score/min": low}, attempt=attempt
+            )
+
+    registry, _ = _registry(path)
+    for step in range(1, 12):
+        score(step, 0.0)
+    assert _value(registry, "rlscope_reward_flat_steps") == 0.0
+    score(12, 1.0)  # one step whose every sample scored 1
+    assert _value(registry, "rlscope_reward_flat_steps") == 1.0
+    score(13, 1.0)
+    assert _value(registry, "rlscope_reward_flat_steps") == 2.0
+    score(13, 0.0, attempt=1)  # resumed from step 12's checkpoint, step 13 again, with a spread
+    assert _value(registry, "rlscope_reward_flat_steps") == 0.0
+    score(14, 1.0)
+    assert _value(registry, "rlscope_reward_flat_steps") == 1.0
+
+
 @pytest.mark.parametrize("last", ["negative", "zero step"])
 def test_a_stage_timer_that_timed_nothing_is_not_served(tmp_path, last):
     # as in diagnose: negative seconds are a clock's fault, a zero step timer timed nothing

@@ -117,6 +117,12 @@ METRICS: tuple[MetricSpec, ...] = (
         ("stat",),
     ),
     MetricSpec(
+        "rlscope_reward_flat_steps",
+        "gauge",
+        "How many of the run's latest steps in a row logged critic/score max equal to min (every sample scored "
+        "the same), counted over the last 64 steps; 0 when the latest step's rewards differ.",
+    ),
+    MetricSpec(
         "rlscope_reward_mean",
         "gauge",
         "Mean reward of the successfully scored trajectories of this source in its last 5 steps with samples.",

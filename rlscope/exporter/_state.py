@@ -175,6 +175,7 @@ class RunState:
         self._phase_cap = LabelCap(MAX_PHASES)
         self._idle: dict[str, tuple[float, int, int, float]] = {}  # role -> (time, attempt, step, value)
         self._score: dict[str, tuple[float, int, int, float]] = {}  # max / min -> (time, attempt, step, value)
+        self._scores: dict[int, dict[str, tuple[tuple[int, float], float]]] = {}  # step -> stat -> (order, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
         self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
@@ -327,6 +328,11 @@ class RunState:
                 mark = (float(when[i]), int(attempt[i]), int(step[i]), v)
                 if label not in latest or mark[:3] >= latest[label][:3]:
                     latest[label] = mark
+                if latest is self._score:  # and per step, the latest attempt's, for the flat streak
+                    by_stat = self._scores.setdefault(int(step[i]), {})
+                    rank = (int(attempt[i]), float(when[i]))
+                    if label not in by_stat or rank >= by_stat[label][0]:
+                        by_stat[label] = (rank, v)
         logged = pd.Series(when).groupby(step).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
@@ -335,6 +341,7 @@ class RunState:
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
         _keep_last(self._attempts, MEDIAN_STEPS)
+        _keep_last(self._scores, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
         steps = np.unique(window.column("step").to_numpy())
@@ -514,6 +521,8 @@ class RunState:
         out += [("rlscope_step_seconds", (phase,), v) for phase, v in sorted(self._phases.items())]
         out += [("rlscope_idle_ratio", (role,), mark[3]) for role, mark in sorted(self._idle.items())]
         out += [("rlscope_reward_score", (stat,), mark[3]) for stat, mark in sorted(self._score.items())]
+        if self._scores:
+            out.append(("rlscope_reward_flat_steps", (), float(self._flat_steps())))
         since = self._reward_steps[0] if self._reward_steps else 0
         for source, rewards in sorted(self._rewards.items()):
             out += [(name, (source,), v) for name, v in rewards.gauges(since).items()]
@@ -545,6 +554,18 @@ class RunState:
         out += [("rlscope_recommended_gpus", (role,), float(n)) for role, n in self._recommended.items()]
         return out
 
+    def _flat_steps(self) -> int:
+        """How many of the last steps up to the newest one, in a row, logged a reward range with
+        critic/score max equal to min (at most the ``MEDIAN_STEPS`` steps kept)."""
+        newest = self._newest[2] if self._newest is not None else max(self._scores)
+        n = 0
+        for s in sorted((s for s in self._scores if s <= newest), reverse=True):
+            stats = self._scores[s]
+            if not ("max" in stats and "min" in stats and stats["max"][1] == stats["min"][1]):
+                break
+            n += 1
+        return n
+
     def _median_step_seconds(self) -> float:
         if self._durations:
             return float(np.median(list(self._durations.values())))
@@ -572,7 +593,7 @@ def _capped(raw: pd.Series, cap: LabelCap) -> pd.Series:
     return raw.map({value: cap(value) for value in raw.unique()})
 
 
-def _keep_last(by_step: dict[int, float], n: int) -> None:
+def _keep_last(by_step: dict[int, Any], n: int) -> None:
     """Drop all but the ``n`` highest steps (in place)."""
     if len(by_step) > n:
         for s in sorted(by_step)[:-n]:
