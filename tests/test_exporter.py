@@ -162,6 +162,44 @@ def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_sam
     assert _value(registry, "rlscope_reward_flat_steps") == 1.0
 
 
+def test_a_validation_logged_alone_is_no_step(tmp_path):
+    # verl's val_before_train logs step 0's validation metrics on their own before the first step
+    path, t0 = tmp_path / "run", time.time() - 1600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(0, 0, t0, "val-core/gsm8k/reward/mean@1", 0.31), (0, 0, t0, "val-aux/num_turns/mean", 1.0)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") is None
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") is None
+    assert _value(registry, "rlscope_step_median_seconds") is None
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == t0
+    # the first step, 25 minutes long, is logged 1500 s after the validation
+    _write_steps(path, [(1, 0, t0 + 1500, "timing_s/gen", 1200.0), (1, 0, t0 + 1500, "timing_s/step", 1500.0)], 2)
+    assert _value(registry, "rlscope_last_step") == 1.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 1500
+    assert _value(registry, "rlscope_step_median_seconds") == 1500.0
+    assert _value(registry, "rlscope_validation_timestamp_seconds") is None
+
+
+def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):
+    # steps a minute apart without verl's step timer; the resume validates step 3 on its own at
+    # t0 + 1000 s, then trains step 4 at t0 + 1060 s
+    path, t0 = tmp_path / "run", time.time() - 2000
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 + 60.0 * (s - 1), "timing_s/gen", 40.0) for s in (1, 2, 3)], 1)
+    _write_steps(path, [(3, 0, t0 + 1000, "val-core/math/acc/mean@1", 0.5)], 2)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 3.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 120
+    assert _value(registry, "rlscope_step_seconds", phase="gen") == 40.0  # step 3's timers stay served
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == t0 + 1000
+    _write_steps(path, [(4, 0, t0 + 1060, "timing_s/gen", 40.0)], 3)
+    # intervals between step logs: 60, 60 and 940 (the crash)
+    assert _value(registry, "rlscope_step_median_seconds") == 60.0
+    assert _value(registry, "rlscope_validation_timestamp_seconds") is None
+
+
 @pytest.mark.parametrize("last", ["negative", "zero step"])
 def test_a_stage_timer_that_timed_nothing_is_not_served(tmp_path, last):
     # as in diagnose: negative seconds are a clock's fault, a zero step timer timed nothing
@@ -577,8 +615,10 @@ def test_simulated_pooled_run_recommends_a_split(tmp_path):
     assert rollout + train == 64 and rollout != 46
     assert 0 < _value(registry, "rlscope_mfu_ratio", "sep") < 1
     names = {s.name for f in registry.collect() for s in f.samples}
-    # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5)
+    # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5),
+    # no validation logged on its own
     absent = {"rlscope_idle_ratio", "rlscope_reward_errors_total", "rlscope_reward_zero_ratio_baseline"}
+    absent.add("rlscope_validation_timestamp_seconds")
     assert {m.name for m in METRICS} - names == absent
 
 

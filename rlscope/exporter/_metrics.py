@@ -81,12 +81,23 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         "1 if the run directory was read without error at the last refresh, else 0.",
     ),
-    MetricSpec("rlscope_last_step", "gauge", "Training step most recently logged in the steps table."),
+    MetricSpec(
+        "rlscope_last_step",
+        "gauge",
+        "Training step most recently logged in the steps table (a record of validation metrics alone is no step).",
+    ),
     MetricSpec(
         "rlscope_last_step_timestamp_seconds",
         "gauge",
         "Unix time at which the most recent step was logged; time() minus this is how long the run has gone "
         "without a step.",
+    ),
+    MetricSpec(
+        "rlscope_validation_timestamp_seconds",
+        "gauge",
+        "Unix time at which the run logged a record of validation metrics alone (verl's val_before_train) with no "
+        "training step logged since; absent once a step follows. The run-stalled rule times the first step after "
+        "it from here.",
     ),
     MetricSpec(
         "rlscope_step_median_seconds",

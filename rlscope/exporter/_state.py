@@ -27,7 +27,7 @@ from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SUBSTAGES, canonical
+from rlscope.collectors.verl_metrics import SUBSTAGES, canonical, is_validation_key
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -180,6 +180,7 @@ class RunState:
         self._log_times: dict[int, float] = {}  # step -> when it was logged
         self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
         self._max_step: int | None = None
+        self._validated = -math.inf  # when the newest record of validation metrics alone was logged
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -293,18 +294,28 @@ class RunState:
         uniq = pc.unique(rows.column("key"))
         names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
-        top = int(step.max())
-        self._max_step = top if self._max_step is None else max(self._max_step, top)
         self._run_clock = max(self._run_clock, float(when.max()))
+        # a record (one log call: step, attempt, time) of validation metrics alone is no training
+        # step: verl's val_before_train logs one before the first step (and on a resume), so it
+        # neither moves the last step and its time nor makes an interval of the median
+        validation = np.array([is_validation_key(name) for name in names], dtype=bool)[key_index]
+        record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": ~validation})
+        trains = record.groupby(["step", "attempt", "when"], dropna=False)["trains"].transform("any").to_numpy()
+        if not trains.all():
+            self._validated = max(self._validated, float(when[~trains].max()))
+        if trains.any():
+            top = int(step[trains].max())
+            self._max_step = top if self._max_step is None else max(self._max_step, top)
 
         order = np.lexsort((step, attempt, when))  # by time, then attempt, then step
-        last = order[-1]
-        newest = (float(when[last]), int(attempt[last]), int(step[last]))
-        if self._newest is None or newest > self._newest:
-            if self._newest is None or newest[1:] != self._newest[1:]:
-                self._phases = {}
-            self._newest = newest
-        cur_attempt, cur_step = self._newest[1], self._newest[2]
+        if trains.any():
+            last = order[trains[order]][-1]
+            newest = (float(when[last]), int(attempt[last]), int(step[last]))
+            if self._newest is None or newest > self._newest:
+                if self._newest is None or newest[1:] != self._newest[1:]:
+                    self._phases = {}
+                self._newest = newest
+        cur_attempt, cur_step = self._newest[1:] if self._newest is not None else (None, None)
 
         stages = [_stage(name) for name in names]
         wanted = [i for i, name in enumerate(names) if stages[i] or name in _IDLE_KEYS or name in _SCORE_KEYS]
@@ -333,7 +344,7 @@ class RunState:
                     rank = (int(attempt[i]), float(when[i]))
                     if label not in by_stat or rank >= by_stat[label][0]:
                         by_stat[label] = (rank, v)
-        logged = pd.Series(when).groupby(step).max()
+        logged = pd.Series(when[trains]).groupby(step[trains]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
         for s, a in pd.Series(attempt).groupby(step).max().items():
@@ -515,6 +526,8 @@ class RunState:
             out.append(("rlscope_last_step", (), float(step)))
             if math.isfinite(when):
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
+        if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
+            out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
         median = self._median_step_seconds()
         if not math.isnan(median):
             out.append(("rlscope_step_median_seconds", (), median))
