@@ -28,10 +28,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
+from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
+from rlscope.trace.schema import LOGPROB_BIN_EDGES
 from rlscope.trace.simulator import simulate
+from rlscope.trace.store import write_segment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +46,13 @@ def _registry(run_dirs, **kw) -> tuple[CollectorRegistry, RLScopeCollector]:
 
 def _value(registry: CollectorRegistry, name: str, run: str = "run", **labels: str) -> float | None:
     return registry.get_sample_value(name, {"run": run, **labels})
+
+
+def _write_steps(path: Path, rows: list[tuple[int, int, float, str, float]], seq: int) -> None:
+    """One steps segment of (step, attempt, time, key, value) rows, logged at the times given."""
+    step, attempt, when, key, value = (list(c) for c in zip(*rows, strict=True))
+    table = pa.table({"step": step, "attempt": pa.array(attempt, pa.int32()), "time": when, "key": key, "value": value})
+    write_segment(path, "steps", table, writer_id="test", seq=seq)
 
 
 def _trajectories(step: int) -> list[dict]:
@@ -129,6 +139,67 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
 
 
+def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_same(tmp_path):
+    path = tmp_path / "run"
+
+    def score(step: int, low: float, attempt: int = 0) -> None:
+        with Recorder(path) as rec:
+            rec.log_step(
+                step, {"timing_s/step": 1500.0, "critic/score/max": 1.0, "critic/score/min": low}, attempt=attempt
+            )
+
+    registry, _ = _registry(path)
+    for step in range(1, 12):
+        score(step, 0.0)
+    assert _value(registry, "rlscope_reward_flat_steps") == 0.0
+    score(12, 1.0)  # one step whose every sample scored 1
+    assert _value(registry, "rlscope_reward_flat_steps") == 1.0
+    score(13, 1.0)
+    assert _value(registry, "rlscope_reward_flat_steps") == 2.0
+    score(13, 0.0, attempt=1)  # resumed from step 12's checkpoint, step 13 again, with a spread
+    assert _value(registry, "rlscope_reward_flat_steps") == 0.0
+    score(14, 1.0)
+    assert _value(registry, "rlscope_reward_flat_steps") == 1.0
+
+
+def test_a_validation_logged_alone_is_no_step(tmp_path):
+    # verl's val_before_train logs step 0's validation metrics on their own before the first step
+    path, t0 = tmp_path / "run", time.time() - 1600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(0, 0, t0, "val-core/gsm8k/reward/mean@1", 0.31), (0, 0, t0, "val-aux/num_turns/mean", 1.0)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") is None
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") is None
+    assert _value(registry, "rlscope_step_median_seconds") is None
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == t0
+    # the first step, 25 minutes long, is logged 1500 s after the validation
+    _write_steps(path, [(1, 0, t0 + 1500, "timing_s/gen", 1200.0), (1, 0, t0 + 1500, "timing_s/step", 1500.0)], 2)
+    assert _value(registry, "rlscope_last_step") == 1.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 1500
+    assert _value(registry, "rlscope_step_median_seconds") == 1500.0
+    assert _value(registry, "rlscope_validation_timestamp_seconds") is None
+
+
+def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):
+    # steps a minute apart without verl's step timer; the resume validates step 3 on its own at
+    # t0 + 1000 s, then trains step 4 at t0 + 1060 s
+    path, t0 = tmp_path / "run", time.time() - 2000
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 + 60.0 * (s - 1), "timing_s/gen", 40.0) for s in (1, 2, 3)], 1)
+    _write_steps(path, [(3, 0, t0 + 1000, "val-core/math/acc/mean@1", 0.5)], 2)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 3.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 120
+    assert _value(registry, "rlscope_step_seconds", phase="gen") == 40.0  # step 3's timers stay served
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == t0 + 1000
+    _write_steps(path, [(4, 0, t0 + 1060, "timing_s/gen", 40.0)], 3)
+    # intervals between step logs: 60, 60 and 940 (the crash)
+    assert _value(registry, "rlscope_step_median_seconds") == 60.0
+    assert _value(registry, "rlscope_validation_timestamp_seconds") is None
+
+
 @pytest.mark.parametrize("last", ["negative", "zero step"])
 def test_a_stage_timer_that_timed_nothing_is_not_served(tmp_path, last):
     # as in diagnose: negative seconds are a clock's fault, a zero step timer timed nothing
@@ -148,12 +219,64 @@ def test_a_stage_timer_that_timed_nothing_is_not_served(tmp_path, last):
     assert _value(registry, "rlscope_step_median_seconds") == 20.0  # over 20, 20, 20: not -5 or 0
 
 
+def test_only_top_level_stage_timers_are_phases(tmp_path):
+    # verl's agent loop logs per-sample statistics under timing_s/agent_loop/ (one a token count),
+    # and the rollout worker times sub-stages inside gen: neither is a stage of the step
+    metrics = {
+        "timing_s/gen": 250.0,
+        "timing_s/update_actor": 40.0,
+        "timing_s/timing_s/param_sync": 8.0,  # verl's fully async trainer doubles the prefix
+        "timing_s/step": 300.0,
+        "timing_s/generate_sequences": 240.0,
+        "timing/reshard": 3.0,  # an old spelling of a sub-stage
+        "timing_s/agent_loop/generate_sequences/max": 240.7,
+        "timing_s/agent_loop/tool_calls/mean": 55.0,
+        "timing_s/agent_loop/slowest/response_length": 16384.0,
+    }
+    with Recorder(tmp_path / "run") as rec:
+        rec.log_step(1, metrics)
+    registry, _ = _registry(tmp_path / "run")
+    phases = {
+        s.labels["phase"]: s.value for f in registry.collect() for s in f.samples if s.name == "rlscope_step_seconds"
+    }
+    assert phases == {"gen": 250.0, "update_actor": 40.0, "param_sync": 8.0, "step": 300.0}
+    assert sum(v for k, v in phases.items() if k != "step") <= phases["step"]  # the stacked panel fits the step
+
+
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
     # math scores half zeros in steps 1-3, then only zeros in steps 4-20: the 12 collapsed steps
     # that left the 5-step window would make the baseline (15 + 120) / 150 = 0.9 and end the alert
     with Recorder(tmp_path / "run", flush_interval=60) as rec:
         for step in range(1, 21):
             rec.log_trajectories(step, _trajectories(step))
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
+def test_a_source_hard_all_along_keeps_its_zeros_in_the_baseline(tmp_path):
+    # one group of 8 a step; the policy solves half of it in 5 of 30 steps and nothing otherwise
+    solved = {3, 9, 14, 21, 27}
+    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+        for step in range(1, 31):
+            rows = [{"data_source": "hard", "reward": float(step in solved and i < 4)} for i in range(8)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
+    registry, _ = _registry(tmp_path / "run")
+    zero = _value(registry, "rlscope_reward_zero_ratio", source="hard")
+    baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
+    assert zero == pytest.approx(36 / 40)  # steps 26-30: 4 rewarded in step 27
+    assert baseline == pytest.approx(184 / 200)  # steps 1-25: 16 rewarded in steps 3, 9, 14, 21
+    assert not (zero >= REWARD_ZERO_COLLAPSE and zero - baseline >= REWARD_ZERO_RISE_MIN)  # the alert's condition
+
+
+def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
+    # half zeros in steps 1-10 and 21-30, only zeros in 11-20 and again from 31: the second
+    # collapse is measured against the healthy steps, not against a baseline holding the first
+    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+        for step in range(1, 41):
+            collapsed = 11 <= step <= 20 or step > 30
+            rows = [{"data_source": "math", "reward": 0.0 if collapsed else float(i % 2)} for i in range(10)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
     registry, _ = _registry(tmp_path / "run")
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
@@ -217,11 +340,77 @@ def test_tail_staleness_and_logprob(run):
     assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") == 0.01
 
 
+def _bin(delta: float) -> tuple[float, float]:
+    """The log-prob histogram bin holding |delta|: a quantile of tokens all at ``delta`` lies in it."""
+    i = int(np.searchsorted(LOGPROB_BIN_EDGES, delta, side="right")) - 1
+    return float(LOGPROB_BIN_EDGES[i]), float(LOGPROB_BIN_EDGES[i + 1])
+
+
+@pytest.mark.parametrize("scrape", ["each step", "once after the resume"])
+def test_a_resumed_attempt_replaces_the_crashed_one_in_the_logprob_quantiles(tmp_path, scrape):
+    # attempt 0 broke weight sync at step 3 (|delta| 0.05) and crashed; attempt 1 resumed from the
+    # step-1 checkpoint with the fix (|delta| 0.0013 again) and redoes steps 2 and 3
+    path = tmp_path / "run"
+    registry, _ = _registry(path)
+    p50 = []
+    with Recorder(path, {"precision": "bf16"}) as rec:
+        for step, delta in ((1, 0.0013), (2, 0.0013), (3, 0.05)):
+            rec.log_step(step, {"timing_s/step": 60.0})
+            rec.log_logprob_delta(step, np.full(1000, delta))
+            rec.flush()
+            if scrape == "each step":
+                p50.append(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5"))
+    for step in (2, 3):
+        with Recorder(path) as rec:
+            rec.log_step(step, {"timing_s/step": 60.0}, attempt=1)
+            rec.log_logprob_delta(step, np.full(1000, 0.0013))
+        p50.append(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5"))
+        assert _value(registry, "rlscope_last_step") == step
+    # the crashed step 3 while it was the latest, then the resumed steps alone (not mixed with it)
+    expected = ([0.0013, 0.0013, 0.05] if scrape == "each step" else []) + [0.0013, 0.0013]
+    assert [_bin(v) for v in p50] == [_bin(d) for d in expected]
+
+
+def test_a_step_redone_by_a_resumed_attempt_is_not_mixed_with_the_crashed_one(tmp_path):
+    # the crash came after step 3's histogram, the checkpoint is step 2's: attempt 1 redoes step 3
+    path = tmp_path / "run"
+    registry, _ = _registry(path)
+    with Recorder(path, {"precision": "bf16"}) as rec:
+        rec.log_step(3, {"timing_s/step": 60.0})
+        rec.log_logprob_delta(3, np.full(1000, 0.05))
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    with Recorder(path) as rec:
+        rec.log_step(3, {"timing_s/step": 60.0}, attempt=1)
+        rec.log_logprob_delta(3, np.full(3000, 0.0013))
+    # mixed, 3000 tokens at 0.0013 and 1000 at 0.05 would put the 0.9 quantile in 0.05's bin
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
+
+
 def test_logprob_limit_follows_precision(tmp_path):
     with Recorder(tmp_path / "fp8", {"precision": "fp8", "model_type": "moe"}) as rec:
         rec.log_logprob_delta(1, [0.01, -0.02])
     registry, _ = _registry(tmp_path / "fp8")
     assert _value(registry, "rlscope_logprob_abs_delta_threshold", "fp8", precision="fp8", model_type="moe") == 0.1
+
+
+def test_a_resumed_job_that_changes_meta_json_is_read_again(tmp_path):
+    path = tmp_path / "run"
+    meta = {"topology": "separate_async", "split": {"rollout": 21, "train": 11}, "gpu": {"type": "H100", "count": 32}}
+    with Recorder(path, meta) as rec:
+        rec.log_step(1, {"timing_s/step": 60.0})
+        rec.log_logprob_delta(1, np.random.default_rng(0).normal(0.0, 1.5e-2, 20_000))
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_configured_gpus", role="rollout") == 21.0
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") == 0.01
+    # resumed with the split the alert asked for and an fp8 rollout: the job merges both into meta.json
+    with Recorder(path, {"split": {"rollout": 24, "train": 8}, "precision": "fp8"}) as rec:
+        rec.log_step(2, {"timing_s/step": 60.0})
+    assert _value(registry, "rlscope_last_step") == 2.0
+    assert _value(registry, "rlscope_configured_gpus", role="rollout") == 24.0
+    assert _value(registry, "rlscope_configured_gpus", role="train") == 8.0
+    # fp8's normal gap is ~1e-2, its limit ten times that
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="fp8", model_type="dense") == 0.1
+    assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="bf16", model_type="dense") is None
 
 
 def test_gpu_latest_sample_and_stale_gpus_dropped(tmp_path):
@@ -239,6 +428,62 @@ def test_gpu_latest_sample_and_stale_gpus_dropped(tmp_path):
     assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-a", gpu="0", role="trainer") == 0.0
     assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-a", gpu="1", role="rollout") == 0.55
     assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-b", gpu="0", role="rollout") is None
+
+
+def test_gpus_without_utilisation_leave_the_other_tables_served(tmp_path):
+    # NVML reports no utilisation for MIG slices: every GPU row has util_pct None
+    with Recorder(tmp_path / "mig", host="node-0") as rec:
+        rec.log_step(1, {"timing_s/step": 60.0})
+        rec.log_gpu([{"time": time.time(), "gpu": g, "role": "actor_rollout", "util_pct": None} for g in range(8)])
+        rec.log_logprob_delta(1, np.random.default_rng(0).normal(0.0, 1e-3, 20_000))
+    registry, _ = _registry(tmp_path / "mig")
+    assert _value(registry, "rlscope_run_up", "mig") == 1.0
+    assert _value(registry, "rlscope_exporter_refresh_errors_total", "mig") == 0.0
+    assert _value(registry, "rlscope_last_step", "mig") == 1.0
+    # the median of |N(0, 1e-3)| is 0.6745e-3
+    assert _value(registry, "rlscope_logprob_abs_delta", "mig", quantile="0.5") == pytest.approx(0.6745e-3, rel=0.1)
+    names = {s.name for f in registry.collect() for s in f.samples}
+    assert "rlscope_gpu_utilization_ratio" not in names
+
+
+def test_a_table_that_fails_does_not_keep_the_others_from_being_served(run):
+    registry, collector = _registry(run)
+    state = collector.states[0]
+
+    def broken(rows):
+        if rows.num_rows:
+            raise ValueError("an aggregate that does not expect these rows")
+
+    state._ingest_trajectories = broken
+    with Recorder(run) as rec:
+        rec.log_trajectories(9, _trajectories(9))
+        rec.log_step(9, _metrics(9))
+        rec.log_logprob_delta(9, np.full(1000, 0.5))
+    collector.min_refresh_s = 3600  # the values of one refresh
+    assert _value(registry, "rlscope_last_step") == 9.0  # steps and log-probs are still read
+    assert _value(registry, "rlscope_logprob_abs_delta", quantile="0.5") == pytest.approx(0.5, rel=0.2)
+    assert _value(registry, "rlscope_run_up") == 0.0  # the run was not read without error
+    assert _value(registry, "rlscope_exporter_refresh_errors_total") == 1.0  # one failed refresh
+
+
+def test_a_gpu_whose_sampler_died_goes_stale_while_training_goes_on(tmp_path):
+    path, t0 = tmp_path / "run", time.time() - 3600
+    with Recorder(path, {"topology": "colocated"}, host="node-0") as rec:
+        # the node's only sampler reads GPU 3 idle between phases at t0, then dies
+        rec.log_gpu([{"time": t0, "gpu": g, "role": "trainer", "util_pct": 5.0 if g == 3 else 90.0} for g in (2, 3)])
+    _write_steps(path, [(1, 0, t0, "timing_s/step", 60.0)], seq=1)
+    registry, _ = _registry(path)
+    gpu3 = {"host": "node-0", "gpu": "3", "role": "trainer"}
+    assert _value(registry, "rlscope_gpu_utilization_ratio", **gpu3) == 0.05
+    # training goes on, a step a minute: at t0 + 240 s the reading is 4 minutes old, still served
+    _write_steps(path, [(s, 0, t0 + 60.0 * (s - 1), "timing_s/step", 60.0) for s in range(2, 6)], seq=2)
+    assert _value(registry, "rlscope_last_step") == 5.0
+    assert _value(registry, "rlscope_gpu_utilization_ratio", **gpu3) == 0.05
+    # at t0 + 360 s it is 6 minutes old, past the 5 minutes: no GPU of the node is served any more
+    _write_steps(path, [(s, 0, t0 + 60.0 * (s - 1), "timing_s/step", 60.0) for s in (6, 7)], seq=3)
+    assert _value(registry, "rlscope_last_step") == 7.0
+    assert _value(registry, "rlscope_gpu_utilization_ratio", **gpu3) is None
+    assert _value(registry, "rlscope_gpu_utilization_ratio", host="node-0", gpu="2", role="trainer") is None
 
 
 def test_reads_only_new_segments(run):
@@ -337,6 +582,15 @@ def test_runs_get_unique_labels_and_scrapes_share_a_refresh(run, tmp_path):
     assert _value(registry, "rlscope_exporter_refresh_seconds") == refreshed
 
 
+def test_a_run_exported_by_a_relative_path_is_named_after_its_directory(run, monkeypatch):
+    # `rlscope export .` from inside the run directory, or a path that ends in ".."
+    monkeypatch.chdir(run)
+    registry, collector = _registry(".")
+    assert collector.states[0].run == "run"
+    assert _value(registry, "rlscope_last_step", "run") == 8.0
+    assert RLScopeCollector([run / "sub" / ".."]).states[0].run == "run"
+
+
 def test_every_metric_is_described_without_reading(tmp_path):
     collector = RLScopeCollector(tmp_path / "nothing-yet")
     assert sorted(f.name for f in collector.describe()) == sorted(m.name.removesuffix("_total") for m in METRICS)
@@ -361,9 +615,31 @@ def test_simulated_pooled_run_recommends_a_split(tmp_path):
     assert rollout + train == 64 and rollout != 46
     assert 0 < _value(registry, "rlscope_mfu_ratio", "sep") < 1
     names = {s.name for f in registry.collect() for s in f.samples}
-    # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5)
+    # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5),
+    # no validation logged on its own
     absent = {"rlscope_idle_ratio", "rlscope_reward_errors_total", "rlscope_reward_zero_ratio_baseline"}
+    absent.add("rlscope_validation_timestamp_seconds")
     assert {m.name for m in METRICS} - names == absent
+
+
+@pytest.mark.parametrize(
+    ("gen_s", "train_s", "recommended"),
+    [
+        # on 16:16, step(n_r) = 16 gen / n_r + 16 train / (32 - n_r): 200 s now; 17:15 gives 199.5 s,
+        # 0.2% shorter, below SPLIT_GAIN_MIN (5%): not worth a move, the split stays
+        (110.0, 90.0, (16, 16)),
+        # 20:12 gives 120 + 66.7 = 186.7 s, 6.7% shorter than 200 s: move 4 GPUs to rollout
+        (150.0, 50.0, (20, 12)),
+    ],
+)
+def test_a_split_is_recommended_only_for_a_gain_diagnose_would_report(tmp_path, gen_s, train_s, recommended):
+    meta = {"topology": "separated", "split": {"rollout": 16, "train": 16}, "gpu": {"type": "H100", "count": 32}}
+    with Recorder(tmp_path / "sep", meta) as rec:
+        for step in range(1, 9):
+            rec.log_step(step, {"timing_s/gen": gen_s, "timing_s/update_actor": train_s, "timing_s/step": 200.0})
+    registry, _ = _registry(tmp_path / "sep")
+    served = tuple(_value(registry, "rlscope_recommended_gpus", "sep", role=r) for r in ("rollout", "train"))
+    assert served == recommended
 
 
 def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):

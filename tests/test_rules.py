@@ -175,6 +175,42 @@ def test_a_single_source_collapse_fires_as_diagnose_reports_it(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@needs_promtool
+def test_a_source_hard_all_along_stays_silent_as_diagnose_leaves_it(tmp_path):
+    # one group of 8 a step, half solved in 5 of 30 steps: 92% zeros from the start, not a collapse
+    run = tmp_path / "hard"
+    with Recorder(run, meta={"gpu_count": 8}) as rec:
+        for step in range(1, 31):
+            rows = [{"data_source": "hard", "reward": float(step in {3, 9, 14, 21, 27} and i < 4)} for i in range(8)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
+    assert not [f for f in analyze_run(run).findings if f.id == "reward-source-zero-collapse"]
+    registry = CollectorRegistry()
+    RLScopeCollector([run], registry=registry, min_refresh_s=0)
+    labels = {"run": "hard", "source": "hard"}
+    names = ("rlscope_reward_error_ratio", "rlscope_reward_zero_ratio", "rlscope_reward_zero_ratio_baseline")
+    exported = {name: registry.get_sample_value(name, labels) for name in names}
+    assert None not in exported.values()
+    selector = '{job="rlscope",instance="i",run="hard",source="hard"}'
+    test = {
+        "rule_files": [str(RULES / "recording.yml"), str(RULES / "alerts.yml")],
+        "evaluation_interval": "1m",
+        "group_eval_order": ["rlscope-thresholds", "rlscope-recording", "rlscope-alerts"],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": n + selector, "values": f"{v}x30"} for n, v in exported.items()],
+                "alert_rule_test": [
+                    {"eval_time": "30m", "alertname": "RLScopeRewardSourceZeroCollapse", "exp_alerts": []}
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "hard_test.yml"
+    path.write_text(yaml.safe_dump(test))
+    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 # -- alert completeness ---------------------------------------------------------------------
 
 

@@ -18,7 +18,8 @@ scrapers within ``min_refresh_s`` (default 1 s) share one read. What is exported
 - rewards by source: ``rlscope_reward_mean``, ``rlscope_reward_zero_ratio`` (and its
   ``_baseline``), ``rlscope_reward_error_ratio``, ``rlscope_reward_errors_total{source,code}``,
   ``rlscope_reward_trajectories_total``; and over all samples, verl's score range
-  ``rlscope_reward_score{stat}`` (``max``, ``min``);
+  ``rlscope_reward_score{stat}`` (``max``, ``min``) and ``rlscope_reward_flat_steps``, the latest
+  steps in a row whose range was empty;
 - off-policy health: ``rlscope_staleness{quantile}``, ``rlscope_logprob_abs_delta{quantile}``
   and the limit for the run's precision, ``rlscope_logprob_abs_delta_threshold``.
 

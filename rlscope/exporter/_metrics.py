@@ -81,12 +81,23 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         "1 if the run directory was read without error at the last refresh, else 0.",
     ),
-    MetricSpec("rlscope_last_step", "gauge", "Training step most recently logged in the steps table."),
+    MetricSpec(
+        "rlscope_last_step",
+        "gauge",
+        "Training step most recently logged in the steps table (a record of validation metrics alone is no step).",
+    ),
     MetricSpec(
         "rlscope_last_step_timestamp_seconds",
         "gauge",
         "Unix time at which the most recent step was logged; time() minus this is how long the run has gone "
         "without a step.",
+    ),
+    MetricSpec(
+        "rlscope_validation_timestamp_seconds",
+        "gauge",
+        "Unix time at which the run logged a record of validation metrics alone (verl's val_before_train) with no "
+        "training step logged since; absent once a step follows. The run-stalled rule times the first step after "
+        "it from here.",
     ),
     MetricSpec(
         "rlscope_step_median_seconds",
@@ -97,7 +108,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_step_seconds",
         "gauge",
-        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step; phase=step is the whole step.",
+        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step; phase=step is the whole step. "
+        "Timers nested in another stage (generate_sequences, reshard, tool_calls, agent_loop) and keys under a "
+        "stage (timing_s/agent_loop/...) are left out.",
         ("phase",),
     ),
     MetricSpec(
@@ -115,6 +128,12 @@ METRICS: tuple[MetricSpec, ...] = (
         ("stat",),
     ),
     MetricSpec(
+        "rlscope_reward_flat_steps",
+        "gauge",
+        "How many of the run's latest steps in a row logged critic/score max equal to min (every sample scored "
+        "the same), counted over the last 64 steps; 0 when the latest step's rewards differ.",
+    ),
+    MetricSpec(
         "rlscope_reward_mean",
         "gauge",
         "Mean reward of the successfully scored trajectories of this source in its last 5 steps with samples.",
@@ -130,8 +149,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_reward_zero_ratio_baseline",
         "gauge",
-        "The same zero share over this source's earlier steps, leaving out steps it scored 0 on 90% or more "
-        "of (a collapse must not become what is normal for it).",
+        "The same zero share over this source's earlier steps, leaving out the steps it scored 0 on 90% or more "
+        "of while its last 5 steps were a collapse (a collapse must not become what is normal for it).",
         ("source",),
     ),
     MetricSpec(
@@ -174,7 +193,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_logprob_abs_delta",
         "summary",
-        "Quantiles of per-token |log p_trainer - log p_rollout| in the most recent step; _sum and _count over "
+        "Quantiles of per-token |log p_trainer - log p_rollout| in the step most recently logged (a resumed "
+        "attempt's rows of a step replace the crashed attempt's); _sum and _count over "
         "every token read but those with a |delta| of 100 or more (infinite ones included; a histogram row whose "
         "largest finite |delta| is 100 or more stays out whole, its last bin mixing the two).",
         ("quantile",),
@@ -189,8 +209,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_gpu_utilization_ratio",
         "gauge",
-        "Latest NVML utilisation of each GPU (fraction of time a kernel ran); GPUs silent for 5 minutes of "
-        "the run's newest sample are dropped.",
+        "Latest NVML utilisation of each GPU (fraction of time a kernel ran); a GPU whose latest reading is 5 "
+        "minutes older than the run's newest GPU sample or step record is dropped.",
         ("host", "gpu", "role"),
     ),
     MetricSpec(
@@ -203,7 +223,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_recommended_gpus",
         "gauge",
         "Rollout:train split that the topology model predicts to give the shortest step for this run's topology "
-        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio).",
+        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio); the configured "
+        "split when a move would shorten the step by less than 5%.",
         ("role",),
     ),
     MetricSpec(

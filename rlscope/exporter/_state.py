@@ -15,7 +15,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,11 +23,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE
+from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN, SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import canonical
+from rlscope.collectors.verl_metrics import SUBSTAGES, canonical, is_validation_key
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -81,11 +81,19 @@ Sample = tuple[str, tuple[str, ...], float]
 
 @dataclass
 class _SourceRewards:
-    """Reward counts of one source: per step for its last steps, summed before that."""
+    """Reward counts of one source: per step for its last steps, summed before that.
+
+    The baseline holds every earlier step, as ``rlscope diagnose``'s earlier share does, so a
+    source that scored mostly zeros all along has a baseline of mostly zeros. Only a step that
+    scored (almost) only zeros and was in the window while the window met the collapse
+    condition (``REWARD_ZERO_COLLAPSE`` zeros, ``REWARD_ZERO_RISE_MIN`` above the baseline) is
+    held out of it: a collapse that lasts must not become its own baseline and end the alert.
+    """
 
     recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
     base_scored: float = 0.0
     base_zeros: float = 0.0
+    collapsed: set[int] = field(default_factory=set)  # steps in the window while it met the condition
 
     def add(self, step: int, counts: np.ndarray) -> None:
         if step in self.recent:
@@ -93,15 +101,26 @@ class _SourceRewards:
         elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
             self.recent[step] = counts.copy()
         else:  # older than the window: straight into the baseline
-            self._to_baseline(counts)
+            self._to_baseline(counts, in_collapse=self._collapsing())
         while len(self.recent) > REWARD_WINDOW_STEPS:
-            self._to_baseline(self.recent.pop(min(self.recent)))
+            oldest = min(self.recent)
+            self._to_baseline(self.recent.pop(oldest), in_collapse=oldest in self.collapsed)
+            self.collapsed.discard(oldest)
+        if self._collapsing():
+            self.collapsed.update(self.recent)
 
-    def _to_baseline(self, counts: np.ndarray) -> None:
-        """A step that left the window joins the baseline, unless it scored (almost) only zeros:
-        a collapse that lasts must not become its own baseline and silence the alert."""
+    def _collapsing(self) -> bool:
+        """Whether the window's zero share is a collapse against the baseline, as the alert judges it."""
+        _, scored, _, zeros, _ = np.sum(list(self.recent.values()), axis=0)
+        if scored <= 0 or self.base_scored <= 0:
+            return False
+        share = zeros / scored
+        return share >= REWARD_ZERO_COLLAPSE and share - self.base_zeros / self.base_scored >= REWARD_ZERO_RISE_MIN
+
+    def _to_baseline(self, counts: np.ndarray, *, in_collapse: bool) -> None:
+        """A step that left the window joins the baseline, unless it is one of a collapse's zero steps."""
         scored, zeros = counts[1], counts[3]
-        if scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
+        if in_collapse and scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
             return
         self.base_scored += scored
         self.base_zeros += zeros
@@ -125,8 +144,12 @@ class _SourceRewards:
 
 
 def run_label(run_dir: str | os.PathLike[str]) -> str:
-    """The ``run`` label of a run directory: its last path component, sanitised."""
-    text = os.fspath(run_dir).rstrip("/")
+    """The ``run`` label of a run directory: its last path component, sanitised. A local path
+    is made absolute first, so that ``.`` or ``runs/exp1/..`` is named after the directory."""
+    text = os.fspath(run_dir)
+    if "://" not in text:  # a filesystem URI keeps its path as written
+        text = os.path.abspath(text)
+    text = text.rstrip("/")
     return sanitize_label(text.rsplit("/", 1)[-1] or text)
 
 
@@ -152,9 +175,12 @@ class RunState:
         self._phase_cap = LabelCap(MAX_PHASES)
         self._idle: dict[str, tuple[float, int, int, float]] = {}  # role -> (time, attempt, step, value)
         self._score: dict[str, tuple[float, int, int, float]] = {}  # max / min -> (time, attempt, step, value)
+        self._scores: dict[int, dict[str, tuple[tuple[int, float], float]]] = {}  # step -> stat -> (order, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
+        self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
         self._max_step: int | None = None
+        self._validated = -math.inf  # when the newest record of validation metrics alone was logged
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -167,7 +193,9 @@ class RunState:
         # gpu, logprob
         self._gpu_cap = LabelCap(MAX_GPUS)
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
+        self._run_clock = -math.inf  # the newest time of any GPU sample or step record: the run's "now"
         self._logprob_step: int | None = None
+        self._logprob_attempt: int | None = None  # the step's attempt when its histogram began, if known
         self._logprob_counts = np.zeros(_N_BINS)
         self._logprob_abs_sum = 0.0  # over every token read (the summary's _sum and _count)
         self._logprob_tokens = 0
@@ -186,25 +214,23 @@ class RunState:
         """Read the segments added since the last refresh and update the aggregates."""
         started = time.perf_counter()
         try:
-            if self.reader is not None and not self._same_run():
+            meta = self._meta_now() if self.reader is not None else None
+            if self.reader is not None and (meta is None or meta.get("created") != self.meta.get("created")):
                 errors = self.refresh_errors  # deleted, or another run in its place: start again,
                 self.__init__(self.run_dir, self.run)  # type: ignore[misc]  # none of its values served
                 self.refresh_errors = errors  # a counter: it never goes back
+            elif meta is not None and meta != self.meta:  # a resumed job merged its config in: a new
+                self.meta = meta  # split or precision; what the analyzers derive from it is redone
+                self._dirty = True
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
-            reader, cursor = self.reader, self.cursor
-            self._ingest_steps(reader.read_new("steps", cursor, _STEP_COLUMNS))
-            self._ingest_trajectories(reader.read_new("trajectories", cursor, _TRAJ_COLUMNS))
-            self._ingest_gpu(reader.read_new("gpu", cursor, ["time", "host", "gpu", "role", "util_pct"]))
-            self._ingest_logprob(
-                reader.read_new("logprob", cursor, ["step", "abs_counts", "abs_mean", "abs_max", "n_tokens"])
-            )
-            self.up = True
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
-        except Exception as exc:  # noqa: BLE001 - one bad segment must not take /metrics down
-            self._fail("read", exc)
+        except Exception as exc:  # noqa: BLE001 - an unreadable run must not take /metrics down
+            self._fail("open", exc)
+        else:
+            self.up = self._read_tables()
         if self._dirty:
             self._dirty = False
             self._staleness = self._staleness_quantiles()
@@ -214,18 +240,41 @@ class RunState:
                 self._fail("analyze", exc)
         self.refresh_seconds = time.perf_counter() - started
 
-    def _same_run(self) -> bool:
-        """Whether the directory still holds the run first read: meta.json's ``created`` stays
-        through resumes, and a run created in its place has its own."""
+    def _read_tables(self) -> bool:
+        """Read and ingest each table's new segments; whether all of them were read without error.
+
+        Each table on its own: one that cannot be read or ingested (a bad segment, a value no
+        aggregate expects) must not keep the others from being served. The refresh counts as
+        one failed refresh however many tables failed."""
+        assert self.reader is not None
+        failed = False
+        for table, columns, ingest in (
+            ("steps", _STEP_COLUMNS, self._ingest_steps),
+            ("trajectories", _TRAJ_COLUMNS, self._ingest_trajectories),
+            ("gpu", ["time", "host", "gpu", "role", "util_pct"], self._ingest_gpu),
+            ("logprob", ["step", "time", "abs_counts", "abs_mean", "abs_max", "n_tokens"], self._ingest_logprob),
+        ):
+            try:
+                ingest(self.reader.read_new(table, self.cursor, columns))
+            except Exception as exc:  # noqa: BLE001 - one bad segment must not take /metrics down
+                self._fail(f"read {table}", exc, count=not failed)
+                failed = True
+        self._drop_stale_gpus()
+        return not failed
+
+    def _meta_now(self) -> dict[str, Any] | None:
+        """meta.json as it is now, None when the run directory or its meta.json is gone. The
+        directory still holds the run first read while ``created`` is the same: it stays through
+        resumes, and a run created in its place has its own."""
         assert self.reader is not None
         try:
             require_directory(self.reader.location)
-            return read_meta(self.reader.location).get("created") == self.meta.get("created")
+            return read_meta(self.reader.location)
         except RLScopeError:
-            return False
+            return None
 
-    def _fail(self, kind: str, exc: BaseException) -> None:
-        self.refresh_errors += 1
+    def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
+        self.refresh_errors += int(count)
         if kind != "analyze":
             self.up = False
         if kind not in self._warned:
@@ -245,33 +294,43 @@ class RunState:
         uniq = pc.unique(rows.column("key"))
         names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
-        top = int(step.max())
-        self._max_step = top if self._max_step is None else max(self._max_step, top)
+        self._run_clock = max(self._run_clock, float(when.max()))
+        # a record (one log call: step, attempt, time) of validation metrics alone is no training
+        # step: verl's val_before_train logs one before the first step (and on a resume), so it
+        # neither moves the last step and its time nor makes an interval of the median
+        validation = np.array([is_validation_key(name) for name in names], dtype=bool)[key_index]
+        record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": ~validation})
+        trains = record.groupby(["step", "attempt", "when"], dropna=False)["trains"].transform("any").to_numpy()
+        if not trains.all():
+            self._validated = max(self._validated, float(when[~trains].max()))
+        if trains.any():
+            top = int(step[trains].max())
+            self._max_step = top if self._max_step is None else max(self._max_step, top)
 
         order = np.lexsort((step, attempt, when))  # by time, then attempt, then step
-        last = order[-1]
-        newest = (float(when[last]), int(attempt[last]), int(step[last]))
-        if self._newest is None or newest > self._newest:
-            if self._newest is None or newest[1:] != self._newest[1:]:
-                self._phases = {}
-            self._newest = newest
-        cur_attempt, cur_step = self._newest[1], self._newest[2]
+        if trains.any():
+            last = order[trains[order]][-1]
+            newest = (float(when[last]), int(attempt[last]), int(step[last]))
+            if self._newest is None or newest > self._newest:
+                if self._newest is None or newest[1:] != self._newest[1:]:
+                    self._phases = {}
+                self._newest = newest
+        cur_attempt, cur_step = self._newest[1:] if self._newest is not None else (None, None)
 
-        wanted = [
-            i for i, name in enumerate(names) if name.startswith(_TIMING) or name in _IDLE_KEYS or name in _SCORE_KEYS
-        ]
+        stages = [_stage(name) for name in names]
+        wanted = [i for i, name in enumerate(names) if stages[i] or name in _IDLE_KEYS or name in _SCORE_KEYS]
         for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
             name = names[key_index[i]]
             v = value[i]
             if not math.isfinite(v):
                 continue
-            if name.startswith(_TIMING):
-                stage = name[len(_TIMING) :].split("/", 1)[0]
+            stage = stages[key_index[i]]
+            if stage:
                 if v < 0 or (stage == "step" and v == 0):  # timed nothing, as diagnose reads it
                     continue
                 if stage == "step":
                     self._durations[int(step[i])] = v
-                if step[i] == cur_step and attempt[i] == cur_attempt and stage:
+                if step[i] == cur_step and attempt[i] == cur_attempt:
                     self._phases[self._phase_cap(stage)] = v
             else:  # the latest value of an idle ratio or a score bound
                 latest, label = (
@@ -280,11 +339,20 @@ class RunState:
                 mark = (float(when[i]), int(attempt[i]), int(step[i]), v)
                 if label not in latest or mark[:3] >= latest[label][:3]:
                     latest[label] = mark
-        logged = pd.Series(when).groupby(step).max()
+                if latest is self._score:  # and per step, the latest attempt's, for the flat streak
+                    by_stat = self._scores.setdefault(int(step[i]), {})
+                    rank = (int(attempt[i]), float(when[i]))
+                    if label not in by_stat or rank >= by_stat[label][0]:
+                        by_stat[label] = (rank, v)
+        logged = pd.Series(when[trains]).groupby(step[trains]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
+        for s, a in pd.Series(attempt).groupby(step).max().items():
+            self._attempts[int(s)] = max(int(a), self._attempts.get(int(s), 0))
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
+        _keep_last(self._attempts, MEDIAN_STEPS)
+        _keep_last(self._scores, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
         steps = np.unique(window.column("step").to_numpy())
@@ -331,6 +399,8 @@ class RunState:
         if rows.num_rows == 0:
             return
         rows = rows.filter(pc.is_valid(rows.column("time"))).sort_by("time")
+        if rows.num_rows:
+            self._run_clock = max(self._run_clock, float(rows.column("time")[-1].as_py()))
         latest = rows.group_by(["host", "gpu"], use_threads=False).aggregate(
             [("time", "last"), ("role", "last"), ("util_pct", "last")]
         )
@@ -344,8 +414,13 @@ class RunState:
                 key = (sanitize_label(host), gpu_label)
             if key not in self._gpus or when >= self._gpus[key][0]:
                 self._gpus[key] = (float(when), sanitize_label(role), float(util) / 100.0)
-        newest = max(t for t, _, _ in self._gpus.values())
-        for key in [k for k, (t, _, _) in self._gpus.items() if t < newest - GPU_STALE_SECONDS]:
+
+    def _drop_stale_gpus(self) -> None:
+        """Forget GPUs whose latest reading is ``GPU_STALE_SECONDS`` older than the run's newest GPU
+        sample or step record, whichever is newer: a GPU gone quiet, or a sampler that died while
+        training goes on, must not hold an old reading up as the present (an idle GPU's alert)."""
+        cut = self._run_clock - GPU_STALE_SECONDS
+        for key in [k for k, (t, _, _) in self._gpus.items() if t < cut]:
             del self._gpus[key]
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
@@ -366,13 +441,32 @@ class RunState:
             finite = max((n or 0) - counts[-1], 0)
             self._logprob_abs_sum += (mean or 0.0) * finite
             self._logprob_tokens += finite
-        step = int(pc.max(rows.column("step")).as_py())
-        if self._logprob_step is not None and step < self._logprob_step:
-            return
-        if step != self._logprob_step:  # the quantiles are of the most recent step
-            self._logprob_step, self._logprob_counts = step, np.zeros(_N_BINS)
-        for counts in rows.filter(pc.equal(rows.column("step"), step)).column("abs_counts").to_pylist():
+        # the quantiles are of the step most recently logged: rows in the order they were logged,
+        # a step other than the current one starts a new histogram. A lower step logged later is
+        # a resumed attempt redoing it (the crashed attempt's rows of it must not stay mixed in,
+        # nor its higher steps hold the quantiles), and so is the same step once the steps table
+        # shows a higher attempt of it than when its histogram began
+        rows = rows.take(pc.sort_indices(pc.fill_null(rows.column("time"), -math.inf)))  # stable
+        start, reset = 0, False
+        for i, step in enumerate(rows.column("step").to_pylist()):
+            if step != self._logprob_step or self._resumed(step):
+                self._logprob_step, self._logprob_attempt = step, self._attempts.get(step)
+                start, reset = i, True
+        if reset:
+            self._logprob_counts = np.zeros(_N_BINS)
+        for counts in rows.column("abs_counts").slice(start).to_pylist():
             self._logprob_counts += np.asarray(counts, dtype=float)
+
+    def _resumed(self, step: int) -> bool:
+        """Whether the steps table shows a higher attempt of ``step`` (the current histogram's
+        step) than when its histogram began."""
+        attempt = self._attempts.get(step)
+        if attempt is None:
+            return False
+        if self._logprob_attempt is None:  # the histogram began before its step record was read
+            self._logprob_attempt = attempt
+            return False
+        return attempt > self._logprob_attempt
 
     # -- analyzers on the window ---------------------------------------------------------
 
@@ -387,7 +481,12 @@ class RunState:
         self._recommended = {}
         if topo.model is not None and topo.current != "colocated" and topo.current in topo.what_if.index:
             best = topo.what_if.loc[topo.current]
-            self._recommended = {"rollout": int(best["n_rollout"]), "train": int(best["n_train"])}
+            split = int(best["n_rollout"]), int(best["n_train"])
+            # as diagnose's split-imbalanced finding: a move pays only from SPLIT_GAIN_MIN shorter steps
+            if topo.n_rollout is not None and topo.n_train is not None:
+                if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
+                    split = topo.n_rollout, topo.n_train
+            self._recommended = {"rollout": split[0], "train": split[1]}
 
     def _window_trajectories(self) -> pa.Table | None:
         """Trajectories of complete steps: the trainer logged the step, or a later step began."""
@@ -427,12 +526,16 @@ class RunState:
             out.append(("rlscope_last_step", (), float(step)))
             if math.isfinite(when):
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
+        if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
+            out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
         median = self._median_step_seconds()
         if not math.isnan(median):
             out.append(("rlscope_step_median_seconds", (), median))
         out += [("rlscope_step_seconds", (phase,), v) for phase, v in sorted(self._phases.items())]
         out += [("rlscope_idle_ratio", (role,), mark[3]) for role, mark in sorted(self._idle.items())]
         out += [("rlscope_reward_score", (stat,), mark[3]) for stat, mark in sorted(self._score.items())]
+        if self._scores:
+            out.append(("rlscope_reward_flat_steps", (), float(self._flat_steps())))
         since = self._reward_steps[0] if self._reward_steps else 0
         for source, rewards in sorted(self._rewards.items()):
             out += [(name, (source,), v) for name, v in rewards.gauges(since).items()]
@@ -464,6 +567,18 @@ class RunState:
         out += [("rlscope_recommended_gpus", (role,), float(n)) for role, n in self._recommended.items()]
         return out
 
+    def _flat_steps(self) -> int:
+        """How many of the last steps up to the newest one, in a row, logged a reward range with
+        critic/score max equal to min (at most the ``MEDIAN_STEPS`` steps kept)."""
+        newest = self._newest[2] if self._newest is not None else max(self._scores)
+        n = 0
+        for s in sorted((s for s in self._scores if s <= newest), reverse=True):
+            stats = self._scores[s]
+            if not ("max" in stats and "min" in stats and stats["max"][1] == stats["min"][1]):
+                break
+            n += 1
+        return n
+
     def _median_step_seconds(self) -> float:
         if self._durations:
             return float(np.median(list(self._durations.values())))
@@ -472,13 +587,26 @@ class RunState:
         return float(np.median(gaps)) if gaps.size else math.nan
 
 
+def _stage(name: str) -> str | None:
+    """The verl stage a canonical step key times, as the step anatomy reads it: ``timing_s/<stage>``
+    exactly, not a stage nested in another one (:data:`SUBSTAGES`, e.g. ``generate_sequences``
+    inside ``gen``) and not a statistic under a stage (``timing_s/agent_loop/slowest/response_length``
+    is a token count). None for any other key."""
+    if not name.startswith(_TIMING):
+        return None
+    stage = name[len(_TIMING) :]
+    if not stage or "/" in stage or stage in SUBSTAGES:
+        return None
+    return stage
+
+
 def _capped(raw: pd.Series, cap: LabelCap) -> pd.Series:
     """Labels for a column of raw values, each distinct value sanitised and capped once."""
     raw = raw.astype(object).where(raw.notna(), "")
     return raw.map({value: cap(value) for value in raw.unique()})
 
 
-def _keep_last(by_step: dict[int, float], n: int) -> None:
+def _keep_last(by_step: dict[int, Any], n: int) -> None:
     """Drop all but the ``n`` highest steps (in place)."""
     if len(by_step) > n:
         for s in sorted(by_step)[:-n]:
