@@ -601,16 +601,29 @@ def test_stdin(tmp_path, capsys, monkeypatch):
     assert RunReader(tmp_path / "run").meta["importer"]["sources"] == ["<stdin>"]
 
 
+@pytest.mark.parametrize("via_stdin", [False, True], ids=["file", "stdin"])
 @pytest.mark.parametrize("hole", [200, 200_000, 3_000_000])
-def test_a_log_after_a_copytruncate_hole_is_read(tmp_path, hole):
+def test_a_log_after_a_copytruncate_hole_is_read(tmp_path, monkeypatch, hole, via_stdin):
     # logrotate's copytruncate under `python train.py > train.log`: the writer goes on at its
-    # offset, and the file starts with that many NUL bytes (past 1 MiB, longer than any line)
+    # offset, and the file starts with that many NUL bytes (past 1 MiB, longer than any line);
+    # `tail -F train.log | rlscope import ... -` passes the hole on
     log = tmp_path / "holed.log"
     log.write_bytes(b"\0" * hole + (DATA / "crlf_tqdm.log").read_bytes())
-    summary = import_verl_log([log], tmp_path / "run")
+    if via_stdin:
+        monkeypatch.setattr(sys, "stdin", _stdin(log.read_bytes()))
+    summary = import_verl_log(["-" if via_stdin else log], tmp_path / "run")
     plain = import_verl_log([DATA / "crlf_tqdm.log"], tmp_path / "plain")
     assert steps(tmp_path / "run").drop(columns="time").equals(steps(tmp_path / "plain").drop(columns="time"))
     assert summary.steps == plain.steps > 0 and summary.skipped == plain.skipped
+
+
+def test_a_jsonl_after_a_hole_on_stdin_is_read(tmp_path, monkeypatch):
+    data = b"\0" * 300 + (DATA / "verl_file_logger.jsonl").read_bytes()
+    monkeypatch.setattr(sys, "stdin", _stdin(data))
+    summary = import_verl_jsonl(["-"], tmp_path / "run")
+    plain = import_verl_jsonl([DATA / "verl_file_logger.jsonl"], tmp_path / "plain")
+    assert steps(tmp_path / "run").equals(steps(tmp_path / "plain")) and summary.steps == plain.steps > 0
+    assert summary.skipped == plain.skipped  # the fixture's own bad lines, and no more
 
 
 def test_a_log_in_another_8_bit_encoding_is_read(tmp_path):
@@ -844,6 +857,35 @@ def test_follow_ends_cleanly_when_interrupted(tmp_path, capsys, how):
     assert "3 steps (1..3)" in out and "stopped by interrupt" in out and "cut off" in out
     df = steps(tmp_path / "run")
     assert df.shape[0] == 3 and value(df, 3, "timing_s/gen") == 3.0 and "timing_s/ref" not in set(df["key"])
+
+
+@pytest.mark.parametrize("ending", ["sigterm", "max-seconds", "strict"])
+def test_follow_on_stdin_ends_cleanly_while_the_pipe_is_open(tmp_path, ending):
+    # the writer is still there (a live job): the import must end on its own terms, in its own
+    # process, without a reader stuck in the pipe aborting the interpreter at exit
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run")]
+    args += ["--follow", "--poll", "0.05"] + (["--max-seconds", "1"] if ending == "max-seconds" else [])
+    args += ["--strict"] if ending == "strict" else []
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdin is not None
+    child.stdin.write(
+        b"step:1 - timing_s/step:11.0 - a/b:1\n" + (b"step:2 - a/b:oops\n" if ending == "strict" else b"")
+    )
+    child.stdin.write(b"step:3 - timing_s/step:13.0 - a/")  # the job is writing this line
+    child.stdin.flush()
+    if ending == "sigterm":
+        time.sleep(1.5)
+        child.send_signal(signal.SIGTERM)
+    try:
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.stdin.close()
+    assert b"Fatal Python error" not in err
+    if ending == "strict":
+        assert child.returncode == 1 and err == b"rlscope: <stdin>:2: bad value: a/b:oops\n"
+    else:
+        # the line begun is read as cut off, as from a file: its last field left out
+        assert child.returncode == 0 and err == b"" and b"2 steps (1..3)" in out and b"'a/', may be cut off" in out
 
 
 def test_follow_stops_after_max_seconds(tmp_path, capsys):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import queue
 import re
+import select
 import sys
 import threading
 import time
@@ -26,8 +26,6 @@ _CONTROL_BYTES = re.compile(rb"[\x01-\x08\x0e-\x1a\x1c-\x1f]")  # not in text: t
 _MIN_JUDGED = 64  # bytes: fewer (a pipe's first byte) say too little to call them binary
 
 IDLE = None  # yielded by ``read_lines`` while a followed file has no new data
-_END = object()  # the end of standard input, from its reading thread
-_STDIN_QUEUE = 1024  # lines read ahead of the import from a followed standard input
 
 
 class ImportInputError(RLScopeError):
@@ -147,7 +145,7 @@ def read_lines(
     """
     if path == "-":
         # the peek before saw what the pipe had delivered, perhaps a byte: look again
-        lines = _stdin_followed(tail) if follow else _stdin_lines()
+        lines = _stdin_lines(tail, follow)
         yield from _numbered(_checked_first("standard input", lines, _STDIN_DECOMPRESS), on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
@@ -196,45 +194,61 @@ def _numbered(
         yield lineno, text.lstrip("\ufeff") if lineno == 1 else text  # a byte-order mark (Windows tools)
 
 
-def _stdin_lines() -> Iterator[bytes]:
+def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
+    """Pieces of standard input as :func:`_file_lines` gives a file's (a leading hole skipped
+    too); while following, ``None`` whenever a poll interval passes without input, so that the
+    import writes what it has while a live job's pipe is quiet. Read in this thread: a thread
+    left blocked in a read would keep the interpreter from exiting cleanly."""
     stream = sys.stdin.buffer
-    rest = b""
-    while chunk := stream.readline(MAX_LINE_BYTES - len(rest)):
-        chunk, rest = _whole_cr_lines(rest + chunk)
-        yield chunk
-    if rest:
-        yield rest
+    pieces = _Pieces()
+    # what the look at the input left buffered (or, without one, a first read)
+    data = stream.read1(MAX_LINE_BYTES)
+    fd = stream.fileno() if follow else -1  # followed: the buffer is empty from here, read the pipe
+    try:
+        while data:
+            yield from pieces.add(data)
+            if not follow:
+                data = stream.read1(MAX_LINE_BYTES)
+                continue
+            while not select.select([fd], [], [], tail.poll_interval)[0]:
+                if tail.should_stop():  # quiet, and told to stop: what was read is the input
+                    data = b""
+                    break
+                yield None
+            else:
+                data = os.read(fd, MAX_LINE_BYTES)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
+        yield from pieces.rest()
+        raise
+    yield from pieces.rest()
 
 
-def _stdin_followed(tail: Tail) -> Iterator[bytes | None]:
-    """:func:`_stdin_lines` read on a thread, with ``None`` whenever a poll interval passes
-    without a line: a live job's pipe goes quiet between steps, and the import writes what it
-    has meanwhile. Ends at the end of the input, or when ``tail`` says stop while it is quiet."""
-    pieces: queue.Queue[bytes | BaseException | object] = queue.Queue(maxsize=_STDIN_QUEUE)
+class _Pieces:
+    """Bytes read in blocks, handed out as ``readline(MAX_LINE_BYTES)`` would: each a whole line
+    or MAX_LINE_BYTES of one (:func:`_whole_cr_lines`), NUL bytes before a line skipped."""
 
-    def pump() -> None:
-        try:
-            for piece in _stdin_lines():
-                pieces.put(piece)
-        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
-            pieces.put(exc)
-        pieces.put(_END)
+    def __init__(self) -> None:
+        self._pending = b""
 
-    threading.Thread(target=pump, name="rlscope-stdin", daemon=True).start()
-    while True:
-        try:
-            piece = pieces.get(timeout=tail.poll_interval)
-        except queue.Empty:
-            if tail.should_stop():
-                return
-            yield None
-            continue
-        if piece is _END:
-            return
-        if isinstance(piece, BaseException):
-            raise piece
-        assert isinstance(piece, bytes)
-        yield piece
+    def add(self, data: bytes) -> Iterator[bytes]:
+        pending = self._pending + data
+        while True:
+            if pending.startswith(b"\0"):  # a hole (copytruncate, through tail -F), not a line
+                pending = pending.lstrip(b"\0")
+            end = pending.find(b"\n", 0, MAX_LINE_BYTES)
+            if end < 0 and len(pending) < MAX_LINE_BYTES:
+                break
+            cut = end + 1 if end >= 0 else MAX_LINE_BYTES
+            whole, kept = _whole_cr_lines(pending[:cut])
+            pending = kept + pending[cut:]
+            yield whole
+        self._pending = pending
+
+    def rest(self) -> Iterator[bytes]:
+        """The last line, without its line end, if the input stopped inside one."""
+        if self._pending:
+            yield self._pending
+            self._pending = b""
 
 
 def _whole_cr_lines(piece: bytes) -> tuple[bytes, bytes]:
