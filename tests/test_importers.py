@@ -312,16 +312,16 @@ def test_a_step_number_of_many_digits_is_read_or_skipped_never_raised(tmp_path, 
 
 def test_a_jsonl_integer_past_float_range_is_infinite_not_a_crash(tmp_path):
     path = tmp_path / "big.jsonl"
-    huge = "1" + "0" * 400
+    huge = "1" + "0" * 5000  # past int()'s 4,300 digits too
     path.write_text(
         '{"step": 1, "data": {"a/b": 1}}\n'
-        f'{{"step": 2, "data": {{"a/b": {huge}, "a/c": -{huge}, "a/d": 2}}}}\n'
+        f'{{"step": 2, "data": {{"a/b": {huge}, "a/c": -{huge}, "a/d": 2, "a/e": {huge[:400]}}}}}\n'
         '{"step": 3, "data": {"a/b": 3}}\n'
     )
     summary = import_verl_jsonl([path], tmp_path / "run")
     df = steps(tmp_path / "run")
     assert summary.steps == 3 and value(df, 2, "a/b") == math.inf and value(df, 2, "a/c") == -math.inf
-    assert value(df, 2, "a/d") == 2 and value(df, 3, "a/b") == 3
+    assert value(df, 2, "a/d") == 2 and value(df, 3, "a/b") == 3 and value(df, 2, "a/e") == math.inf
 
 
 def test_a_dict_of_plain_keys_is_someone_s_print_not_verl_metrics(tmp_path):
@@ -432,6 +432,26 @@ def test_verl_0_1_final_validation_goes_under_the_step_that_logs_it(tmp_path):
     assert summary.restarts == 0 and summary.skipped == {"duplicate_of_step_line": 1}
 
 
+def test_a_final_validation_whose_own_step_line_never_came_stays_with_its_run(tmp_path):
+    # the log of the first run ends (cut, or crashed) before TinyZero's step:3 validation line,
+    # and a restarted run begins: the score is of the trained model, at step 2, not step 0
+    first, second = tmp_path / "fin1.log", tmp_path / "fin2.log"
+    first.write_text(
+        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.02\n"
+        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.035\n"
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"\n"
+    )
+    second.write_text(
+        "(main_task pid=9) step:1 - timing_s/step:8.1 - critic/score/mean:0.02\n"
+        "(main_task pid=9) step:2 - timing_s/step:8.4 - critic/score/mean:0.03\n"
+    )
+    summary = import_verl_log([first, second], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    val = df[df.key == "val/test_score/countdown"]
+    assert val[["step", "attempt", "value"]].values.tolist() == [[2, 0, 0.0390625]]
+    assert sorted(set(df.step)) == [1, 2] and summary.restarts == 1
+
+
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):
     # the dict prints 0.0078125, the console logger's line 0.008: one value at step 0, the dict's
     log = tmp_path / "tz.log"
@@ -454,7 +474,15 @@ def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path)
 
 
 @pytest.mark.parametrize(
-    "stamp", ["2025-08-02T10:07:09.123456Z ", "2025-08-02T10:07:09.123456789+00:00 ", "Aug  2 10:07:09 "]
+    "stamp",
+    [
+        "2025-08-02T10:07:09.123456Z ",
+        "2025-08-02T10:07:09.123456789+00:00 ",
+        "Aug  2 10:07:09 ",
+        "> 2025-08-02T10:07:09.123456Z ",  # quoted in an issue
+        "    2025-08-02T10:07:09Z ",  # indented as a code block
+        "2025-08-02T10:07:09Z > ",
+    ],
 )
 def test_lines_stamped_by_a_log_collector_read_as_without(tmp_path, stamp):
     # kubectl logs --timestamps, docker logs -t, ts: a time before each line, the Ray prefix after it

@@ -44,6 +44,15 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def _integer(digits: str) -> int | float:
+    """A JSON integer; one of more digits than ``int()`` takes (4,300) is +-inf, as the text
+    importers read a number past float's range, rather than a line lost."""
+    try:
+        return int(digits)
+    except ValueError:
+        return -math.inf if digits.startswith("-") else math.inf
+
+
 def _step(value: Any) -> int | None:
     return whole_step(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -52,7 +61,7 @@ def _read_line(sink: StepSink, where: str, line: str, when: float | None, *, cut
     if not line.strip():
         return
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_int=_integer)
     except (ValueError, RecursionError) as exc:
         if cut:  # the last line, cut off where a copy stopped: told, not a bad line (as in the other formats)
             sink.skip("cut_off_field", where, str(exc), bad=False)

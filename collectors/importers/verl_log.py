@@ -120,10 +120,12 @@ def _clean(piece: str) -> tuple[str, str]:
         piece = _CONTROL.sub("", piece)
     if "m" in piece and "[" in piece:
         piece = _BARE_SGR.sub("", piece)
-    if piece[:1].isdigit() or piece[:1].isupper():
-        piece = _LINE_STAMP.sub("", piece, count=1)
     if piece.lstrip().startswith(">"):
         piece = _QUOTE_MARKS.sub("", piece)
+    if piece.lstrip()[:1].isdigit() or piece.lstrip()[:1].isupper():  # the stamp, quoted or indented too
+        piece = _LINE_STAMP.sub("", piece, count=1)
+        if piece.lstrip().startswith(">"):  # quote marks after the stamp
+            piece = _QUOTE_MARKS.sub("", piece)
     prefix = ""
     while match := _RAY_PREFIX.match(piece):
         prefix += match.group(0).strip()
@@ -540,11 +542,17 @@ class _Parser:
         assert self.waiting is not None
         where, metrics, final = self.waiting
         self.waiting = None
+        last = self.last_line
+        if final and following is not None and last is not None:
+            # its own step line validates only, after the last step; any other (a restarted
+            # run's first line, the log of this one cut short) is not the final validation's
+            if following.step <= last.step or not all(is_validation_key(k) for k in following.metrics):
+                following = None
         if following is None:
-            if final and self.last_line is None:  # no step line before it or after it
+            if final and last is None:  # no step line before it or after it
                 self.sink.skip("dict_without_step", where, bad=False)
                 return
-            step = self.last_line.step if self.last_line is not None else 0
+            step = last.step if last is not None else 0
         else:
             step, after = following.step, following.metrics
             unseen = following.unseen(metrics)
