@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import pprint
+import random
 import signal
 import subprocess
 import sys
@@ -495,6 +496,38 @@ def test_lines_stamped_by_a_log_collector_read_as_without(tmp_path, stamp):
     assert summary.skipped == expected.skipped and summary.steps == expected.steps
 
 
+@pytest.mark.parametrize("stamp", ["2025-08-02T10:07:09.123Z ", "    2025-08-02T10:07:09Z "])
+def test_a_stamped_config_dump_keeps_its_indentation(tmp_path, stamp):
+    # pprint indents every line of a dump after its first: the stamp's one blank is all that goes
+    config = {
+        "actor_rollout_ref": {"model": {"path": "/ckpt/qwen"}, "rollout": {"n": 16}},
+        "data": {"train_batch_size": 512, "max_response_length": 8192},
+        "trainer": {"n_gpus_per_node": 8, "nnodes": 4},
+    }
+    lines = [*pprint.pformat(config, width=60).splitlines(), "step:1 - actor/loss:0.5 - critic/score/mean:0.1"]
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"{stamp}{line}\n" for line in lines))
+    summary = import_verl_log([log], tmp_path / "run")
+    assert summary.skipped == {} and RunReader(tmp_path / "run").meta["batch_size"] == 512
+
+
+def test_a_final_validation_a_later_line_does_not_repeat_stays_at_the_last_step(tmp_path):
+    # a validation-only line that repeats none of the dict is another validation, not the dict's
+    # own line: no phantom restart at step 5
+    log = tmp_path / "jump.log"
+    log.write_text(
+        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.02\n"
+        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.035\n"
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.3125}\"\n"
+        "(main_task pid=1) step:5 - val/test_score/countdown:0.9\n"
+    )
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    val = df[df.key == "val/test_score/countdown"]
+    assert val[["step", "attempt", "value"]].values.tolist() == [[2, 0, 0.3125], [5, 0, 0.9]]
+    assert summary.restarts == 0
+
+
 def test_printed_dicts_without_console_step_lines(tmp_path):
     log = tmp_path / "wandb_only.log"
     log.write_text(
@@ -614,6 +647,24 @@ def test_garbage_and_overlong_lines_inside_a_log_are_skipped(tmp_path):
     df = steps(tmp_path / "run")
     assert sorted(set(df.step)) == [1, 2] and summary.skipped == {"overlong_line": 1, "cut_off_field": 1}
     assert summary.lines == 5  # the overlong line is one of them, though not read
+
+
+def test_standard_input_is_cut_into_lines_as_a_file_is(tmp_path, monkeypatch):
+    # random input of line feeds, CRs, NULs and text, with lines limited to 16 bytes so that
+    # overlong lines, CR splits at the limit and holes come up often: the same lines either way
+    from rlscope.collectors.importers import _source
+
+    monkeypatch.setattr(_source, "MAX_LINE_BYTES", 16)
+    rng = random.Random(7)
+    path = tmp_path / "in.log"
+    for _ in range(400):
+        data = bytes(rng.choice(b"ab\r\n\0 ") for _ in range(rng.randrange(0, 80)))
+        path.write_bytes(data)
+
+        with open(path, "rb") as fh:
+            from_file = list(_source._file_lines(fh, Tail(), follow=False))
+        monkeypatch.setattr(sys, "stdin", _stdin(data))
+        assert list(_source._stdin_lines(Tail(), follow=False)) == from_file, data
 
 
 def _stdin(data: bytes) -> io.TextIOWrapper:
@@ -914,6 +965,35 @@ def test_follow_on_stdin_ends_cleanly_while_the_pipe_is_open(tmp_path, ending):
     else:
         # the line begun is read as cut off, as from a file: its last field left out
         assert child.returncode == 0 and err == b"" and b"2 steps (1..3)" in out and b"'a/', may be cut off" in out
+
+
+@pytest.mark.parametrize("writer", ["busy", "silent"])
+def test_follow_on_stdin_stops_at_max_seconds_whatever_the_pipe_does(tmp_path, writer):
+    # a job writing every 50 ms (never quiet for a poll interval), or one that has written
+    # nothing yet: --max-seconds ends the import either way, with exit code 0
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run")]
+    args += ["--follow", "--poll", "0.2", "--max-seconds", "1"]
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdin is not None
+    started, step = time.monotonic(), 0
+    try:
+        while child.poll() is None and time.monotonic() - started < 20:
+            if writer == "busy":
+                step += 1
+                child.stdin.write(f"step:{step} - timing_s/step:1.0 - a/b:{step}\n".encode())
+                child.stdin.flush()
+            time.sleep(0.05)
+        out, err = child.communicate(timeout=10)
+    finally:
+        child.stdin.close()
+    assert child.returncode == 0 and err == b"" and time.monotonic() - started < 15
+    assert (b"0 steps" in out) == (writer == "silent")
+
+
+def test_a_closed_standard_input_is_one_line(tmp_path):
+    command = f"{sys.executable} -m rlscope import verl-log - --out {tmp_path / 'run'} <&-"
+    done = subprocess.run(command, shell=True, capture_output=True, timeout=60)
+    assert done.returncode == 1 and done.stderr == b"rlscope: standard input: closed, nothing to read\n"
 
 
 def test_follow_stops_after_max_seconds(tmp_path, capsys):

@@ -51,9 +51,10 @@ def open_text_import(
 ) -> tuple[list[str], Tail, StepSink]:
     """Check that every source is a readable text file (before anything is written) and open the sink."""
     paths = [os.fspath(s) for s in sources]
+    tail = tail or Tail()
     for path in paths:
-        check_text_file(path)
-    return paths, tail or Tail(), StepSink(run_dir, importer=importer, sources=paths, strict=strict, meta=meta)
+        check_text_file(path, look=not (tail.follow and path == "-"))  # a followed pipe: looked at as read
+    return paths, tail, StepSink(run_dir, importer=importer, sources=paths, strict=strict, meta=meta)
 
 
 def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSummary:

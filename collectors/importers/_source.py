@@ -52,19 +52,27 @@ class Tail:
         """Sleep one poll interval; False when following should end."""
         if self.should_stop():
             return False
-        timeout = self.poll_interval
-        if self._deadline is not None:
-            timeout = max(0.0, min(timeout, self._deadline - time.monotonic()))
-        self.stop.wait(timeout)
+        self.stop.wait(self.poll_timeout())
         return not self.should_stop()
 
+    def poll_timeout(self) -> float:
+        """Seconds to wait for input: one poll interval, or what is left before ``max_seconds``."""
+        if self._deadline is None:
+            return self.poll_interval
+        return max(0.0, min(self.poll_interval, self._deadline - time.monotonic()))
 
-def check_text_file(path: str, *, piped_from: str | None = None) -> None:
+
+def check_text_file(path: str, *, piped_from: str | None = None, look: bool = True) -> None:
     """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text
     (``-``: unless what waits on standard input looks like text). ``piped_from``: ``path`` is a
-    copy of what that pipe (``<(zcat x.gz)``) gave, and messages name the pipe."""
+    copy of what that pipe (``<(zcat x.gz)``) gave, and messages name the pipe. ``look=False``:
+    standard input is looked at as it is read (a followed pipe may not have written yet, and
+    a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the import)."""
     if path == "-":
-        _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
+        if sys.stdin is None:  # started with it closed (``<&-``)
+            raise ImportInputError("standard input: closed, nothing to read")
+        if look:
+            _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
         return
     if not os.path.exists(path):
         raise ImportInputError(f"{path}: no such file")
@@ -156,13 +164,27 @@ def read_lines(
 
 
 def _checked_first(name: str, chunks: Iterator[bytes | None], decompress: str) -> Iterator[bytes | None]:
-    """``chunks``, the first of which is checked to look like text (gzip, UTF-16, binary)."""
+    """``chunks``, whose first bytes are checked to look like text (gzip, UTF-16, binary): up
+    to ``_SNIFF_BYTES`` of them, or what came before the input went quiet or ended."""
+    held: list[bytes] = []
     for chunk in chunks:
-        if chunk:
-            _check_head(name, chunk[:_SNIFF_BYTES], decompress)
+        if chunk is None and not held:  # quiet before anything came: nothing to look at yet
             yield chunk
-            break
-        yield chunk
+            continue
+        if chunk is not None:
+            held.append(chunk)
+            if sum(map(len, held)) < _SNIFF_BYTES:
+                continue
+        _check_head(name, b"".join(held)[:_SNIFF_BYTES], decompress)
+        yield from held
+        if chunk is None:
+            yield chunk
+        break
+    else:  # the input ended within the first bytes
+        if held:
+            _check_head(name, b"".join(held)[:_SNIFF_BYTES], decompress)
+            yield from held
+        return
     yield from chunks
 
 
@@ -197,58 +219,81 @@ def _numbered(
 def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
     """Pieces of standard input as :func:`_file_lines` gives a file's (a leading hole skipped
     too); while following, ``None`` whenever a poll interval passes without input, so that the
-    import writes what it has while a live job's pipe is quiet. Read in this thread: a thread
-    left blocked in a read would keep the interpreter from exiting cleanly."""
+    import writes what it has while a live job's pipe is quiet."""
+    assert sys.stdin is not None  # check_text_file refused a closed one
     stream = sys.stdin.buffer
     pieces = _Pieces()
-    # what the look at the input left buffered (or, without one, a first read)
-    data = stream.read1(MAX_LINE_BYTES)
-    fd = stream.fileno() if follow else -1  # followed: the buffer is empty from here, read the pipe
     try:
-        while data:
-            yield from pieces.add(data)
-            if not follow:
-                data = stream.read1(MAX_LINE_BYTES)
-                continue
-            while not select.select([fd], [], [], tail.poll_interval)[0]:
-                if tail.should_stop():  # quiet, and told to stop: what was read is the input
-                    data = b""
-                    break
+        # not followed: what the look at the input left buffered comes first
+        blocks = _followed(stream.fileno(), tail) if follow else iter(lambda: stream.read1(MAX_LINE_BYTES), b"")
+        for block in blocks:
+            if block is None:
                 yield None
             else:
-                data = os.read(fd, MAX_LINE_BYTES)
+                yield from pieces.add(block)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
         yield from pieces.rest()
         raise
     yield from pieces.rest()
 
 
+def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
+    """Blocks read from ``fd`` as they come, ``None`` after a poll interval without any, until
+    the input ends or ``tail`` says stop (then what is there is read one last time). Read in
+    this thread: a thread left blocked in a read would keep the interpreter from exiting."""
+    while True:
+        if select.select([fd], [], [], tail.poll_timeout())[0]:
+            block = os.read(fd, MAX_LINE_BYTES)
+            if not block:
+                return
+            yield block
+        elif not tail.should_stop():
+            yield None
+            continue
+        if tail.should_stop():  # checked after a read too: a busy pipe is never quiet
+            if select.select([fd], [], [], 0)[0] and (block := os.read(fd, MAX_LINE_BYTES)):
+                yield block
+            return
+
+
+_NOT_NUL = re.compile(rb"[^\0]")
+
+
 class _Pieces:
-    """Bytes read in blocks, handed out as ``readline(MAX_LINE_BYTES)`` would: each a whole line
-    or MAX_LINE_BYTES of one (:func:`_whole_cr_lines`), NUL bytes before a line skipped."""
+    """Bytes read in blocks, handed out as ``_file_lines`` hands out a file's: each a whole line
+    or MAX_LINE_BYTES of one (:func:`_whole_cr_lines`), NUL bytes before a line skipped. Walks
+    each block by offset (slicing what is left after every line would copy it quadratically)."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._buf = b""
+        self._at = 0  # where the next piece starts in _buf
+        self._within = False  # the next piece goes on with what a CR split kept: no hole before it
 
-    def add(self, data: bytes) -> Iterator[bytes]:
-        pending = self._pending + data
-        while True:
-            if pending.startswith(b"\0"):  # a hole (copytruncate, through tail -F), not a line
-                pending = pending.lstrip(b"\0")
-            end = pending.find(b"\n", 0, MAX_LINE_BYTES)
-            if end < 0 and len(pending) < MAX_LINE_BYTES:
-                break
-            cut = end + 1 if end >= 0 else MAX_LINE_BYTES
-            whole, kept = _whole_cr_lines(pending[:cut])
-            pending = kept + pending[cut:]
-            yield whole
-        self._pending = pending
+    def add(self, block: bytes) -> Iterator[bytes]:
+        self._buf, self._at = self._buf[self._at :] + block, 0
+        yield from self._whole_pieces()
 
     def rest(self) -> Iterator[bytes]:
-        """The last line, without its line end, if the input stopped inside one."""
-        if self._pending:
-            yield self._pending
-            self._pending = b""
+        """What is left when the input ends: its pieces, the last without its line end."""
+        yield from self._whole_pieces()
+        if self._at < len(self._buf):
+            piece, self._buf, self._at = self._buf[self._at :], b"", 0
+            yield piece
+
+    def _whole_pieces(self) -> Iterator[bytes]:
+        buf = self._buf
+        while True:
+            at = self._at
+            if not self._within and buf.startswith(b"\0", at):  # a hole (copytruncate, through tail -F)
+                found = _NOT_NUL.search(buf, at)
+                at = self._at = found.start() if found else len(buf)
+            end = buf.find(b"\n", at, at + MAX_LINE_BYTES)
+            if end < 0 and len(buf) - at < MAX_LINE_BYTES:
+                return
+            cut = end + 1 if end >= 0 else at + MAX_LINE_BYTES
+            whole, kept = _whole_cr_lines(buf[at:cut])
+            self._at, self._within = cut - len(kept), bool(kept)  # before handing it out
+            yield whole
 
 
 def _whole_cr_lines(piece: bytes) -> tuple[bytes, bytes]:

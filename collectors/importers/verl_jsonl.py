@@ -53,6 +53,9 @@ def _integer(digits: str) -> int | float:
         return -math.inf if digits.startswith("-") else math.inf
 
 
+_HUGE_INTEGERS = json.JSONDecoder(parse_int=_integer)
+
+
 def _step(value: Any) -> int | None:
     return whole_step(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -61,7 +64,10 @@ def _read_line(sink: StepSink, where: str, line: str, when: float | None, *, cut
     if not line.strip():
         return
     try:
-        record = json.loads(line, parse_int=_integer)
+        try:
+            record = json.loads(line)
+        except ValueError:  # perhaps an integer of more digits than int() takes: read it as +-inf
+            record = _HUGE_INTEGERS.decode(line)
     except (ValueError, RecursionError) as exc:
         if cut:  # the last line, cut off where a copy stopped: told, not a bad line (as in the other formats)
             sink.skip("cut_off_field", where, str(exc), bad=False)

@@ -22,10 +22,11 @@ parser reads what it can of every line and never stops on one it cannot:
   that the neighbouring step line already holds are dropped (with the console logger on,
   verl logs the same dict as a step line too), also where the line rounds them (TinyZero's
   logger prints 3 decimals: the value keeps the dict's digits); the rest is imported at the
-  step the text names, or at the step of the step line printed after it (the initial
-  validation; the final one of verl <= 0.2 and TinyZero, which log it at the next step), less
-  one when that is a training step; when no step line follows, at the last step (final
-  validation after the last line), or 0. Other nested dicts, and dicts none of whose keys is a
+  step the text names; for the final validation, at the step of the validation-only step
+  line after it that repeats some of it (verl <= 0.2 and TinyZero log it at the next step),
+  else at the last step; for any other dict printed before a step line (the initial
+  validation), at that line's step, less one when it is a training step (when none follows:
+  at the last step, or 0). Other nested dicts, and dicts none of whose keys is a
   path like verl's (``sample 3 reward metrics: {'acc': 1.0}``, a reward function's own
   print), are ignored.
 
@@ -71,7 +72,7 @@ _QUOTE_MARKS = re.compile(r"^\s*(?:>\s?)+")
 # a time stamp that a log collector puts before each line (kubectl logs --timestamps, docker logs -t, ts)
 _LINE_STAMP = re.compile(
     r"^\s*(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+"
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)[ \t]"  # one blank: the line's own indentation stays
 )
 _RAY_PREFIX = re.compile(
     r"^\s*\((?:[^()\s][^()]*?\s)?pid=\d+[^()]*\)\s?|^\s*\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^()]*\)\s?"
@@ -544,9 +545,10 @@ class _Parser:
         self.waiting = None
         last = self.last_line
         if final and following is not None and last is not None:
-            # its own step line validates only, after the last step; any other (a restarted
-            # run's first line, the log of this one cut short) is not the final validation's
-            if following.step <= last.step or not all(is_validation_key(k) for k in following.metrics):
+            # its own step line validates only, after the last step, and repeats it; any other (a
+            # restarted run's first line, the log of this one cut short) is not the final validation's
+            own = following.step > last.step and all(is_validation_key(k) for k in following.metrics)
+            if not own or following.unseen(metrics) == metrics:
                 following = None
         if following is None:
             if final and last is None:  # no step line before it or after it
