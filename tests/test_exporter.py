@@ -28,7 +28,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.advice.thresholds import REWARD_ERROR_WARN, REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.analyzers import analyze_run
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
@@ -243,50 +244,99 @@ def test_only_top_level_stage_timers_are_phases(tmp_path):
     assert sum(v for k, v in phases.items() if k != "step") <= phases["step"]  # the stacked panel fits the step
 
 
+def _alerting(registry: CollectorRegistry, source: str) -> bool:
+    """RLScopeRewardSourceZeroCollapse's condition on the served gauges (the for: aside)."""
+    zero = _value(registry, "rlscope_reward_zero_ratio", source=source)
+    baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source=source)
+    errors = _value(registry, "rlscope_reward_error_ratio", source=source)
+    if zero is None or baseline is None or errors is None:
+        return False
+    return zero >= REWARD_ZERO_COLLAPSE and zero - baseline >= REWARD_ZERO_RISE_MIN and errors < REWARD_ERROR_WARN
+
+
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
-    # math scores half zeros in steps 1-3, then only zeros in steps 4-20: the 12 collapsed steps
-    # that left the 5-step window would make the baseline (15 + 120) / 150 = 0.9 and end the alert
-    with Recorder(tmp_path / "run", flush_interval=60) as rec:
-        for step in range(1, 21):
-            rec.log_trajectories(step, _trajectories(step))
+    # math scores half zeros in steps 1-5, then only zeros in steps 6-20: the collapsed steps that
+    # left the 5-step window would make the baseline (25 + 100) / 150 = 0.83 at step 20 and end the alert
+    rec = Recorder(tmp_path / "run", flush_interval=60)
     registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
+        for step in range(1, 21):
+            rows = [{"data_source": "math", "reward": 0.0 if step > 5 else float(i % 2)} for i in range(10)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
+            rec.flush()
+            alerting.append(_alerting(registry, "math"))
+    finally:
+        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    # from step 10 the window is steps 6-10, all zeros, against steps 1-5: half zeros
+    assert alerting == [False] * 9 + [True] * 11
 
 
-def test_a_source_hard_all_along_keeps_its_zeros_in_the_baseline(tmp_path):
+@pytest.mark.parametrize(
+    "solved",
+    [
+        {1, 9, 14, 21, 27},  # the first step solved: one step of half zeros is no baseline
+        {1, 2, 14, 21, 27},
+        {3, 9, 14, 21, 27},
+        {12, 13, 14, 15, 16},  # a good stretch in the middle
+        {26, 27, 28, 29, 30},  # at the end: the source got easier
+    ],
+)
+def test_a_source_hard_all_along_never_alerts_wherever_its_solved_steps_fall(tmp_path, solved):
     # one group of 8 a step; the policy solves half of it in 5 of 30 steps and nothing otherwise
-    solved = {3, 9, 14, 21, 27}
-    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
         for step in range(1, 31):
             rows = [{"data_source": "hard", "reward": float(step in solved and i < 4)} for i in range(8)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
-    registry, _ = _registry(tmp_path / "run")
-    zero = _value(registry, "rlscope_reward_zero_ratio", source="hard")
-    baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
-    assert zero == pytest.approx(36 / 40)  # steps 26-30: 4 rewarded in step 27
-    assert baseline == pytest.approx(184 / 200)  # steps 1-25: 16 rewarded in steps 3, 9, 14, 21
-    assert not (zero >= REWARD_ZERO_COLLAPSE and zero - baseline >= REWARD_ZERO_RISE_MIN)  # the alert's condition
+            rec.flush()
+            alerting.append(_alerting(registry, "hard"))
+            # a baseline of fewer steps than the window is not served: too few steps to say what is normal
+            baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
+            assert (baseline is None) == (step < 10), step
+    finally:
+        rec.close()
+    assert not any(alerting)
+    # no step held out: the baseline is steps 1-25, the window 26-30
+    assert _value(registry, "rlscope_reward_zero_ratio", source="hard") == pytest.approx(
+        1 - 4 * len(solved & set(range(26, 31))) / 40
+    )
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard") == pytest.approx(
+        1 - 4 * len(solved & set(range(1, 26))) / 200
+    )
+    assert not [f for f in analyze_run(tmp_path / "run").findings if f.id == "reward-source-zero-collapse"]
 
 
 def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
     # half zeros in steps 1-10 and 21-30, only zeros in 11-20 and again from 31: the second
     # collapse is measured against the healthy steps, not against a baseline holding the first
-    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
         for step in range(1, 41):
             collapsed = 11 <= step <= 20 or step > 30
             rows = [{"data_source": "math", "reward": 0.0 if collapsed else float(i % 2)} for i in range(10)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
-    registry, _ = _registry(tmp_path / "run")
+            rec.flush()
+            alerting.append(_alerting(registry, "math"))
+    finally:
+        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    # a window of 4 or 5 zero steps (90% or 100% zeros) against 50%: windows ending at steps 14-21 and 34-40
+    assert [s for s, a in enumerate(alerting, 1) if a] == [*range(14, 22), *range(34, 41)]
 
 
 def test_rewards_by_source_tell_errors_from_zeros(run):
     registry, _ = _registry(run)
-    # math: last 5 steps (4-8) all zero; before (1-3) half zero
+    # math: last 5 steps (4-8) all zero; the 3 steps before (half zero) are too few for a baseline
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
-    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") is None
     assert _value(registry, "rlscope_reward_mean", source="math") == 0.0
     assert _value(registry, "rlscope_reward_error_ratio", source="math") == 0.0
     # code: errors filled with reward 0 are errors, not zeros

@@ -149,8 +149,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_reward_zero_ratio_baseline",
         "gauge",
-        "The same zero share over this source's earlier steps, leaving out the steps it scored 0 on 90% or more "
-        "of while its last 5 steps were a collapse (a collapse must not become what is normal for it).",
+        "The same zero share over this source's earlier steps, served once they are 5 or more; the steps it scored "
+        "0 on 90% or more of are left out when a 5-step window they were in was a collapse against the steps before "
+        "it (a collapse must not become what is normal for it).",
         ("source",),
     ),
     MetricSpec(

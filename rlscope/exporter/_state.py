@@ -83,47 +83,88 @@ Sample = tuple[str, tuple[str, ...], float]
 class _SourceRewards:
     """Reward counts of one source: per step for its last steps, summed before that.
 
-    The baseline holds every earlier step, as ``rlscope diagnose``'s earlier share does, so a
-    source that scored mostly zeros all along has a baseline of mostly zeros. Only a step that
-    scored (almost) only zeros and was in the window while the window met the collapse
-    condition (``REWARD_ZERO_COLLAPSE`` zeros, ``REWARD_ZERO_RISE_MIN`` above the baseline) is
-    held out of it: a collapse that lasts must not become its own baseline and end the alert.
+    The baseline holds the source's earlier steps, as ``rlscope diagnose``'s earlier share
+    counts them, so a source that scored mostly zeros all along has a baseline of mostly zeros.
+    It is served, and a window judged against it, only once it holds ``REWARD_WINDOW_STEPS``
+    steps with scores: a step or two (one solved batch of a hard source) say nothing of what is
+    normal for a source.
+
+    A window (``REWARD_WINDOW_STEPS`` steps in a row) is a collapse when it meets the alert's
+    condition against the baseline of the steps before it: ``REWARD_ZERO_COLLAPSE`` zeros,
+    ``REWARD_ZERO_RISE_MIN`` above that baseline. A step that scored (almost) only zeros and was
+    in a window that was a collapse stays out of the baseline: a collapse that lasts must not
+    become its own baseline and end the alert. Each step is judged when it leaves the window, on
+    every window it was in, with their counts as they are then; so no step is held out on a
+    window that partial counts, or a baseline still missing some of its steps, made look like
+    a collapse.
     """
 
-    recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
+    # step -> [trajectories, scored, reward sum, zeros, errors]
+    recent: dict[int, np.ndarray] = field(default_factory=dict)
+    left: dict[int, tuple[np.ndarray, bool]] = field(default_factory=dict)  # the last steps that left: counts, held out
     base_scored: float = 0.0
     base_zeros: float = 0.0
-    collapsed: set[int] = field(default_factory=set)  # steps in the window while it met the condition
+    base_steps: int = 0  # steps with scores in the baseline
 
     def add(self, step: int, counts: np.ndarray) -> None:
         if step in self.recent:
             self.recent[step] += counts
         elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
             self.recent[step] = counts.copy()
-        else:  # older than the window: straight into the baseline
-            self._to_baseline(counts, in_collapse=self._collapsing())
+        elif step in self.left:  # more samples of a step that left the window
+            old, held = self.left[step]
+            if not held:
+                self._to_baseline(counts, new_step=old[1] <= 0 < old[1] + counts[1])
+            self.left[step] = (old + counts, held)
+        else:  # older than the window: into the baseline, as diagnose counts it
+            self._to_baseline(counts, new_step=counts[1] > 0)
+            if self.left and step > min(self.left):
+                self._keep_left(step, counts.copy(), held=False)
         while len(self.recent) > REWARD_WINDOW_STEPS:
             oldest = min(self.recent)
-            self._to_baseline(self.recent.pop(oldest), in_collapse=oldest in self.collapsed)
-            self.collapsed.discard(oldest)
-        if self._collapsing():
-            self.collapsed.update(self.recent)
+            self._leave(oldest, self.recent.pop(oldest))
 
-    def _collapsing(self) -> bool:
-        """Whether the window's zero share is a collapse against the baseline, as the alert judges it."""
-        _, scored, _, zeros, _ = np.sum(list(self.recent.values()), axis=0)
-        if scored <= 0 or self.base_scored <= 0:
-            return False
-        share = zeros / scored
-        return share >= REWARD_ZERO_COLLAPSE and share - self.base_zeros / self.base_scored >= REWARD_ZERO_RISE_MIN
+    def _leave(self, step: int, counts: np.ndarray) -> None:
+        """``step`` leaves the window: held out if it scored (almost) only zeros and a window it
+        was in is a collapse, else into the baseline."""
+        held = False
+        if counts[1] > 0 and counts[3] / counts[1] >= REWARD_ZERO_COLLAPSE:
+            before = sorted(self.left)
+            seq = [*before, step, *sorted(self.recent)]
+            at = len(before)
+            for first in range(max(0, at - REWARD_WINDOW_STEPS + 1), at + 1):
+                window = seq[first : first + REWARD_WINDOW_STEPS]
+                if len(window) < REWARD_WINDOW_STEPS:
+                    break
+                # the baseline then: without the steps that left since the window began
+                since = [self.left[s][0] for s in before[first:] if not self.left[s][1]]
+                scored = self.base_scored - sum(c[1] for c in since)
+                zeros = self.base_zeros - sum(c[3] for c in since)
+                steps = self.base_steps - sum(1 for c in since if c[1] > 0)
+                inside = np.sum([self._counts(s, step, counts) for s in window], axis=0)
+                if _collapse(inside, scored, zeros, steps):
+                    held = True
+                    break
+        if not held:
+            self._to_baseline(counts, new_step=counts[1] > 0)
+        self._keep_left(step, counts, held=held)
 
-    def _to_baseline(self, counts: np.ndarray, *, in_collapse: bool) -> None:
-        """A step that left the window joins the baseline, unless it is one of a collapse's zero steps."""
-        scored, zeros = counts[1], counts[3]
-        if in_collapse and scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
-            return
-        self.base_scored += scored
-        self.base_zeros += zeros
+    def _counts(self, step: int, leaving: int, counts: np.ndarray) -> np.ndarray:
+        """The counts of ``step``: ``counts`` for the one ``leaving``, else where it is kept."""
+        if step == leaving:
+            return counts
+        return self.left[step][0] if step in self.left else self.recent[step]
+
+    def _keep_left(self, step: int, counts: np.ndarray, *, held: bool) -> None:
+        """Keep the steps that left the window last, as many as a window holding ``step`` reaches back."""
+        self.left[step] = (counts, held)
+        while len(self.left) >= REWARD_WINDOW_STEPS:
+            del self.left[min(self.left)]
+
+    def _to_baseline(self, counts: np.ndarray, *, new_step: bool) -> None:
+        self.base_scored += counts[1]
+        self.base_zeros += counts[3]
+        self.base_steps += int(new_step)
 
     def gauges(self, since: int) -> dict[str, float]:
         """The source's gauges; none when it has had no samples since step ``since``, so that its
@@ -138,9 +179,19 @@ class _SourceRewards:
         if scored > 0:
             out["rlscope_reward_mean"] = total / scored
             out["rlscope_reward_zero_ratio"] = zeros / scored
-        if self.base_scored > 0:
+        if self.base_steps >= REWARD_WINDOW_STEPS and self.base_scored > 0:
             out["rlscope_reward_zero_ratio_baseline"] = self.base_zeros / self.base_scored
         return out
+
+
+def _collapse(window: np.ndarray, base_scored: float, base_zeros: float, base_steps: int) -> bool:
+    """Whether a window's counts are a zero collapse against a baseline, as the alert judges it
+    (with the baseline it is served with: ``REWARD_WINDOW_STEPS`` steps at least)."""
+    scored, zeros = window[1], window[3]
+    if scored <= 0 or base_scored <= 0 or base_steps < REWARD_WINDOW_STEPS:
+        return False
+    share = zeros / scored
+    return share >= REWARD_ZERO_COLLAPSE and share - base_zeros / base_scored >= REWARD_ZERO_RISE_MIN
 
 
 def run_label(run_dir: str | os.PathLike[str]) -> str:
@@ -377,7 +428,7 @@ class RunState:
         self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_GONE_STEPS:]
         cols = ["n", "scored", "total", "zeros", "errors"]
         for (source, step), counts in df.groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy())
+            self._rewards.setdefault(source, _SourceRewards()).add(int(step), counts.to_numpy())
             self._sent[source] += int(counts["n"])
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
