@@ -163,6 +163,43 @@ def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_sam
     assert _value(registry, "rlscope_reward_flat_steps") == 1.0
 
 
+@pytest.mark.parametrize("step_timer", [True, False])
+def test_a_resume_that_goes_back_past_the_kept_steps_is_what_they_hold(tmp_path, step_timer):
+    # attempt 0 logs steps 1-200 a minute apart (150 s generation, 50 s training on 16:16, rewards
+    # spread) and crashes; attempt 1 resumes from step 100's checkpoint and redoes steps 101-140,
+    # 90 s apart (110 s generation, 90 s training, a 250 s step by verl's timer), every sample scoring 1
+    path, t0 = tmp_path / "run", time.time() - 30_000
+    meta = {"topology": "separated", "split": {"rollout": 16, "train": 16}, "gpu": {"type": "H100", "count": 32}}
+    with Recorder(path, meta):
+        pass
+
+    def record(step: int, attempt: int, when: float) -> list[tuple[int, int, float, str, float]]:
+        gen, train, low = (150.0, 50.0, 0.0) if attempt == 0 else (110.0, 90.0, 1.0)
+        metrics = {"timing_s/gen": gen, "timing_s/update_actor": train}
+        metrics |= {"critic/score/max": 1.0, "critic/score/min": low}
+        if step_timer:
+            metrics["timing_s/step"] = 200.0 if attempt == 0 else 250.0
+        return [(step, attempt, when, key, value) for key, value in metrics.items()]
+
+    _write_steps(path, [row for s in range(1, 201) for row in record(s, 0, t0 + 60.0 * s)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 200.0
+    for s in range(101, 141):
+        _write_steps(path, record(s, 1, t0 + 15_000 + 90.0 * s), s)
+        assert _value(registry, "rlscope_last_step") == s
+    assert _value(registry, "rlscope_reward_flat_steps") == 40.0  # steps 101-140: the redo alone
+    # the steps kept are the redone ones: attempt 0's above 100 are forgotten, and those below were
+    # not kept past the first scrape (it kept the last 64 steps, 137-200)
+    if step_timer:
+        assert _value(registry, "rlscope_step_median_seconds") == 250.0
+    else:  # 39 intervals of 90 s
+        assert _value(registry, "rlscope_step_median_seconds") == 90.0
+        # the analyzers' last steps are the redone ones: 110 s + 90 s on 16:16 is balanced (as in
+        # test_a_split_is_recommended_only_for_a_gain_diagnose_would_report); 150 s + 50 s was not
+        served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+        assert served == (16.0, 16.0)
+
+
 def test_a_validation_logged_alone_is_no_step(tmp_path):
     # verl's val_before_train logs step 0's validation metrics on their own before the first step
     path, t0 = tmp_path / "run", time.time() - 1600

@@ -103,7 +103,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_step_median_seconds",
         "gauge",
         "Median step duration over the last 64 steps (verl timing_s/step, else the interval between step logs): "
-        "the yardstick of the run-stalled alert.",
+        "the yardstick of the run-stalled alert. After a resume that went back, the crashed attempt's steps above "
+        "it are left out.",
     ),
     MetricSpec(
         "rlscope_step_seconds",

@@ -400,12 +400,15 @@ class RunState:
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
         for s, a in pd.Series(attempt).groupby(step).max().items():
             self._attempts[int(s)] = max(int(a), self._attempts.get(int(s), 0))
+        gone = self._drop_superseded()
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
         _keep_last(self._attempts, MEDIAN_STEPS)
         _keep_last(self._scores, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
+        if gone:
+            window = window.filter(pc.invert(pc.is_in(window.column("step"), pa.array(gone, pa.int64()))))
         steps = np.unique(window.column("step").to_numpy())
         self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
 
@@ -518,6 +521,29 @@ class RunState:
             self._logprob_attempt = attempt
             return False
         return attempt > self._logprob_attempt
+
+    def _drop_superseded(self) -> list[int]:
+        """Forget the steps of a crashed attempt that a resumed one went back before; which ones.
+
+        A training step logged later than a higher one means the run resumed from a checkpoint
+        below that one: the steps above it logged before are the crashed attempt's, to be redone.
+        Kept by step number, they would hold the per-step windows (the last 64 steps' reward
+        ranges, durations and log times, the analyzers' last steps) until the resumed attempt
+        passed them, and a resume that went back further than a window would leave it none of
+        its own steps. Judged on logging time, not attempt: verl numbers attempts per step (a
+        step beyond the crashed attempt's last is attempt 0 again)."""
+        steps = sorted(self._log_times)
+        if len(steps) < 2:
+            return []
+        times = np.array([self._log_times[s] for s in steps])
+        before = np.maximum.accumulate(times)[:-1]  # the newest log of any lower step
+        gone = [s for s, t, b in zip(steps[1:], times[1:], before, strict=True) if math.isfinite(t) and b > t]
+        for s in gone:
+            for by_step in (self._log_times, self._durations, self._scores, self._attempts):
+                by_step.pop(s, None)
+        if gone:
+            self._max_step = max(self._log_times)
+        return gone
 
     # -- analyzers on the window ---------------------------------------------------------
 
