@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
 from rlscope.advice.thresholds import REWARD_ERROR_WARN, REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
-from rlscope.analyzers import analyze_run
+from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
@@ -217,6 +217,38 @@ def test_a_validation_logged_alone_is_no_step(tmp_path):
     assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 1500
     assert _value(registry, "rlscope_step_median_seconds") == 1500.0
     assert _value(registry, "rlscope_validation_timestamp_seconds") is None
+
+
+@pytest.mark.parametrize(
+    ("record", "a_step"),
+    [
+        ({"val-core/gsm8k/reward/mean@1": 0.5}, False),
+        ({"val-core/gsm8k/reward/mean@1": 0.5, "timing_s/testing": 50.0}, False),  # verl times its validation
+        ({"timing_s/testing": 50.0}, False),
+        ({"timing_s/save_checkpoint": 20.0}, False),  # a checkpoint saved on its own
+        ({"timing/testing": 50.0, "timing_s/step": 0.0}, False),  # a step timer of 0 timed nothing
+        ({"timing_s/testing": 50.0, "timing_s/step": 55.0}, True),  # a step that validated
+        ({"timing_s/save_checkpoint": 20.0, "timing_s/gen": 100.0}, True),
+    ],
+)
+def test_a_record_is_a_step_as_the_step_anatomy_counts_it(tmp_path, record, a_step):
+    # steps 1-7 a minute apart, then step 8's record alone
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    timers = {"timing_s/gen": 40.0, "timing_s/update_actor": 15.0, "timing_s/step": 60.0}
+    rows = [(s, 0, t0 + 60.0 * s, k, v) for s in range(1, 8) for k, v in timers.items()]
+    rows += [(8, 0, t0 + 480.0, k, v) for k, v in record.items()]
+    _write_steps(path, rows, 1)
+    registry, _ = _registry(path)
+    last = 8 if a_step else 7
+    assert _value(registry, "rlscope_last_step") == last
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 60.0 * last
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == (None if a_step else t0 + 480.0)
+    assert max(anatomy.analyze(path).seconds.index) == last  # the step anatomy of diagnose agrees
+    phases = {s.labels["phase"] for f in registry.collect() for s in f.samples if s.name == "rlscope_step_seconds"}
+    # the last step's own timers: step 7's, not a validation's or checkpoint's logged alone
+    assert phases == ({k.removeprefix("timing_s/") for k in record} if a_step else {"gen", "update_actor", "step"})
 
 
 def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):

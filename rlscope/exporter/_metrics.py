@@ -84,7 +84,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_last_step",
         "gauge",
-        "Training step most recently logged in the steps table (a record of validation metrics alone is no step).",
+        "Training step most recently logged in the steps table (a record of validation metrics or of validation "
+        "and checkpoint timers alone is no step, as in diagnose's step anatomy).",
     ),
     MetricSpec(
         "rlscope_last_step_timestamp_seconds",
@@ -95,7 +96,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_validation_timestamp_seconds",
         "gauge",
-        "Unix time at which the run logged a record of validation metrics alone (verl's val_before_train) with no "
+        "Unix time at which the run logged a validation or checkpoint on its own (verl's val_before_train) with no "
         "training step logged since; absent once a step follows. The run-stalled rule times the first step after "
         "it from here.",
     ),

@@ -27,7 +27,7 @@ from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SUBSTAGES, canonical, is_validation_key
+from rlscope.collectors.verl_metrics import SUBSTAGES, canonical
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -231,7 +231,7 @@ class RunState:
         self._log_times: dict[int, float] = {}  # step -> when it was logged
         self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
         self._max_step: int | None = None
-        self._validated = -math.inf  # when the newest record of validation metrics alone was logged
+        self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -346,11 +346,14 @@ class RunState:
         names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         self._run_clock = max(self._run_clock, float(when.max()))
-        # a record (one log call: step, attempt, time) of validation metrics alone is no training
-        # step: verl's val_before_train logs one before the first step (and on a resume), so it
-        # neither moves the last step and its time nor makes an interval of the median
-        validation = np.array([is_validation_key(name) for name in names], dtype=bool)[key_index]
-        record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": ~validation})
+        # a record (one log call: step, attempt, time) that shows no training step by the step
+        # anatomy's rule (validation metrics, validation or checkpoint timers alone) is none: verl's
+        # val_before_train logs one before the first step (and on a resume), so it neither moves
+        # the last step and its time nor makes an interval of the median
+        shows = np.array([anatomy.makes_step(name, 1.0) for name in names], dtype=bool)[key_index]  # step timer: below
+        timer = np.array([name == anatomy.STEP_TIMER for name in names], dtype=bool)[key_index]
+        shows[timer] = anatomy.makes_step(anatomy.STEP_TIMER, value[timer])
+        record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": shows})
         trains = record.groupby(["step", "attempt", "when"], dropna=False)["trains"].transform("any").to_numpy()
         if not trains.all():
             self._validated = max(self._validated, float(when[~trains].max()))
