@@ -761,6 +761,23 @@ def test_a_split_is_recommended_only_for_a_gain_diagnose_would_report(tmp_path, 
     assert served == recommended
 
 
+@pytest.mark.parametrize("split", [None, {"rollout": 16, "train": 8}])
+def test_no_split_is_recommended_without_the_configured_pools(tmp_path, split):
+    # separate pools of sizes meta.json does not state (or that do not add up to the 32 GPUs):
+    # diagnose cannot weigh a move against the split there is, and reports none
+    meta = {"topology": "separated", "gpu": {"type": "H100", "count": 32}}
+    if split:
+        meta["split"] = split
+    with Recorder(tmp_path / "sep", meta) as rec:
+        for step in range(1, 9):
+            rec.log_step(step, {"timing_s/gen": 150.0, "timing_s/update_actor": 50.0, "timing_s/step": 200.0})
+    assert not [f for f in analyze_run(tmp_path / "sep").findings if f.id == "split-imbalanced"]
+    registry, _ = _registry(tmp_path / "sep")
+    assert _value(registry, "rlscope_last_step", "sep") == 8.0
+    assert _value(registry, "rlscope_recommended_gpus", "sep", role="rollout") is None
+    assert _value(registry, "rlscope_recommended_gpus", "sep", role="train") is None
+
+
 def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):
     simulate("separated-8b", 2, tmp_path / "sep")
     meta_path = tmp_path / "sep" / "meta.json"

@@ -225,9 +225,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_recommended_gpus",
         "gauge",
-        "Rollout:train split that the topology model predicts to give the shortest step for this run's topology "
-        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio); the configured "
-        "split when a move would shorten the step by less than 5%.",
+        "Rollout:train split that the topology model predicts to give the shortest step for this run's topology, "
+        "for separate pools whose sizes meta.json's split states (not an async run without verl's rollouter idle "
+        "ratio, which has no model); the configured split when a move would shorten the step by less than 5%.",
         ("role",),
     ),
     MetricSpec(

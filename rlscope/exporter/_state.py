@@ -559,13 +559,15 @@ class RunState:
         self._mfu = mfu.analyze(frames, anat, tail).mfu
         topo = topology.analyze(frames, anat, tail)
         self._recommended = {}
-        if topo.model is not None and topo.current != "colocated" and topo.current in topo.what_if.index:
+        # as diagnose's split-imbalanced finding: only for pools of known sizes (meta.json's split,
+        # adding up to the GPUs), against which a move is weighed, and it pays only from
+        # SPLIT_GAIN_MIN shorter steps; else the split there is
+        pools = topo.n_rollout is not None and topo.n_train is not None
+        if topo.model is not None and pools and topo.current != "colocated" and topo.current in topo.what_if.index:
             best = topo.what_if.loc[topo.current]
             split = int(best["n_rollout"]), int(best["n_train"])
-            # as diagnose's split-imbalanced finding: a move pays only from SPLIT_GAIN_MIN shorter steps
-            if topo.n_rollout is not None and topo.n_train is not None:
-                if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
-                    split = topo.n_rollout, topo.n_train
+            if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
+                split = topo.n_rollout, topo.n_train
             self._recommended = {"rollout": split[0], "train": split[1]}
 
     def _window_trajectories(self) -> pa.Table | None:
