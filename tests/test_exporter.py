@@ -505,6 +505,86 @@ def test_a_step_redone_by_a_resumed_attempt_is_not_mixed_with_the_crashed_one(tm
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
 
 
+def _write_logprob(path: Path, rows: list[tuple[int, float, float, int]], seq: int) -> None:
+    """One logprob segment of (step, time, |delta|, tokens) rows: every token of a row at that |delta|."""
+    counts = []
+    for _, _, delta, n in rows:
+        bins = [0] * (len(LOGPROB_BIN_EDGES) - 1)
+        bins[int(np.searchsorted(LOGPROB_BIN_EDGES, delta, side="right")) - 1] = n
+        counts.append(bins)
+    table = pa.table(
+        {
+            "step": [r[0] for r in rows],
+            "time": [r[1] for r in rows],
+            "n_tokens": [r[3] for r in rows],
+            "abs_counts": counts,
+            "abs_mean": [r[2] for r in rows],
+            "abs_max": [r[2] for r in rows],
+        }
+    )
+    write_segment(path, "logprob", table, writer_id="lp", seq=seq)
+
+
+def test_a_second_writer_s_late_rows_neither_reset_nor_split_the_step_s_histogram(tmp_path):
+    # two writers log each step's deltas; B flushes late: its step-7 rows (logged at t0 + 69) are
+    # read after A's step-8 rows (t0 + 80), then its own step-8 rows (t0 + 79)
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(7, 0, t0 + 70, "timing_s/step", 10.0), (8, 0, t0 + 80, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(8, t0 + 80, 1e-3, 3000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+    _write_logprob(path, [(7, t0 + 69, 0.05, 1000)], 2)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)  # still step 8
+    _write_logprob(path, [(8, t0 + 79, 1e-2, 1000)], 3)
+    # step 8 whole: 3000 tokens at 1e-3 and 1000 at 1e-2
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(1e-2)
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 5000.0  # every token read
+
+
+@pytest.mark.parametrize("validated", [True, False])
+def test_deltas_logged_before_their_step_after_a_resume_are_not_mixed_with_the_crashed_attempt(tmp_path, validated):
+    # attempt 0 logs step 2, then step 3's deltas (broken weight sync, |delta| 0.05) and crashes before
+    # logging step 3. Attempt 1 resumes from step 2 (validating it first, or not), logs step 3's deltas
+    # (0.0013) before step 3's record, then more of them
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(2, 0, t0 + 20, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(3, t0 + 28, 0.05, 1000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    if validated:  # verl's val_before_train: step 2 logged again, after step 3's deltas: the run went back
+        _write_steps(path, [(2, 0, t0 + 90, "val-core/math/acc/mean@1", 0.5)], 2)
+    _write_logprob(path, [(3, t0 + 100, 0.0013, 3000)], 2)
+    _write_steps(path, [(3, 1, t0 + 110, "timing_s/step", 10.0)], 3)
+    _value(registry, "rlscope_last_step")  # a scrape between them
+    _write_logprob(path, [(3, t0 + 115, 0.0013, 1000)], 3)
+    assert _value(registry, "rlscope_last_step") == 3.0
+    # mixed with the crashed attempt's 1000 tokens at 0.05, the 0.9 quantile would be in 0.05's bin. With
+    # the validation, the resumed attempt's rows after it are step 3's; without it, a record of attempt 1
+    # says only after the fact that the run went back, and the rows after it are
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+
+
+def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
+    # a Recorder user who never moves the step: its rows are kept apart only up to a bound
+    path, t0 = tmp_path / "run", time.time() - 10_000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    registry, collector = _registry(path)
+    for seq in range(1, 6):
+        _write_logprob(path, [(0, t0 + 1000 * seq + i, 1e-3, 1) for i in range(1000)], seq)
+        _value(registry, "rlscope_last_step")
+    state = collector.states[0]
+    assert len(state._logprob_rows) <= 1024
+    assert state._logprob_counts.sum() == 5000  # every token of the step
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+
+
 def test_logprob_limit_follows_precision(tmp_path):
     with Recorder(tmp_path / "fp8", {"precision": "fp8", "model_type": "moe"}) as rec:
         rec.log_logprob_delta(1, [0.01, -0.02])

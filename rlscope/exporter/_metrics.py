@@ -196,8 +196,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_logprob_abs_delta",
         "summary",
-        "Quantiles of per-token |log p_trainer - log p_rollout| in the step most recently logged (a resumed "
-        "attempt's rows of a step replace the crashed attempt's); _sum and _count over "
+        "Quantiles of per-token |log p_trainer - log p_rollout| in the step most recently logged, by logging time "
+        "(rows logged before the run went back, a crashed attempt's, are left out); _sum and _count over "
         "every token read but those with a |delta| of 100 or more (infinite ones included; a histogram row whose "
         "largest finite |delta| is 100 or more stays out whole, its last bin mixing the two).",
         ("quantile",),

@@ -59,6 +59,8 @@ REWARD_WINDOW_STEPS = 5  # per source: the reward gauges cover its last 5 steps 
 REWARD_GONE_STEPS = 20  # a source absent from the run's last 20 steps with trajectories has no gauges
 STALENESS_STEPS = 2
 MEDIAN_STEPS = 64
+_RECORDS = 256  # the newest step records (log calls) kept to tell when the run went back
+_LOGPROB_ROWS = 1024  # rows of the histogram's step kept apart (to leave out a crashed attempt's)
 GPU_STALE_SECONDS = 300.0
 
 # Label caps: beyond these, new values share the "__other__" label.
@@ -229,7 +231,7 @@ class RunState:
         self._scores: dict[int, dict[str, tuple[tuple[int, float], float]]] = {}  # step -> stat -> (order, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
-        self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
+        self._records: list[tuple[float, int, int]] = []  # (time, step, attempt) of the newest records
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
@@ -245,9 +247,13 @@ class RunState:
         self._gpu_cap = LabelCap(MAX_GPUS)
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
         self._run_clock = -math.inf  # the newest time of any GPU sample or step record: the run's "now"
-        self._logprob_step: int | None = None
-        self._logprob_attempt: int | None = None  # the step's attempt when its histogram began, if known
+        self._logprob_step: int | None = None  # the histogram's: the step most recently logged
+        self._logprob_rows: list[tuple[float, np.ndarray]] = []  # its rows: (time, counts)
+        self._logprob_floor = -math.inf  # rows of the step logged before this are an earlier pass's
+        self._logprob_newest = -math.inf  # the newest row in the histogram
+        self._logprob_back = False  # it began by going back: a lower step than the histogram before it
         self._logprob_counts = np.zeros(_N_BINS)
+        self._logprob_stale = False  # new rows or records since the counts were settled
         self._logprob_abs_sum = 0.0  # over every token read (the summary's _sum and _count)
         self._logprob_tokens = 0
         self._lag_sum = 0.0  # over every trajectory read with both versions
@@ -311,6 +317,9 @@ class RunState:
                 self._fail(f"read {table}", exc, count=not failed)
                 failed = True
         self._drop_stale_gpus()
+        if self._logprob_stale:
+            self._logprob_stale = False
+            self._settle_logprob()
         return not failed
 
     def _meta_now(self) -> dict[str, Any] | None:
@@ -337,7 +346,7 @@ class RunState:
     def _ingest_steps(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        self._dirty = True
+        self._dirty = self._logprob_stale = True
         step = rows.column("step").to_numpy()
         attempt = pc.fill_null(rows.column("attempt"), 0).to_numpy()
         when = pc.fill_null(rows.column("time"), -math.inf).to_numpy()
@@ -401,12 +410,12 @@ class RunState:
         logged = pd.Series(when[trains]).groupby(step[trains]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
-        for s, a in pd.Series(attempt).groupby(step).max().items():
-            self._attempts[int(s)] = max(int(a), self._attempts.get(int(s), 0))
+        records = record.drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
+        new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
+        self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
         gone = self._drop_superseded()
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
-        _keep_last(self._attempts, MEDIAN_STEPS)
         _keep_last(self._scores, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
@@ -486,6 +495,7 @@ class RunState:
             log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", self.run_dir, broken)
         if rows.num_rows == 0:
             return
+        self._logprob_stale = True
         # the summary's _sum and _count run over the tokens read, as Prometheus counts them: each
         # row's mean |delta| times its tokens (a row of no tokens has no mean). A row's tokens count
         # its infinite deltas, its mean (and max) leave them out. With no finite |delta| of 100 or
@@ -498,32 +508,53 @@ class RunState:
             finite = max((n or 0) - counts[-1], 0)
             self._logprob_abs_sum += (mean or 0.0) * finite
             self._logprob_tokens += finite
-        # the quantiles are of the step most recently logged: rows in the order they were logged,
-        # a step other than the current one starts a new histogram. A lower step logged later is
-        # a resumed attempt redoing it (the crashed attempt's rows of it must not stay mixed in,
-        # nor its higher steps hold the quantiles), and so is the same step once the steps table
-        # shows a higher attempt of it than when its histogram began
+        # the quantiles are of the step most recently logged, its rows in the order they were logged
+        # (not read): a row of another step logged later begins a new histogram, one logged before
+        # the newest row is a late flush (another writer's) and left out of it
         rows = rows.take(pc.sort_indices(pc.fill_null(rows.column("time"), -math.inf)))  # stable
-        start, reset = 0, False
-        for i, step in enumerate(rows.column("step").to_pylist()):
-            if step != self._logprob_step or self._resumed(step):
-                self._logprob_step, self._logprob_attempt = step, self._attempts.get(step)
-                start, reset = i, True
-        if reset:
-            self._logprob_counts = np.zeros(_N_BINS)
-        for counts in rows.column("abs_counts").slice(start).to_pylist():
-            self._logprob_counts += np.asarray(counts, dtype=float)
+        when = pc.fill_null(rows.column("time"), -math.inf).to_pylist()
+        steps, counts = rows.column("step").to_pylist(), rows.column("abs_counts").to_pylist()
+        for step, t, row in zip(steps, when, counts, strict=True):
+            if self._logprob_step is None or (step != self._logprob_step and t > self._logprob_newest):
+                self._logprob_back = self._logprob_step is not None and step < self._logprob_step
+                self._logprob_step, self._logprob_rows = step, []
+                self._logprob_floor = self._logprob_newest
+            if step == self._logprob_step and t > self._logprob_floor:
+                self._logprob_rows.append((t, np.asarray(row, dtype=float)))
+                self._logprob_newest = max(self._logprob_newest, t)
+        if len(self._logprob_rows) > _LOGPROB_ROWS:  # a step logged for ever: its oldest rows as one
+            self._logprob_rows.sort(key=lambda r: r[0])
+            cut = len(self._logprob_rows) - _LOGPROB_ROWS // 2
+            old, self._logprob_rows = self._logprob_rows[:cut], self._logprob_rows[cut:]
+            self._logprob_rows.insert(0, (old[-1][0], np.sum([c for _, c in old], axis=0)))
 
-    def _resumed(self, step: int) -> bool:
-        """Whether the steps table shows a higher attempt of ``step`` (the current histogram's
-        step) than when its histogram began."""
-        attempt = self._attempts.get(step)
-        if attempt is None:
-            return False
-        if self._logprob_attempt is None:  # the histogram began before its step record was read
-            self._logprob_attempt = attempt
-            return False
-        return attempt > self._logprob_attempt
+    def _settle_logprob(self) -> None:
+        """The histogram's counts: its rows logged since the run last went back before it.
+
+        The steps table tells when: a record logged after the histogram began, of a lower step
+        (a resume from an earlier checkpoint) or of its step with a higher attempt than its rows
+        had (the attempt of the step's record before them; else that of the run's newest record
+        then, unless the histogram itself began by going back, when the first record of the step
+        after its rows tells). Rows logged before that were the crashed attempt's: left out."""
+        if not self._logprob_rows:
+            self._logprob_counts = np.zeros(_N_BINS)
+            return
+        step = self._logprob_step
+        began = min(t for t, _ in self._logprob_rows)
+        before = [r for r in self._records if r[0] < began]
+        own = [a for _, s, a in before if s == step]
+        attempt = own[-1] if own else None if self._logprob_back or not before else before[-1][2]
+        cut = -math.inf
+        for t, s, a in self._records:
+            if t <= began:
+                continue
+            if s < step:  # the run went back below the histogram's step
+                cut, attempt = t, None
+            elif s == step:
+                if attempt is not None and a > attempt:  # its step again, by a later attempt
+                    cut = t
+                attempt = a if attempt is None else max(attempt, a)
+        self._logprob_counts = np.sum([c for t, c in self._logprob_rows if t >= cut] or [np.zeros(_N_BINS)], axis=0)
 
     def _drop_superseded(self) -> list[int]:
         """Forget the steps of a crashed attempt that a resumed one went back before; which ones.
@@ -542,7 +573,7 @@ class RunState:
         before = np.maximum.accumulate(times)[:-1]  # the newest log of any lower step
         gone = [s for s, t, b in zip(steps[1:], times[1:], before, strict=True) if math.isfinite(t) and b > t]
         for s in gone:
-            for by_step in (self._log_times, self._durations, self._scores, self._attempts):
+            for by_step in (self._log_times, self._durations, self._scores):
                 by_step.pop(s, None)
         if gone:
             self._max_step = max(self._log_times)
