@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import shutil
 import signal
 import socket
@@ -249,6 +250,24 @@ def test_a_record_is_a_step_as_the_step_anatomy_counts_it(tmp_path, record, a_st
     phases = {s.labels["phase"] for f in registry.collect() for s in f.samples if s.name == "rlscope_step_seconds"}
     # the last step's own timers: step 7's, not a validation's or checkpoint's logged alone
     assert phases == ({k.removeprefix("timing_s/") for k in record} if a_step else {"gen", "update_actor", "step"})
+
+
+def test_a_run_s_start_is_when_its_newest_job_wrote_meta_json(tmp_path):
+    # a job started two hours ago (its GPU sampler has run since) and has logged no step
+    path = tmp_path / "run"
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    started = time.time() - 7200
+    os.utime(path / "meta.json", (started, started))
+    gpu = {"time": [started + 60.0 * i for i in range(120)], "host": ["h"] * 120, "util_pct": [0.0] * 120}
+    write_segment(path, "gpu", pa.table({**gpu, "gpu": pa.array([0] * 120, pa.int32())}), writer_id="g", seq=1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") is None
+    assert _value(registry, "rlscope_run_start_timestamp_seconds") == pytest.approx(started)
+    # it is resumed: the new job writes meta.json as it starts
+    with Recorder(path, {"split": {"rollout": 4, "train": 4}}):
+        pass
+    assert _value(registry, "rlscope_run_start_timestamp_seconds") == pytest.approx(time.time(), abs=60)
 
 
 def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):

@@ -101,6 +101,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "it from here.",
     ),
     MetricSpec(
+        "rlscope_run_start_timestamp_seconds",
+        "gauge",
+        "Unix time at which the run's newest job started, as the run directory shows it: when meta.json was last "
+        "written (every job writes it as it starts). The run-stalled rule times a first step from here when the "
+        "run has logged neither a step nor a validation.",
+    ),
+    MetricSpec(
         "rlscope_step_median_seconds",
         "gauge",
         "Median step duration over the last 64 steps (verl timing_s/step, else the interval between step logs): "

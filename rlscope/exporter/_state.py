@@ -33,7 +33,7 @@ from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
-from rlscope.trace.store import read_meta, require_directory
+from rlscope.trace.store import META_FILE, read_meta, require_directory
 
 __all__ = [
     "GPU_STALE_SECONDS",
@@ -234,6 +234,7 @@ class RunState:
         self._records: list[tuple[float, int, int]] = []  # (time, step, attempt) of the newest records
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
+        self._started = math.nan  # when the newest job of the run started: it wrote meta.json
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -282,6 +283,7 @@ class RunState:
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
+            self._started = self._meta_written()
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
         except Exception as exc:  # noqa: BLE001 - an unreadable run must not take /metrics down
@@ -332,6 +334,21 @@ class RunState:
             return read_meta(self.reader.location)
         except RLScopeError:
             return None
+
+    def _meta_written(self) -> float:
+        """When meta.json was last written (unix seconds): every job of the run writes it as it
+        starts (a resumed one merges its config in). Its ``created`` where the filesystem keeps
+        no time."""
+        assert self.reader is not None
+        loc = self.reader.location
+        try:
+            mtime_ns = loc.fs.get_file_info(loc.join(META_FILE)).mtime_ns
+        except Exception:  # noqa: BLE001 - a filesystem without the time: meta.json's own
+            mtime_ns = None
+        if mtime_ns is not None:
+            return mtime_ns / 1e9
+        created = self.meta.get("created")
+        return float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -641,6 +658,8 @@ class RunState:
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
         if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
             out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
+        if math.isfinite(self._started):
+            out.append(("rlscope_run_start_timestamp_seconds", (), self._started))
         median = self._median_step_seconds()
         if not math.isnan(median):
             out.append(("rlscope_step_median_seconds", (), median))
