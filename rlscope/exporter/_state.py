@@ -4,7 +4,8 @@ A scrape must cost the same at step 10 and at step 10,000, so nothing here rerea
 run: each table is read through a ``Cursor`` (only new segments), and what the metrics
 need is kept as bounded state: the newest step's timers, per-source reward counts for
 the last few steps plus whole-run totals, the latest sample of each GPU, the newest
-log-prob histogram, and the last ``WINDOW_STEPS`` steps of metrics and trajectories that
+log-prob histogram (its step's rows, and the newest step records, to tell a crashed
+attempt's rows), and the last ``WINDOW_STEPS`` steps of metrics and trajectories that
 the analyzers (tail share, MFU, recommended split) are run on when something new arrives.
 """
 
