@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import shutil
 import signal
 import socket
@@ -28,7 +29,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.advice.thresholds import REWARD_ERROR_WARN, REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
@@ -162,6 +164,43 @@ def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_sam
     assert _value(registry, "rlscope_reward_flat_steps") == 1.0
 
 
+@pytest.mark.parametrize("step_timer", [True, False])
+def test_a_resume_that_goes_back_past_the_kept_steps_is_what_they_hold(tmp_path, step_timer):
+    # attempt 0 logs steps 1-200 a minute apart (150 s generation, 50 s training on 16:16, rewards
+    # spread) and crashes; attempt 1 resumes from step 100's checkpoint and redoes steps 101-140,
+    # 90 s apart (110 s generation, 90 s training, a 250 s step by verl's timer), every sample scoring 1
+    path, t0 = tmp_path / "run", time.time() - 30_000
+    meta = {"topology": "separated", "split": {"rollout": 16, "train": 16}, "gpu": {"type": "H100", "count": 32}}
+    with Recorder(path, meta):
+        pass
+
+    def record(step: int, attempt: int, when: float) -> list[tuple[int, int, float, str, float]]:
+        gen, train, low = (150.0, 50.0, 0.0) if attempt == 0 else (110.0, 90.0, 1.0)
+        metrics = {"timing_s/gen": gen, "timing_s/update_actor": train}
+        metrics |= {"critic/score/max": 1.0, "critic/score/min": low}
+        if step_timer:
+            metrics["timing_s/step"] = 200.0 if attempt == 0 else 250.0
+        return [(step, attempt, when, key, value) for key, value in metrics.items()]
+
+    _write_steps(path, [row for s in range(1, 201) for row in record(s, 0, t0 + 60.0 * s)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 200.0
+    for s in range(101, 141):
+        _write_steps(path, record(s, 1, t0 + 15_000 + 90.0 * s), s)
+        assert _value(registry, "rlscope_last_step") == s
+    assert _value(registry, "rlscope_reward_flat_steps") == 40.0  # steps 101-140: the redo alone
+    # the steps kept are the redone ones: attempt 0's above 100 are forgotten, and those below were
+    # not kept past the first scrape (it kept the last 64 steps, 137-200)
+    if step_timer:
+        assert _value(registry, "rlscope_step_median_seconds") == 250.0
+    else:  # 39 intervals of 90 s
+        assert _value(registry, "rlscope_step_median_seconds") == 90.0
+        # the analyzers' last steps are the redone ones: 110 s + 90 s on 16:16 is balanced (as in
+        # test_a_split_is_recommended_only_for_a_gain_diagnose_would_report); 150 s + 50 s was not
+        served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+        assert served == (16.0, 16.0)
+
+
 def test_a_validation_logged_alone_is_no_step(tmp_path):
     # verl's val_before_train logs step 0's validation metrics on their own before the first step
     path, t0 = tmp_path / "run", time.time() - 1600
@@ -179,6 +218,56 @@ def test_a_validation_logged_alone_is_no_step(tmp_path):
     assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 1500
     assert _value(registry, "rlscope_step_median_seconds") == 1500.0
     assert _value(registry, "rlscope_validation_timestamp_seconds") is None
+
+
+@pytest.mark.parametrize(
+    ("record", "a_step"),
+    [
+        ({"val-core/gsm8k/reward/mean@1": 0.5}, False),
+        ({"val-core/gsm8k/reward/mean@1": 0.5, "timing_s/testing": 50.0}, False),  # verl times its validation
+        ({"timing_s/testing": 50.0}, False),
+        ({"timing_s/save_checkpoint": 20.0}, False),  # a checkpoint saved on its own
+        ({"timing/testing": 50.0, "timing_s/step": 0.0}, False),  # a step timer of 0 timed nothing
+        ({"timing_s/testing": 50.0, "timing_s/step": 55.0}, True),  # a step that validated
+        ({"timing_s/save_checkpoint": 20.0, "timing_s/gen": 100.0}, True),
+    ],
+)
+def test_a_record_is_a_step_as_the_step_anatomy_counts_it(tmp_path, record, a_step):
+    # steps 1-7 a minute apart, then step 8's record alone
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    timers = {"timing_s/gen": 40.0, "timing_s/update_actor": 15.0, "timing_s/step": 60.0}
+    rows = [(s, 0, t0 + 60.0 * s, k, v) for s in range(1, 8) for k, v in timers.items()]
+    rows += [(8, 0, t0 + 480.0, k, v) for k, v in record.items()]
+    _write_steps(path, rows, 1)
+    registry, _ = _registry(path)
+    last = 8 if a_step else 7
+    assert _value(registry, "rlscope_last_step") == last
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 60.0 * last
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == (None if a_step else t0 + 480.0)
+    assert max(anatomy.analyze(path).seconds.index) == last  # the step anatomy of diagnose agrees
+    phases = {s.labels["phase"] for f in registry.collect() for s in f.samples if s.name == "rlscope_step_seconds"}
+    # the last step's own timers: step 7's, not a validation's or checkpoint's logged alone
+    assert phases == ({k.removeprefix("timing_s/") for k in record} if a_step else {"gen", "update_actor", "step"})
+
+
+def test_a_run_s_start_is_when_its_newest_job_wrote_meta_json(tmp_path):
+    # a job started two hours ago (its GPU sampler has run since) and has logged no step
+    path = tmp_path / "run"
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    started = time.time() - 7200
+    os.utime(path / "meta.json", (started, started))
+    gpu = {"time": [started + 60.0 * i for i in range(120)], "host": ["h"] * 120, "util_pct": [0.0] * 120}
+    write_segment(path, "gpu", pa.table({**gpu, "gpu": pa.array([0] * 120, pa.int32())}), writer_id="g", seq=1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") is None
+    assert _value(registry, "rlscope_run_start_timestamp_seconds") == pytest.approx(started)
+    # it is resumed: the new job writes meta.json as it starts
+    with Recorder(path, {"split": {"rollout": 4, "train": 4}}):
+        pass
+    assert _value(registry, "rlscope_run_start_timestamp_seconds") == pytest.approx(time.time(), abs=60)
 
 
 def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):
@@ -243,50 +332,99 @@ def test_only_top_level_stage_timers_are_phases(tmp_path):
     assert sum(v for k, v in phases.items() if k != "step") <= phases["step"]  # the stacked panel fits the step
 
 
+def _alerting(registry: CollectorRegistry, source: str) -> bool:
+    """RLScopeRewardSourceZeroCollapse's condition on the served gauges (the for: aside)."""
+    zero = _value(registry, "rlscope_reward_zero_ratio", source=source)
+    baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source=source)
+    errors = _value(registry, "rlscope_reward_error_ratio", source=source)
+    if zero is None or baseline is None or errors is None:
+        return False
+    return zero >= REWARD_ZERO_COLLAPSE and zero - baseline >= REWARD_ZERO_RISE_MIN and errors < REWARD_ERROR_WARN
+
+
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
-    # math scores half zeros in steps 1-3, then only zeros in steps 4-20: the 12 collapsed steps
-    # that left the 5-step window would make the baseline (15 + 120) / 150 = 0.9 and end the alert
-    with Recorder(tmp_path / "run", flush_interval=60) as rec:
-        for step in range(1, 21):
-            rec.log_trajectories(step, _trajectories(step))
+    # math scores half zeros in steps 1-5, then only zeros in steps 6-20: the collapsed steps that
+    # left the 5-step window would make the baseline (25 + 100) / 150 = 0.83 at step 20 and end the alert
+    rec = Recorder(tmp_path / "run", flush_interval=60)
     registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
+        for step in range(1, 21):
+            rows = [{"data_source": "math", "reward": 0.0 if step > 5 else float(i % 2)} for i in range(10)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
+            rec.flush()
+            alerting.append(_alerting(registry, "math"))
+    finally:
+        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    # from step 10 the window is steps 6-10, all zeros, against steps 1-5: half zeros
+    assert alerting == [False] * 9 + [True] * 11
 
 
-def test_a_source_hard_all_along_keeps_its_zeros_in_the_baseline(tmp_path):
+@pytest.mark.parametrize(
+    "solved",
+    [
+        {1, 9, 14, 21, 27},  # the first step solved: one step of half zeros is no baseline
+        {1, 2, 14, 21, 27},
+        {3, 9, 14, 21, 27},
+        {12, 13, 14, 15, 16},  # a good stretch in the middle
+        {26, 27, 28, 29, 30},  # at the end: the source got easier
+    ],
+)
+def test_a_source_hard_all_along_never_alerts_wherever_its_solved_steps_fall(tmp_path, solved):
     # one group of 8 a step; the policy solves half of it in 5 of 30 steps and nothing otherwise
-    solved = {3, 9, 14, 21, 27}
-    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
         for step in range(1, 31):
             rows = [{"data_source": "hard", "reward": float(step in solved and i < 4)} for i in range(8)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
-    registry, _ = _registry(tmp_path / "run")
-    zero = _value(registry, "rlscope_reward_zero_ratio", source="hard")
-    baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
-    assert zero == pytest.approx(36 / 40)  # steps 26-30: 4 rewarded in step 27
-    assert baseline == pytest.approx(184 / 200)  # steps 1-25: 16 rewarded in steps 3, 9, 14, 21
-    assert not (zero >= REWARD_ZERO_COLLAPSE and zero - baseline >= REWARD_ZERO_RISE_MIN)  # the alert's condition
+            rec.flush()
+            alerting.append(_alerting(registry, "hard"))
+            # a baseline of fewer steps than the window is not served: too few steps to say what is normal
+            baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
+            assert (baseline is None) == (step < 10), step
+    finally:
+        rec.close()
+    assert not any(alerting)
+    # no step held out: the baseline is steps 1-25, the window 26-30
+    assert _value(registry, "rlscope_reward_zero_ratio", source="hard") == pytest.approx(
+        1 - 4 * len(solved & set(range(26, 31))) / 40
+    )
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard") == pytest.approx(
+        1 - 4 * len(solved & set(range(1, 26))) / 200
+    )
+    assert not [f for f in analyze_run(tmp_path / "run").findings if f.id == "reward-source-zero-collapse"]
 
 
 def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
     # half zeros in steps 1-10 and 21-30, only zeros in 11-20 and again from 31: the second
     # collapse is measured against the healthy steps, not against a baseline holding the first
-    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
         for step in range(1, 41):
             collapsed = 11 <= step <= 20 or step > 30
             rows = [{"data_source": "math", "reward": 0.0 if collapsed else float(i % 2)} for i in range(10)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
-    registry, _ = _registry(tmp_path / "run")
+            rec.flush()
+            alerting.append(_alerting(registry, "math"))
+    finally:
+        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    # a window of 4 or 5 zero steps (90% or 100% zeros) against 50%: windows ending at steps 14-21 and 34-40
+    assert [s for s, a in enumerate(alerting, 1) if a] == [*range(14, 22), *range(34, 41)]
 
 
 def test_rewards_by_source_tell_errors_from_zeros(run):
     registry, _ = _registry(run)
-    # math: last 5 steps (4-8) all zero; before (1-3) half zero
+    # math: last 5 steps (4-8) all zero; the 3 steps before (half zero) are too few for a baseline
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
-    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") is None
     assert _value(registry, "rlscope_reward_mean", source="math") == 0.0
     assert _value(registry, "rlscope_reward_error_ratio", source="math") == 0.0
     # code: errors filled with reward 0 are errors, not zeros
@@ -384,6 +522,86 @@ def test_a_step_redone_by_a_resumed_attempt_is_not_mixed_with_the_crashed_one(tm
         rec.log_logprob_delta(3, np.full(3000, 0.0013))
     # mixed, 3000 tokens at 0.0013 and 1000 at 0.05 would put the 0.9 quantile in 0.05's bin
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
+
+
+def _write_logprob(path: Path, rows: list[tuple[int, float, float, int]], seq: int) -> None:
+    """One logprob segment of (step, time, |delta|, tokens) rows: every token of a row at that |delta|."""
+    counts = []
+    for _, _, delta, n in rows:
+        bins = [0] * (len(LOGPROB_BIN_EDGES) - 1)
+        bins[int(np.searchsorted(LOGPROB_BIN_EDGES, delta, side="right")) - 1] = n
+        counts.append(bins)
+    table = pa.table(
+        {
+            "step": [r[0] for r in rows],
+            "time": [r[1] for r in rows],
+            "n_tokens": [r[3] for r in rows],
+            "abs_counts": counts,
+            "abs_mean": [r[2] for r in rows],
+            "abs_max": [r[2] for r in rows],
+        }
+    )
+    write_segment(path, "logprob", table, writer_id="lp", seq=seq)
+
+
+def test_a_second_writer_s_late_rows_neither_reset_nor_split_the_step_s_histogram(tmp_path):
+    # two writers log each step's deltas; B flushes late: its step-7 rows (logged at t0 + 69) are
+    # read after A's step-8 rows (t0 + 80), then its own step-8 rows (t0 + 79)
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(7, 0, t0 + 70, "timing_s/step", 10.0), (8, 0, t0 + 80, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(8, t0 + 80, 1e-3, 3000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+    _write_logprob(path, [(7, t0 + 69, 0.05, 1000)], 2)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)  # still step 8
+    _write_logprob(path, [(8, t0 + 79, 1e-2, 1000)], 3)
+    # step 8 whole: 3000 tokens at 1e-3 and 1000 at 1e-2
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(1e-2)
+    assert _value(registry, "rlscope_logprob_abs_delta_count") == 5000.0  # every token read
+
+
+@pytest.mark.parametrize("validated", [True, False])
+def test_deltas_logged_before_their_step_after_a_resume_are_not_mixed_with_the_crashed_attempt(tmp_path, validated):
+    # attempt 0 logs step 2, then step 3's deltas (broken weight sync, |delta| 0.05) and crashes before
+    # logging step 3. Attempt 1 resumes from step 2 (validating it first, or not), logs step 3's deltas
+    # (0.0013) before step 3's record, then more of them
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(2, 0, t0 + 20, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(3, t0 + 28, 0.05, 1000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    if validated:  # verl's val_before_train: step 2 logged again, after step 3's deltas: the run went back
+        _write_steps(path, [(2, 0, t0 + 90, "val-core/math/acc/mean@1", 0.5)], 2)
+    _write_logprob(path, [(3, t0 + 100, 0.0013, 3000)], 2)
+    _write_steps(path, [(3, 1, t0 + 110, "timing_s/step", 10.0)], 3)
+    _value(registry, "rlscope_last_step")  # a scrape between them
+    _write_logprob(path, [(3, t0 + 115, 0.0013, 1000)], 3)
+    assert _value(registry, "rlscope_last_step") == 3.0
+    # mixed with the crashed attempt's 1000 tokens at 0.05, the 0.9 quantile would be in 0.05's bin. With
+    # the validation, the resumed attempt's rows after it are step 3's; without it, a record of attempt 1
+    # says only after the fact that the run went back, and the rows after it are
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+
+
+def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
+    # a Recorder user who never moves the step: its rows are kept apart only up to a bound
+    path, t0 = tmp_path / "run", time.time() - 10_000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    registry, collector = _registry(path)
+    for seq in range(1, 6):
+        _write_logprob(path, [(0, t0 + 1000 * seq + i, 1e-3, 1) for i in range(1000)], seq)
+        _value(registry, "rlscope_last_step")
+    state = collector.states[0]
+    assert len(state._logprob_rows) <= 1024
+    assert state._logprob_counts.sum() == 5000  # every token of the step
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
 
 
 def test_logprob_limit_follows_precision(tmp_path):
@@ -640,6 +858,23 @@ def test_a_split_is_recommended_only_for_a_gain_diagnose_would_report(tmp_path, 
     registry, _ = _registry(tmp_path / "sep")
     served = tuple(_value(registry, "rlscope_recommended_gpus", "sep", role=r) for r in ("rollout", "train"))
     assert served == recommended
+
+
+@pytest.mark.parametrize("split", [None, {"rollout": 16, "train": 8}])
+def test_no_split_is_recommended_without_the_configured_pools(tmp_path, split):
+    # separate pools of sizes meta.json does not state (or that do not add up to the 32 GPUs):
+    # diagnose cannot weigh a move against the split there is, and reports none
+    meta = {"topology": "separated", "gpu": {"type": "H100", "count": 32}}
+    if split:
+        meta["split"] = split
+    with Recorder(tmp_path / "sep", meta) as rec:
+        for step in range(1, 9):
+            rec.log_step(step, {"timing_s/gen": 150.0, "timing_s/update_actor": 50.0, "timing_s/step": 200.0})
+    assert not [f for f in analyze_run(tmp_path / "sep").findings if f.id == "split-imbalanced"]
+    registry, _ = _registry(tmp_path / "sep")
+    assert _value(registry, "rlscope_last_step", "sep") == 8.0
+    assert _value(registry, "rlscope_recommended_gpus", "sep", role="rollout") is None
+    assert _value(registry, "rlscope_recommended_gpus", "sep", role="train") is None
 
 
 def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -37,11 +38,13 @@ from rlscope.advice.thresholds import (
     UNTRACKED_TIME_WARN,
 )
 from rlscope.analyzers._data import RunFrames, Trend, early, load, recent, trend
+from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.trace.reader import RunReader
 
-__all__ = ["GROUPS", "PHASES", "AnatomyResult", "analyze", "group_seconds", "phase_seconds"]
+__all__ = ["GROUPS", "PHASES", "STEP_TIMER", "AnatomyResult", "analyze", "group_seconds", "makes_step", "phase_seconds"]
 
 _PREFIX = "timing_s/"
+STEP_TIMER = "timing_s/step"
 
 # phase -> verl stage timers whose seconds it sums (waiting also takes every ``wait*`` timer)
 PHASES: dict[str, tuple[str, ...]] = {
@@ -61,6 +64,23 @@ PHASES: dict[str, tuple[str, ...]] = {
 }
 
 _NOT_A_STEP = ("validation", "checkpoint")  # phases that alone make no training step
+_NO_STEP_TIMERS = frozenset(_PREFIX + stage for phase in _NOT_A_STEP for stage in PHASES[phase])
+
+
+def makes_step(key: str, value: Any) -> Any:
+    """Whether a step metric (canonical ``key`` and its ``value``, a number or a Series of them)
+    shows that its record is a training step.
+
+    Validation metrics (``val-core/``, ...), the timers of validation and checkpointing
+    (``timing_s/testing``, ``timing_s/save_checkpoint``) and a step timer of zero or less (it
+    timed nothing) do not: a record of nothing else is a validation or a checkpoint logged on
+    its own (verl's ``val_before_train``, a resume's validation), no training step. Every other
+    metric does. The step anatomy and the exporter both count steps by this rule.
+    """
+    if key == STEP_TIMER:
+        return value > 0
+    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
+
 
 # coarse groups the MFU waterfall and the topology model use; "rest" is everything else
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -84,16 +104,18 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     """
     cols = {c[len(_PREFIX) :]: c for c in steps.columns if c.startswith(_PREFIX)}
     out = pd.DataFrame(index=steps.index)
+    timers: list[str] = [cols["step"]] if "step" in cols else []
     for phase, stages in PHASES.items():
         names = [cols[s] for s in stages if s in cols]
         if phase == "waiting":
             names += [c for s, c in cols.items() if s.startswith("wait")]
         out[phase] = steps[names].sum(axis=1, min_count=1) if names else float("nan")
+        timers += names
     # a record with nothing but validation or checkpoint timers (a validation logged on its own)
     # is no training step: counted, it would halve the mean step and every what-if built on it
-    timed = out.drop(columns=list(_NOT_A_STEP)).notna().any(axis=1)
-    if "step" in cols:
-        timed |= steps[cols["step"]] > 0  # a zero step timer timed nothing: as if absent
+    timed = pd.Series(False, index=steps.index)
+    for name in timers:
+        timed |= steps[name].notna() & makes_step(name, steps[name])
     out = out[timed].fillna(0.0)
     named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
     step = steps.loc[out.index, cols["step"]] if "step" in cols else named

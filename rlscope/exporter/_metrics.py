@@ -84,7 +84,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_last_step",
         "gauge",
-        "Training step most recently logged in the steps table (a record of validation metrics alone is no step).",
+        "Training step most recently logged in the steps table (a record of validation metrics or of validation "
+        "and checkpoint timers alone is no step, as in diagnose's step anatomy).",
     ),
     MetricSpec(
         "rlscope_last_step_timestamp_seconds",
@@ -95,15 +96,23 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_validation_timestamp_seconds",
         "gauge",
-        "Unix time at which the run logged a record of validation metrics alone (verl's val_before_train) with no "
+        "Unix time at which the run logged a validation or checkpoint on its own (verl's val_before_train) with no "
         "training step logged since; absent once a step follows. The run-stalled rule times the first step after "
         "it from here.",
+    ),
+    MetricSpec(
+        "rlscope_run_start_timestamp_seconds",
+        "gauge",
+        "Unix time at which the run's newest job started, as the run directory shows it: when meta.json was last "
+        "written (every job writes it as it starts). The run-stalled rule times a first step from here when the "
+        "run has logged neither a step nor a validation.",
     ),
     MetricSpec(
         "rlscope_step_median_seconds",
         "gauge",
         "Median step duration over the last 64 steps (verl timing_s/step, else the interval between step logs): "
-        "the yardstick of the run-stalled alert.",
+        "the yardstick of the run-stalled alert. After a resume that went back, the crashed attempt's steps above "
+        "it are left out.",
     ),
     MetricSpec(
         "rlscope_step_seconds",
@@ -149,8 +158,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_reward_zero_ratio_baseline",
         "gauge",
-        "The same zero share over this source's earlier steps, leaving out the steps it scored 0 on 90% or more "
-        "of while its last 5 steps were a collapse (a collapse must not become what is normal for it).",
+        "The same zero share over this source's earlier steps, served once they are 5 or more; the steps it scored "
+        "0 on 90% or more of are left out when a 5-step window they were in was a collapse against the steps before "
+        "it (a collapse must not become what is normal for it).",
         ("source",),
     ),
     MetricSpec(
@@ -193,8 +203,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_logprob_abs_delta",
         "summary",
-        "Quantiles of per-token |log p_trainer - log p_rollout| in the step most recently logged (a resumed "
-        "attempt's rows of a step replace the crashed attempt's); _sum and _count over "
+        "Quantiles of per-token |log p_trainer - log p_rollout| in the step most recently logged, by logging time "
+        "(rows logged before the run went back, a crashed attempt's, are left out); _sum and _count over "
         "every token read but those with a |delta| of 100 or more (infinite ones included; a histogram row whose "
         "largest finite |delta| is 100 or more stays out whole, its last bin mixing the two).",
         ("quantile",),
@@ -222,9 +232,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_recommended_gpus",
         "gauge",
-        "Rollout:train split that the topology model predicts to give the shortest step for this run's topology "
-        "(pooled topologies with a model: not an async run without verl's rollouter idle ratio); the configured "
-        "split when a move would shorten the step by less than 5%.",
+        "Rollout:train split that the topology model predicts to give the shortest step for this run's topology, "
+        "for separate pools whose sizes meta.json's split states (not an async run without verl's rollouter idle "
+        "ratio, which has no model); the configured split when a move would shorten the step by less than 5%.",
         ("role",),
     ),
     MetricSpec(

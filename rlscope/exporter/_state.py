@@ -4,7 +4,8 @@ A scrape must cost the same at step 10 and at step 10,000, so nothing here rerea
 run: each table is read through a ``Cursor`` (only new segments), and what the metrics
 need is kept as bounded state: the newest step's timers, per-source reward counts for
 the last few steps plus whole-run totals, the latest sample of each GPU, the newest
-log-prob histogram, and the last ``WINDOW_STEPS`` steps of metrics and trajectories that
+log-prob histogram (its step's rows, and the newest step records, to tell a crashed
+attempt's rows), and the last ``WINDOW_STEPS`` steps of metrics and trajectories that
 the analyzers (tail share, MFU, recommended split) are run on when something new arrives.
 """
 
@@ -27,13 +28,13 @@ from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SUBSTAGES, canonical, is_validation_key
+from rlscope.collectors.verl_metrics import SUBSTAGES, canonical
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
-from rlscope.trace.store import read_meta, require_directory
+from rlscope.trace.store import META_FILE, read_meta, require_directory
 
 __all__ = [
     "GPU_STALE_SECONDS",
@@ -59,6 +60,8 @@ REWARD_WINDOW_STEPS = 5  # per source: the reward gauges cover its last 5 steps 
 REWARD_GONE_STEPS = 20  # a source absent from the run's last 20 steps with trajectories has no gauges
 STALENESS_STEPS = 2
 MEDIAN_STEPS = 64
+_RECORDS = 256  # the newest step records (log calls) kept to tell when the run went back
+_LOGPROB_ROWS = 1024  # rows of the histogram's step kept apart (to leave out a crashed attempt's)
 GPU_STALE_SECONDS = 300.0
 
 # Label caps: beyond these, new values share the "__other__" label.
@@ -83,47 +86,88 @@ Sample = tuple[str, tuple[str, ...], float]
 class _SourceRewards:
     """Reward counts of one source: per step for its last steps, summed before that.
 
-    The baseline holds every earlier step, as ``rlscope diagnose``'s earlier share does, so a
-    source that scored mostly zeros all along has a baseline of mostly zeros. Only a step that
-    scored (almost) only zeros and was in the window while the window met the collapse
-    condition (``REWARD_ZERO_COLLAPSE`` zeros, ``REWARD_ZERO_RISE_MIN`` above the baseline) is
-    held out of it: a collapse that lasts must not become its own baseline and end the alert.
+    The baseline holds the source's earlier steps, as ``rlscope diagnose``'s earlier share
+    counts them, so a source that scored mostly zeros all along has a baseline of mostly zeros.
+    It is served, and a window judged against it, only once it holds ``REWARD_WINDOW_STEPS``
+    steps with scores: a step or two (one solved batch of a hard source) say nothing of what is
+    normal for a source.
+
+    A window (``REWARD_WINDOW_STEPS`` steps in a row) is a collapse when it meets the alert's
+    condition against the baseline of the steps before it: ``REWARD_ZERO_COLLAPSE`` zeros,
+    ``REWARD_ZERO_RISE_MIN`` above that baseline. A step that scored (almost) only zeros and was
+    in a window that was a collapse stays out of the baseline: a collapse that lasts must not
+    become its own baseline and end the alert. Each step is judged when it leaves the window, on
+    every window it was in, with their counts as they are then; so no step is held out on a
+    window that partial counts, or a baseline still missing some of its steps, made look like
+    a collapse.
     """
 
-    recent: dict[int, np.ndarray]  # step -> [trajectories, scored, reward sum, zeros, errors]
+    # step -> [trajectories, scored, reward sum, zeros, errors]
+    recent: dict[int, np.ndarray] = field(default_factory=dict)
+    left: dict[int, tuple[np.ndarray, bool]] = field(default_factory=dict)  # the last steps that left: counts, held out
     base_scored: float = 0.0
     base_zeros: float = 0.0
-    collapsed: set[int] = field(default_factory=set)  # steps in the window while it met the condition
+    base_steps: int = 0  # steps with scores in the baseline
 
     def add(self, step: int, counts: np.ndarray) -> None:
         if step in self.recent:
             self.recent[step] += counts
         elif len(self.recent) < REWARD_WINDOW_STEPS or step > min(self.recent):
             self.recent[step] = counts.copy()
-        else:  # older than the window: straight into the baseline
-            self._to_baseline(counts, in_collapse=self._collapsing())
+        elif step in self.left:  # more samples of a step that left the window
+            old, held = self.left[step]
+            if not held:
+                self._to_baseline(counts, new_step=old[1] <= 0 < old[1] + counts[1])
+            self.left[step] = (old + counts, held)
+        else:  # older than the window: into the baseline, as diagnose counts it
+            self._to_baseline(counts, new_step=counts[1] > 0)
+            if self.left and step > min(self.left):
+                self._keep_left(step, counts.copy(), held=False)
         while len(self.recent) > REWARD_WINDOW_STEPS:
             oldest = min(self.recent)
-            self._to_baseline(self.recent.pop(oldest), in_collapse=oldest in self.collapsed)
-            self.collapsed.discard(oldest)
-        if self._collapsing():
-            self.collapsed.update(self.recent)
+            self._leave(oldest, self.recent.pop(oldest))
 
-    def _collapsing(self) -> bool:
-        """Whether the window's zero share is a collapse against the baseline, as the alert judges it."""
-        _, scored, _, zeros, _ = np.sum(list(self.recent.values()), axis=0)
-        if scored <= 0 or self.base_scored <= 0:
-            return False
-        share = zeros / scored
-        return share >= REWARD_ZERO_COLLAPSE and share - self.base_zeros / self.base_scored >= REWARD_ZERO_RISE_MIN
+    def _leave(self, step: int, counts: np.ndarray) -> None:
+        """``step`` leaves the window: held out if it scored (almost) only zeros and a window it
+        was in is a collapse, else into the baseline."""
+        held = False
+        if counts[1] > 0 and counts[3] / counts[1] >= REWARD_ZERO_COLLAPSE:
+            before = sorted(self.left)
+            seq = [*before, step, *sorted(self.recent)]
+            at = len(before)
+            for first in range(max(0, at - REWARD_WINDOW_STEPS + 1), at + 1):
+                window = seq[first : first + REWARD_WINDOW_STEPS]
+                if len(window) < REWARD_WINDOW_STEPS:
+                    break
+                # the baseline then: without the steps that left since the window began
+                since = [self.left[s][0] for s in before[first:] if not self.left[s][1]]
+                scored = self.base_scored - sum(c[1] for c in since)
+                zeros = self.base_zeros - sum(c[3] for c in since)
+                steps = self.base_steps - sum(1 for c in since if c[1] > 0)
+                inside = np.sum([self._counts(s, step, counts) for s in window], axis=0)
+                if _collapse(inside, scored, zeros, steps):
+                    held = True
+                    break
+        if not held:
+            self._to_baseline(counts, new_step=counts[1] > 0)
+        self._keep_left(step, counts, held=held)
 
-    def _to_baseline(self, counts: np.ndarray, *, in_collapse: bool) -> None:
-        """A step that left the window joins the baseline, unless it is one of a collapse's zero steps."""
-        scored, zeros = counts[1], counts[3]
-        if in_collapse and scored > 0 and zeros / scored >= REWARD_ZERO_COLLAPSE:
-            return
-        self.base_scored += scored
-        self.base_zeros += zeros
+    def _counts(self, step: int, leaving: int, counts: np.ndarray) -> np.ndarray:
+        """The counts of ``step``: ``counts`` for the one ``leaving``, else where it is kept."""
+        if step == leaving:
+            return counts
+        return self.left[step][0] if step in self.left else self.recent[step]
+
+    def _keep_left(self, step: int, counts: np.ndarray, *, held: bool) -> None:
+        """Keep the steps that left the window last, as many as a window holding ``step`` reaches back."""
+        self.left[step] = (counts, held)
+        while len(self.left) >= REWARD_WINDOW_STEPS:
+            del self.left[min(self.left)]
+
+    def _to_baseline(self, counts: np.ndarray, *, new_step: bool) -> None:
+        self.base_scored += counts[1]
+        self.base_zeros += counts[3]
+        self.base_steps += int(new_step)
 
     def gauges(self, since: int) -> dict[str, float]:
         """The source's gauges; none when it has had no samples since step ``since``, so that its
@@ -138,9 +182,19 @@ class _SourceRewards:
         if scored > 0:
             out["rlscope_reward_mean"] = total / scored
             out["rlscope_reward_zero_ratio"] = zeros / scored
-        if self.base_scored > 0:
+        if self.base_steps >= REWARD_WINDOW_STEPS and self.base_scored > 0:
             out["rlscope_reward_zero_ratio_baseline"] = self.base_zeros / self.base_scored
         return out
+
+
+def _collapse(window: np.ndarray, base_scored: float, base_zeros: float, base_steps: int) -> bool:
+    """Whether a window's counts are a zero collapse against a baseline, as the alert judges it
+    (with the baseline it is served with: ``REWARD_WINDOW_STEPS`` steps at least)."""
+    scored, zeros = window[1], window[3]
+    if scored <= 0 or base_scored <= 0 or base_steps < REWARD_WINDOW_STEPS:
+        return False
+    share = zeros / scored
+    return share >= REWARD_ZERO_COLLAPSE and share - base_zeros / base_scored >= REWARD_ZERO_RISE_MIN
 
 
 def run_label(run_dir: str | os.PathLike[str]) -> str:
@@ -178,9 +232,10 @@ class RunState:
         self._scores: dict[int, dict[str, tuple[tuple[int, float], float]]] = {}  # step -> stat -> (order, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
-        self._attempts: dict[int, int] = {}  # step -> the highest attempt that logged it
+        self._records: list[tuple[float, int, int]] = []  # (time, step, attempt) of the newest records
         self._max_step: int | None = None
-        self._validated = -math.inf  # when the newest record of validation metrics alone was logged
+        self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
+        self._started = math.nan  # when the newest job of the run started: it wrote meta.json
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -194,9 +249,13 @@ class RunState:
         self._gpu_cap = LabelCap(MAX_GPUS)
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
         self._run_clock = -math.inf  # the newest time of any GPU sample or step record: the run's "now"
-        self._logprob_step: int | None = None
-        self._logprob_attempt: int | None = None  # the step's attempt when its histogram began, if known
+        self._logprob_step: int | None = None  # the histogram's: the step most recently logged
+        self._logprob_rows: list[tuple[float, np.ndarray]] = []  # its rows: (time, counts)
+        self._logprob_floor = -math.inf  # rows of the step logged before this are an earlier pass's
+        self._logprob_newest = -math.inf  # the newest row in the histogram
+        self._logprob_back = False  # it began by going back: a lower step than the histogram before it
         self._logprob_counts = np.zeros(_N_BINS)
+        self._logprob_stale = False  # new rows or records since the counts were settled
         self._logprob_abs_sum = 0.0  # over every token read (the summary's _sum and _count)
         self._logprob_tokens = 0
         self._lag_sum = 0.0  # over every trajectory read with both versions
@@ -225,6 +284,7 @@ class RunState:
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
+            self._started = self._meta_written()
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
         except Exception as exc:  # noqa: BLE001 - an unreadable run must not take /metrics down
@@ -260,6 +320,9 @@ class RunState:
                 self._fail(f"read {table}", exc, count=not failed)
                 failed = True
         self._drop_stale_gpus()
+        if self._logprob_stale:
+            self._logprob_stale = False
+            self._settle_logprob()
         return not failed
 
     def _meta_now(self) -> dict[str, Any] | None:
@@ -272,6 +335,21 @@ class RunState:
             return read_meta(self.reader.location)
         except RLScopeError:
             return None
+
+    def _meta_written(self) -> float:
+        """When meta.json was last written (unix seconds): every job of the run writes it as it
+        starts (a resumed one merges its config in). Its ``created`` where the filesystem keeps
+        no time."""
+        assert self.reader is not None
+        loc = self.reader.location
+        try:
+            mtime_ns = loc.fs.get_file_info(loc.join(META_FILE)).mtime_ns
+        except Exception:  # noqa: BLE001 - a filesystem without the time: meta.json's own
+            mtime_ns = None
+        if mtime_ns is not None:
+            return mtime_ns / 1e9
+        created = self.meta.get("created")
+        return float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -286,7 +364,7 @@ class RunState:
     def _ingest_steps(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        self._dirty = True
+        self._dirty = self._logprob_stale = True
         step = rows.column("step").to_numpy()
         attempt = pc.fill_null(rows.column("attempt"), 0).to_numpy()
         when = pc.fill_null(rows.column("time"), -math.inf).to_numpy()
@@ -295,11 +373,14 @@ class RunState:
         names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         self._run_clock = max(self._run_clock, float(when.max()))
-        # a record (one log call: step, attempt, time) of validation metrics alone is no training
-        # step: verl's val_before_train logs one before the first step (and on a resume), so it
-        # neither moves the last step and its time nor makes an interval of the median
-        validation = np.array([is_validation_key(name) for name in names], dtype=bool)[key_index]
-        record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": ~validation})
+        # a record (one log call: step, attempt, time) that shows no training step by the step
+        # anatomy's rule (validation metrics, validation or checkpoint timers alone) is none: verl's
+        # val_before_train logs one before the first step (and on a resume), so it neither moves
+        # the last step and its time nor makes an interval of the median
+        shows = np.array([anatomy.makes_step(name, 1.0) for name in names], dtype=bool)[key_index]  # step timer: below
+        timer = np.array([name == anatomy.STEP_TIMER for name in names], dtype=bool)[key_index]
+        shows[timer] = anatomy.makes_step(anatomy.STEP_TIMER, value[timer])
+        record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": shows})
         trains = record.groupby(["step", "attempt", "when"], dropna=False)["trains"].transform("any").to_numpy()
         if not trains.all():
             self._validated = max(self._validated, float(when[~trains].max()))
@@ -347,14 +428,17 @@ class RunState:
         logged = pd.Series(when[trains]).groupby(step[trains]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
-        for s, a in pd.Series(attempt).groupby(step).max().items():
-            self._attempts[int(s)] = max(int(a), self._attempts.get(int(s), 0))
+        records = record.drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
+        new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
+        self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
+        gone = self._drop_superseded()
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
-        _keep_last(self._attempts, MEDIAN_STEPS)
         _keep_last(self._scores, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
+        if gone:
+            window = window.filter(pc.invert(pc.is_in(window.column("step"), pa.array(gone, pa.int64()))))
         steps = np.unique(window.column("step").to_numpy())
         self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
 
@@ -377,7 +461,7 @@ class RunState:
         self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_GONE_STEPS:]
         cols = ["n", "scored", "total", "zeros", "errors"]
         for (source, step), counts in df.groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards({})).add(int(step), counts.to_numpy())
+            self._rewards.setdefault(source, _SourceRewards()).add(int(step), counts.to_numpy())
             self._sent[source] += int(counts["n"])
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
@@ -429,6 +513,7 @@ class RunState:
             log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", self.run_dir, broken)
         if rows.num_rows == 0:
             return
+        self._logprob_stale = True
         # the summary's _sum and _count run over the tokens read, as Prometheus counts them: each
         # row's mean |delta| times its tokens (a row of no tokens has no mean). A row's tokens count
         # its infinite deltas, its mean (and max) leave them out. With no finite |delta| of 100 or
@@ -441,32 +526,76 @@ class RunState:
             finite = max((n or 0) - counts[-1], 0)
             self._logprob_abs_sum += (mean or 0.0) * finite
             self._logprob_tokens += finite
-        # the quantiles are of the step most recently logged: rows in the order they were logged,
-        # a step other than the current one starts a new histogram. A lower step logged later is
-        # a resumed attempt redoing it (the crashed attempt's rows of it must not stay mixed in,
-        # nor its higher steps hold the quantiles), and so is the same step once the steps table
-        # shows a higher attempt of it than when its histogram began
+        # the quantiles are of the step most recently logged, its rows in the order they were logged
+        # (not read): a row of another step logged later begins a new histogram, one logged before
+        # the newest row is a late flush (another writer's) and left out of it
         rows = rows.take(pc.sort_indices(pc.fill_null(rows.column("time"), -math.inf)))  # stable
-        start, reset = 0, False
-        for i, step in enumerate(rows.column("step").to_pylist()):
-            if step != self._logprob_step or self._resumed(step):
-                self._logprob_step, self._logprob_attempt = step, self._attempts.get(step)
-                start, reset = i, True
-        if reset:
-            self._logprob_counts = np.zeros(_N_BINS)
-        for counts in rows.column("abs_counts").slice(start).to_pylist():
-            self._logprob_counts += np.asarray(counts, dtype=float)
+        when = pc.fill_null(rows.column("time"), -math.inf).to_pylist()
+        steps, counts = rows.column("step").to_pylist(), rows.column("abs_counts").to_pylist()
+        for step, t, row in zip(steps, when, counts, strict=True):
+            if self._logprob_step is None or (step != self._logprob_step and t > self._logprob_newest):
+                self._logprob_back = self._logprob_step is not None and step < self._logprob_step
+                self._logprob_step, self._logprob_rows = step, []
+                self._logprob_floor = self._logprob_newest
+            if step == self._logprob_step and t > self._logprob_floor:
+                self._logprob_rows.append((t, np.asarray(row, dtype=float)))
+                self._logprob_newest = max(self._logprob_newest, t)
+        if len(self._logprob_rows) > _LOGPROB_ROWS:  # a step logged for ever: its oldest rows as one
+            self._logprob_rows.sort(key=lambda r: r[0])
+            cut = len(self._logprob_rows) - _LOGPROB_ROWS // 2
+            old, self._logprob_rows = self._logprob_rows[:cut], self._logprob_rows[cut:]
+            self._logprob_rows.insert(0, (old[-1][0], np.sum([c for _, c in old], axis=0)))
 
-    def _resumed(self, step: int) -> bool:
-        """Whether the steps table shows a higher attempt of ``step`` (the current histogram's
-        step) than when its histogram began."""
-        attempt = self._attempts.get(step)
-        if attempt is None:
-            return False
-        if self._logprob_attempt is None:  # the histogram began before its step record was read
-            self._logprob_attempt = attempt
-            return False
-        return attempt > self._logprob_attempt
+    def _settle_logprob(self) -> None:
+        """The histogram's counts: its rows logged since the run last went back before it.
+
+        The steps table tells when: a record logged after the histogram began, of a lower step
+        (a resume from an earlier checkpoint) or of its step with a higher attempt than its rows
+        had (the attempt of the step's record before them; else that of the run's newest record
+        then, unless the histogram itself began by going back, when the first record of the step
+        after its rows tells). Rows logged before that were the crashed attempt's: left out."""
+        if not self._logprob_rows:
+            self._logprob_counts = np.zeros(_N_BINS)
+            return
+        step = self._logprob_step
+        began = min(t for t, _ in self._logprob_rows)
+        before = [r for r in self._records if r[0] < began]
+        own = [a for _, s, a in before if s == step]
+        attempt = own[-1] if own else None if self._logprob_back or not before else before[-1][2]
+        cut = -math.inf
+        for t, s, a in self._records:
+            if t <= began:
+                continue
+            if s < step:  # the run went back below the histogram's step
+                cut, attempt = t, None
+            elif s == step:
+                if attempt is not None and a > attempt:  # its step again, by a later attempt
+                    cut = t
+                attempt = a if attempt is None else max(attempt, a)
+        self._logprob_counts = np.sum([c for t, c in self._logprob_rows if t >= cut] or [np.zeros(_N_BINS)], axis=0)
+
+    def _drop_superseded(self) -> list[int]:
+        """Forget the steps of a crashed attempt that a resumed one went back before; which ones.
+
+        A training step logged later than a higher one means the run resumed from a checkpoint
+        below that one: the steps above it logged before are the crashed attempt's, to be redone.
+        Kept by step number, they would hold the per-step windows (the last 64 steps' reward
+        ranges, durations and log times, the analyzers' last steps) until the resumed attempt
+        passed them, and a resume that went back further than a window would leave it none of
+        its own steps. Judged on logging time, not attempt: verl numbers attempts per step (a
+        step beyond the crashed attempt's last is attempt 0 again)."""
+        steps = sorted(self._log_times)
+        if len(steps) < 2:
+            return []
+        times = np.array([self._log_times[s] for s in steps])
+        before = np.maximum.accumulate(times)[:-1]  # the newest log of any lower step
+        gone = [s for s, t, b in zip(steps[1:], times[1:], before, strict=True) if math.isfinite(t) and b > t]
+        for s in gone:
+            for by_step in (self._log_times, self._durations, self._scores):
+                by_step.pop(s, None)
+        if gone:
+            self._max_step = max(self._log_times)
+        return gone
 
     # -- analyzers on the window ---------------------------------------------------------
 
@@ -479,13 +608,15 @@ class RunState:
         self._mfu = mfu.analyze(frames, anat, tail).mfu
         topo = topology.analyze(frames, anat, tail)
         self._recommended = {}
-        if topo.model is not None and topo.current != "colocated" and topo.current in topo.what_if.index:
+        # as diagnose's split-imbalanced finding: only for pools of known sizes (meta.json's split,
+        # adding up to the GPUs), against which a move is weighed, and it pays only from
+        # SPLIT_GAIN_MIN shorter steps; else the split there is
+        pools = topo.n_rollout is not None and topo.n_train is not None
+        if topo.model is not None and pools and topo.current != "colocated" and topo.current in topo.what_if.index:
             best = topo.what_if.loc[topo.current]
             split = int(best["n_rollout"]), int(best["n_train"])
-            # as diagnose's split-imbalanced finding: a move pays only from SPLIT_GAIN_MIN shorter steps
-            if topo.n_rollout is not None and topo.n_train is not None:
-                if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
-                    split = topo.n_rollout, topo.n_train
+            if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
+                split = topo.n_rollout, topo.n_train
             self._recommended = {"rollout": split[0], "train": split[1]}
 
     def _window_trajectories(self) -> pa.Table | None:
@@ -528,6 +659,8 @@ class RunState:
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
         if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
             out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
+        if math.isfinite(self._started):
+            out.append(("rlscope_run_start_timestamp_seconds", (), self._started))
         median = self._median_step_seconds()
         if not math.isnan(median):
             out.append(("rlscope_step_median_seconds", (), median))
