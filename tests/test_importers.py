@@ -663,8 +663,12 @@ def test_standard_input_is_cut_into_lines_as_a_file_is(tmp_path, monkeypatch):
 
         with open(path, "rb") as fh:
             from_file = list(_source._file_lines(fh, Tail(), follow=False))
-        monkeypatch.setattr(sys, "stdin", _stdin(data))
-        assert list(_source._stdin_lines(Tail(), follow=False)) == from_file, data
+        pieces, got, at = _source._Pieces(), [], 0
+        while at < len(data):  # read in blocks of any size, as a pipe gives them
+            size = rng.randrange(1, 40)
+            got += pieces.add(data[at : at + size])
+            at += size
+        assert [*got, *pieces.rest()] == from_file, data
 
 
 def _stdin(data: bytes) -> io.TextIOWrapper:
@@ -988,6 +992,46 @@ def test_follow_on_stdin_stops_at_max_seconds_whatever_the_pipe_does(tmp_path, w
         child.stdin.close()
     assert child.returncode == 0 and err == b"" and time.monotonic() - started < 15
     assert (b"0 steps" in out) == (writer == "silent")
+
+
+@pytest.mark.parametrize("source", ["stdin", "fifo"])
+def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
+    # lines come every 0.2 s, never quiet for a poll interval, fewer than 8 KiB in all: SIGTERM
+    # then ends the import with every line read imported, the one begun read as cut off
+    fifo = tmp_path / "live.fifo"
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run")]
+    args += ["--follow", "--poll", "1"]
+    if source == "fifo":
+        os.mkfifo(fifo)
+        args[5] = str(fifo)
+    child = subprocess.Popen(
+        args, stdin=subprocess.PIPE if source == "stdin" else None, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    writer = child.stdin if source == "stdin" else open(fifo, "wb")
+    try:
+        for step in range(1, 6):
+            writer.write(f"step:{step} - timing_s/step:1{step}.0 - a/b:{step}\n".encode())
+            writer.flush()
+            time.sleep(0.2)
+        writer.write(b"step:6 - timing_s/step:16.0 - a/")
+        writer.flush()
+        time.sleep(0.5)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    finally:
+        writer.close()
+    assert child.returncode == 0 and err == b""
+    if source == "stdin":
+        assert b"6 steps (1..6)" in out and b"'a/', may be cut off" in out
+    else:  # a FIFO read line by line: the line begun is still inside the read the signal ended
+        assert b"5 steps (1..5)" in out
+
+
+def test_utf16_on_a_followed_standard_input_is_named(tmp_path):
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run"), "--follow"]
+    text = "step:1 - timing_s/gen:1.5\nstep:2 - timing_s/gen:2.5\n".encode("utf-16-le")  # no byte-order mark
+    done = subprocess.run(args, input=text, capture_output=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith(b"rlscope: standard input: UTF-16 text")
 
 
 def test_a_closed_standard_input_is_one_line(tmp_path):

@@ -152,9 +152,7 @@ def read_lines(
     shrinks while followed (truncated by a log rotator) is read again from its start.
     """
     if path == "-":
-        # the peek before saw what the pipe had delivered, perhaps a byte: look again
-        lines = _stdin_lines(tail, follow)
-        yield from _numbered(_checked_first("standard input", lines, _STDIN_DECOMPRESS), on_overlong, on_unterminated)
+        yield from _numbered(_stdin_lines(tail, follow), on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
         chunks = _file_lines(fh, tail, follow)
@@ -164,27 +162,13 @@ def read_lines(
 
 
 def _checked_first(name: str, chunks: Iterator[bytes | None], decompress: str) -> Iterator[bytes | None]:
-    """``chunks``, whose first bytes are checked to look like text (gzip, UTF-16, binary): up
-    to ``_SNIFF_BYTES`` of them, or what came before the input went quiet or ended."""
-    held: list[bytes] = []
+    """``chunks``, the first of which is checked to look like text (gzip, UTF-16, binary)."""
     for chunk in chunks:
-        if chunk is None and not held:  # quiet before anything came: nothing to look at yet
+        if chunk:
+            _check_head(name, chunk[:_SNIFF_BYTES], decompress)
             yield chunk
-            continue
-        if chunk is not None:
-            held.append(chunk)
-            if sum(map(len, held)) < _SNIFF_BYTES:
-                continue
-        _check_head(name, b"".join(held)[:_SNIFF_BYTES], decompress)
-        yield from held
-        if chunk is None:
-            yield chunk
-        break
-    else:  # the input ended within the first bytes
-        if held:
-            _check_head(name, b"".join(held)[:_SNIFF_BYTES], decompress)
-            yield from held
-        return
+            break
+        yield chunk
     yield from chunks
 
 
@@ -219,22 +203,51 @@ def _numbered(
 def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
     """Pieces of standard input as :func:`_file_lines` gives a file's (a leading hole skipped
     too); while following, ``None`` whenever a poll interval passes without input, so that the
-    import writes what it has while a live job's pipe is quiet."""
+    import writes what it has while a live job's pipe is quiet.
+
+    Its first bytes are checked to look like text (:func:`_check_head`) as they are read: up to
+    ``_SNIFF_BYTES`` of them, or what came before it went quiet or ended. A look before the
+    import (not made for a followed pipe) may have seen only a byte of them."""
     assert sys.stdin is not None  # check_text_file refused a closed one
     stream = sys.stdin.buffer
     pieces = _Pieces()
+    head: bytes | None = b""  # what was read before the input was judged; None once it is
     try:
         # not followed: what the look at the input left buffered comes first
         blocks = _followed(stream.fileno(), tail) if follow else iter(lambda: stream.read1(MAX_LINE_BYTES), b"")
         for block in blocks:
-            if block is None:
+            if head is not None:  # not judged yet
+                if block is not None:
+                    head += block
+                    if not head.strip(b"\0"):  # a hole so far: nothing to judge, nothing to keep
+                        head = b""
+                    if len(head) < _SNIFF_BYTES:
+                        continue
+                elif not head:  # quiet before anything came
+                    yield None
+                    continue
+                yield from _judged(head, pieces)  # enough of it, or it went quiet
+                head = None
+                if block is None:
+                    yield None
+            elif block is None:
                 yield None
             else:
                 yield from pieces.add(block)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: what was read is the input
+        if head:
+            yield from _judged(head, pieces)
         yield from pieces.rest()
         raise
+    if head:
+        yield from _judged(head, pieces)
     yield from pieces.rest()
+
+
+def _judged(head: bytes, pieces: _Pieces) -> Iterator[bytes]:
+    """The pieces of standard input's first bytes, once they look like text."""
+    _check_head("standard input", head, _STDIN_DECOMPRESS)
+    yield from pieces.add(head)
 
 
 def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:

@@ -66,7 +66,9 @@ def _read_line(sink: StepSink, where: str, line: str, when: float | None, *, cut
     try:
         try:
             record = json.loads(line)
-        except ValueError:  # perhaps an integer of more digits than int() takes: read it as +-inf
+        except json.JSONDecodeError:  # not JSON: no second try
+            raise
+        except ValueError:  # an integer of more digits than int() takes: read it as +-inf
             record = _HUGE_INTEGERS.decode(line)
     except (ValueError, RecursionError) as exc:
         if cut:  # the last line, cut off where a copy stopped: told, not a bad line (as in the other formats)
