@@ -72,7 +72,7 @@ def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSu
         if not tail.follow:
             raise
         return summary
-    return sink.close()
+    return sink.close(interrupted=tail.interrupted)
 
 
 def each_source(paths: list[str], tail: Tail) -> Iterator[tuple[str, str, bool]]:
