@@ -420,6 +420,53 @@ def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
     assert [s for s, a in enumerate(alerting, 1) if a] == [*range(14, 22), *range(34, 41)]
 
 
+def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_path):
+    # math: half zeros (policy lag 1) in steps 1-15; the crashed attempt scores only zeros (lag 4) in
+    # 16-22 and alerts; the job resumes from the checkpoint of step 15 and redoes 16, 17, ... healthy
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+
+    def step(s: int, collapsed: bool, attempt: int = 0) -> None:
+        rows = [
+            {
+                "data_source": "math",
+                "reward": 0.0 if collapsed else float(i % 2),
+                "reward_status": "ok",
+                "policy_version_start": s - (4 if collapsed else 1),
+                "trainer_version": s,
+            }
+            for i in range(10)
+        ]
+        rec.log_trajectories(s, rows)
+        rec.log_step(s, {"timing_s/step": 20.0}, attempt=attempt)
+        rec.flush()
+
+    redo = {}
+    try:
+        for s in range(1, 23):
+            step(s, collapsed=s > 15)
+        assert _alerting(registry, "math")
+        time.sleep(0.01)
+        for s in range(16, 26):
+            step(s, collapsed=False, attempt=1)
+            redo[s] = (
+                _alerting(registry, "math"),
+                _value(registry, "rlscope_reward_zero_ratio", source="math"),
+                _value(registry, "rlscope_staleness", quantile="0.5"),
+            )
+    finally:
+        rec.close()
+    # the crashed attempt's steps 17-22 are forgotten at once: no alert through the redo; the window is
+    # the redone steps' (step 16 alone has the crashed attempt's samples too, no gauge without a newer step)
+    assert not any(a for a, _, _ in redo.values())
+    assert redo[17][1] == 0.5
+    assert redo[20][1] == 0.5
+    # staleness of the last 2 steps: 16 (10 samples of lag 4, 10 of lag 1) and 17 (10 of lag 1)
+    assert redo[17][2] == 1.0
+    # the baseline: steps 1-15 and the redone 17-20, all half zeros (16 held out with the collapse)
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
 def test_rewards_by_source_tell_errors_from_zeros(run):
     registry, _ = _registry(run)
     # math: last 5 steps (4-8) all zero; the 3 steps before (half zero) are too few for a baseline

@@ -169,6 +169,20 @@ class _SourceRewards:
         self.base_zeros += counts[3]
         self.base_steps += int(new_step)
 
+    def forget(self, gone: set[int]) -> None:
+        """Forget the steps of a crashed attempt that a resumed one went back before: they leave
+        the window without going into the baseline, and those that had left it already (and went
+        into the baseline) are taken out of it again, to be counted once, when redone. (A step
+        of the crashed attempt that left longer ago stays in the baseline: its counts are gone.)"""
+        for step in gone & self.recent.keys():
+            del self.recent[step]
+        for step in gone & self.left.keys():
+            counts, held = self.left.pop(step)
+            if not held:
+                self.base_scored -= counts[1]
+                self.base_zeros -= counts[3]
+                self.base_steps -= int(counts[1] > 0)
+
     def gauges(self, since: int) -> dict[str, float]:
         """The source's gauges; none when it has had no samples since step ``since``, so that its
         series go stale and an alert on a source that stopped appearing resolves. (A source that
@@ -432,6 +446,8 @@ class RunState:
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
         gone = self._drop_superseded()
+        if gone:
+            self._forget_trajectories(gone)
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
         _keep_last(self._scores, MEDIAN_STEPS)
@@ -441,6 +457,23 @@ class RunState:
             window = window.filter(pc.invert(pc.is_in(window.column("step"), pa.array(gone, pa.int64()))))
         steps = np.unique(window.column("step").to_numpy())
         self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
+
+    def _forget_trajectories(self, gone: list[int]) -> None:
+        """Forget the trajectories of a crashed attempt's steps that a resumed one went back before:
+        those of the ``gone`` steps, and of any step above them (one the crashed attempt began and
+        never logged). Done as the steps are read, before the trajectories of the same refresh, so
+        the resumed attempt's own are kept; its reward windows, tail share and staleness are then
+        its own steps', not the crashed attempt's."""
+        top = max(gone)
+        drop = set(gone)
+        drop |= {s for s in self._traj if s > top} | {s for s in self._reward_steps if s > top}
+        for rewards in self._rewards.values():
+            drop |= {s for s in (*rewards.recent, *rewards.left) if s > top}
+        for s in drop & self._traj.keys():
+            del self._traj[s]
+        self._reward_steps = [s for s in self._reward_steps if s not in drop]
+        for rewards in self._rewards.values():
+            rewards.forget(drop)
 
     def _ingest_trajectories(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
