@@ -29,7 +29,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
-from rlscope.advice.thresholds import REWARD_ERROR_WARN, REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.advice.thresholds import (
+    REWARD_COLLAPSE_MIN_SAMPLES,
+    REWARD_ERROR_WARN,
+    REWARD_ZERO_COLLAPSE,
+    REWARD_ZERO_RISE_MIN,
+)
 from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
@@ -465,6 +470,25 @@ def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_
     assert redo[17][2] == 1.0
     # the baseline: steps 1-15 and the redone 17-20, all half zeros (16 held out with the collapse)
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
+def test_a_source_of_few_samples_a_step_holds_no_chance_zero_steps_out_of_its_baseline(tmp_path):
+    # one sample a step, zero on odd steps and, by chance, in 11-15 too: 5 samples in a window are
+    # too few to call a collapse, so steps 11-15 stay in the baseline, as diagnose counts them
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 31):
+            zero = step % 2 == 1 or 11 <= step <= 15
+            rec.log_trajectories(step, [{"data_source": "one", "reward": 0.0 if zero else 1.0, "reward_status": "ok"}])
+            rec.flush()
+    finally:
+        rec.close()
+    assert REWARD_COLLAPSE_MIN_SAMPLES > 5
+    # the baseline is steps 1-25: 5 odd zeros in 1-10, 11-15, and 5 odd zeros in 16-25
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="one") == pytest.approx(15 / 25)
+    # the window, steps 26-30: 27 and 29
+    assert _value(registry, "rlscope_reward_zero_ratio", source="one") == pytest.approx(2 / 5)
 
 
 def test_rewards_by_source_tell_errors_from_zeros(run):

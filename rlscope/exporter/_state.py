@@ -24,7 +24,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN, SPLIT_GAIN_MIN
+from rlscope.advice.thresholds import (
+    REWARD_COLLAPSE_MIN_SAMPLES,
+    REWARD_ZERO_COLLAPSE,
+    REWARD_ZERO_RISE_MIN,
+    SPLIT_GAIN_MIN,
+)
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
@@ -94,7 +99,8 @@ class _SourceRewards:
 
     A window (``REWARD_WINDOW_STEPS`` steps in a row) is a collapse when it meets the alert's
     condition against the baseline of the steps before it: ``REWARD_ZERO_COLLAPSE`` zeros,
-    ``REWARD_ZERO_RISE_MIN`` above that baseline. A step that scored (almost) only zeros and was
+    ``REWARD_ZERO_RISE_MIN`` above that baseline, with ``REWARD_COLLAPSE_MIN_SAMPLES`` scored
+    samples at least (a source scored once or twice a step has all-zero windows by chance). A step that scored (almost) only zeros and was
     in a window that was a collapse stays out of the baseline: a collapse that lasts must not
     become its own baseline and end the alert. Each step is judged when it leaves the window, on
     every window it was in, with their counts as they are then; so no step is held out on a
@@ -203,9 +209,11 @@ class _SourceRewards:
 
 def _collapse(window: np.ndarray, base_scored: float, base_zeros: float, base_steps: int) -> bool:
     """Whether a window's counts are a zero collapse against a baseline, as the alert judges it
-    (with the baseline it is served with: ``REWARD_WINDOW_STEPS`` steps at least)."""
+    (with the baseline it is served with: ``REWARD_WINDOW_STEPS`` steps at least), from
+    ``REWARD_COLLAPSE_MIN_SAMPLES`` scored samples in the window: fewer are all zeros by chance
+    too often to hold steps out of the baseline on them (it would drift down)."""
     scored, zeros = window[1], window[3]
-    if scored <= 0 or base_scored <= 0 or base_steps < REWARD_WINDOW_STEPS:
+    if scored < REWARD_COLLAPSE_MIN_SAMPLES or base_scored <= 0 or base_steps < REWARD_WINDOW_STEPS:
         return False
     share = zeros / scored
     return share >= REWARD_ZERO_COLLAPSE and share - base_zeros / base_scored >= REWARD_ZERO_RISE_MIN
