@@ -660,6 +660,24 @@ def test_deltas_logged_before_their_step_after_a_resume_are_not_mixed_with_the_c
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
 
 
+def test_deltas_logged_before_a_redone_step_s_record_are_counted(tmp_path):
+    # the Recorder's order, deltas before the step's record: attempt 0 logs steps 1-4 (|delta| 0.05)
+    # and crashes; attempt 1 resumes from step 2 and redoes step 3 (0.0013). Step 3's record of
+    # attempt 0, logged before step 4's, is the crashed attempt's: the redone rows are the histogram
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(s, 0, t0 + 10 * s, "timing_s/step", 10.0) for s in range(1, 5)], 1)
+    _write_logprob(path, [(s, t0 + 10 * s - 2, 0.05, 1000) for s in range(1, 5)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 4.0
+    _write_logprob(path, [(3, t0 + 100, 0.0013, 1000)], 2)
+    _write_steps(path, [(3, 1, t0 + 110, "timing_s/step", 10.0)], 2)
+    assert _value(registry, "rlscope_last_step") == 3.0
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+
+
 def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
     # a Recorder user who never moves the step: its rows are kept apart only up to a bound
     path, t0 = tmp_path / "run", time.time() - 10_000

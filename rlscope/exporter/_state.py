@@ -592,17 +592,23 @@ class RunState:
 
         The steps table tells when: a record logged after the histogram began, of a lower step
         (a resume from an earlier checkpoint) or of its step with a higher attempt than its rows
-        had (the attempt of the step's record before them; else that of the run's newest record
-        then, unless the histogram itself began by going back, when the first record of the step
-        after its rows tells). Rows logged before that were the crashed attempt's: left out."""
+        had (the attempt of the step's records just before them, no other step's between; else
+        that of the run's newest record then, unless the histogram itself began by going back or
+        its step was logged before another step's, by an attempt that crashed: then the first
+        record of the step after its rows tells). Rows logged before that were the crashed
+        attempt's: left out."""
         if not self._logprob_rows:
             self._logprob_counts = np.zeros(_N_BINS)
             return
         step = self._logprob_step
         began = min(t for t, _ in self._logprob_rows)
         before = [r for r in self._records if r[0] < began]
-        own = [a for _, s, a in before if s == step]
-        attempt = own[-1] if own else None if self._logprob_back or not before else before[-1][2]
+        # the step's records since the newest one of another step: a record of the step logged
+        # before a lower step's was a crashed attempt's (it says nothing of the rows' attempt)
+        other = max((i for i, (_, s, _) in enumerate(before) if s != step), default=-1)
+        own = [a for _, s, a in before[other + 1 :]]
+        redone = any(s == step for _, s, _ in before[: other + 1])
+        attempt = own[-1] if own else None if self._logprob_back or redone or not before else before[-1][2]
         cut = -math.inf
         for t, s, a in self._records:
             if t <= began:
