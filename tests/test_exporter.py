@@ -58,6 +58,7 @@ def _value(registry: CollectorRegistry, name: str, run: str = "run", **labels: s
 def _write_steps(path: Path, rows: list[tuple[int, int, float, str, float]], seq: int) -> None:
     """One steps segment of (step, attempt, time, key, value) rows, logged at the times given."""
     step, attempt, when, key, value = (list(c) for c in zip(*rows, strict=True))
+    when = pa.array(when, pa.float64())
     table = pa.table({"step": step, "attempt": pa.array(attempt, pa.int32()), "time": when, "key": key, "value": value})
     write_segment(path, "steps", table, writer_id="test", seq=seq)
 
@@ -605,7 +606,7 @@ def _write_logprob(path: Path, rows: list[tuple[int, float, float, int]], seq: i
     table = pa.table(
         {
             "step": [r[0] for r in rows],
-            "time": [r[1] for r in rows],
+            "time": pa.array([r[1] for r in rows], pa.float64()),
             "n_tokens": [r[3] for r in rows],
             "abs_counts": counts,
             "abs_mean": [r[2] for r in rows],
@@ -676,6 +677,50 @@ def test_deltas_logged_before_a_redone_step_s_record_are_counted(tmp_path):
     assert _value(registry, "rlscope_last_step") == 3.0
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+
+
+@pytest.mark.parametrize("no_time", [math.nan, None])
+def test_a_record_with_no_time_is_never_the_newest(tmp_path, no_time):
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(1, 0, no_time, "timing_s/step", 10.0), (2, 0, t0 + 20, "timing_s/step", 10.0)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 2.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 20
+    _write_steps(path, [(3, 0, no_time, "timing_s/step", 10.0), (4, 0, t0 + 40, "timing_s/step", 10.0)], 2)
+    assert _value(registry, "rlscope_last_step") == 4.0
+    _write_steps(path, [(5, 0, t0 + 50, "timing_s/step", 10.0)], 3)
+    assert _value(registry, "rlscope_last_step") == 5.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 50
+
+
+@pytest.mark.parametrize("no_time", [math.nan, None])
+def test_log_prob_rows_are_counted_beside_records_with_no_time(tmp_path, no_time):
+    # step 2's deltas (0.0013) logged at t0 + 15, its record at t0 + 20, and a record of step 1
+    # with no time: it says nothing of when the run went back, so the rows are counted
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(1, 0, t0 + 10, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(2, t0 + 15, 0.0013, 1000)], 1)
+    _write_steps(path, [(2, 0, t0 + 20, "timing_s/step", 10.0), (1, 0, no_time, "actor/entropy", 1.0)], 2)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 2.0
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    # a row with no time of step 3 (0.05) is taken as new: the step's histogram
+    _write_logprob(path, [(3, no_time, 0.05, 1000)], 2)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+
+
+def test_a_log_prob_row_with_no_time_is_counted(tmp_path):
+    path = tmp_path / "run"
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(1, 0, None, "timing_s/step", 10.0), (2, 0, None, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(2, math.nan, 0.0013, 1000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
 
 
 def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):

@@ -389,7 +389,8 @@ class RunState:
         self._dirty = self._logprob_stale = True
         step = rows.column("step").to_numpy()
         attempt = pc.fill_null(rows.column("attempt"), 0).to_numpy()
-        when = pc.fill_null(rows.column("time"), -math.inf).to_numpy()
+        when = pc.fill_null(rows.column("time"), -math.inf).to_numpy().copy()
+        when[~np.isfinite(when)] = -math.inf  # no time (null, NaN): before every other record, never the newest
         value = rows.column("value").to_numpy(zero_copy_only=False).astype(float)
         uniq = pc.unique(rows.column("key"))
         names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
@@ -523,7 +524,7 @@ class RunState:
     def _ingest_gpu(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        rows = rows.filter(pc.is_valid(rows.column("time"))).sort_by("time")
+        rows = rows.filter(pc.is_finite(rows.column("time"))).sort_by("time")  # a NaN time would sort last
         if rows.num_rows:
             self._run_clock = max(self._run_clock, float(rows.column("time")[-1].as_py()))
         latest = rows.group_by(["host", "gpu"], use_threads=False).aggregate(
@@ -569,16 +570,21 @@ class RunState:
             self._logprob_tokens += finite
         # the quantiles are of the step most recently logged, its rows in the order they were logged
         # (not read): a row of another step logged later begins a new histogram, one logged before
-        # the newest row is a late flush (another writer's) and left out of it
-        rows = rows.take(pc.sort_indices(pc.fill_null(rows.column("time"), -math.inf)))  # stable
-        when = pc.fill_null(rows.column("time"), -math.inf).to_pylist()
-        steps, counts = rows.column("step").to_pylist(), rows.column("abs_counts").to_pylist()
-        for step, t, row in zip(steps, when, counts, strict=True):
-            if self._logprob_step is None or (step != self._logprob_step and t > self._logprob_newest):
+        # the newest row is a late flush (another writer's) and left out of it. A row with no time
+        # (null, NaN) cannot be placed: it is taken as new, logged at the run's newest time so far
+        when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
+        order = np.argsort(np.where(np.isfinite(when), when, -math.inf), kind="stable")
+        steps, counts = rows.column("step").to_numpy()[order], rows.column("abs_counts").to_pylist()
+        for step, t, i in zip(steps.tolist(), when[order].tolist(), order.tolist(), strict=True):
+            row = counts[i]
+            timeless = not math.isfinite(t)
+            if timeless:
+                t = max(self._logprob_newest, self._run_clock)
+            if self._logprob_step is None or (step != self._logprob_step and (timeless or t > self._logprob_newest)):
                 self._logprob_back = self._logprob_step is not None and step < self._logprob_step
                 self._logprob_step, self._logprob_rows = step, []
                 self._logprob_floor = self._logprob_newest
-            if step == self._logprob_step and t > self._logprob_floor:
+            if step == self._logprob_step and (timeless or t > self._logprob_floor):
                 self._logprob_rows.append((t, np.asarray(row, dtype=float)))
                 self._logprob_newest = max(self._logprob_newest, t)
         if len(self._logprob_rows) > _LOGPROB_ROWS:  # a step logged for ever: its oldest rows as one
