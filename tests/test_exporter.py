@@ -1022,6 +1022,23 @@ def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):
     assert _value(registry, "rlscope_configured_gpus", "sep", role="rollout") == 46  # the split still holds
 
 
+@pytest.mark.parametrize("created", [1.7e9, 10**400], ids=["float", "huge-int"])
+def test_a_created_time_too_big_for_a_float_is_no_start(tmp_path, monkeypatch, created):
+    # a filesystem that keeps no modification time (here: meta.json's looked up under a name that
+    # does not exist) serves meta.json's created as the start: one too big for a float is none
+    from rlscope.exporter import _state
+
+    with Recorder(tmp_path / "run", {"precision": "bf16"}) as rec:
+        rec.log_step(1, {"timing_s/step": 1.0})
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    (tmp_path / "run" / "meta.json").write_text(json.dumps({**meta, "created": created}))
+    monkeypatch.setattr(_state, "META_FILE", "no-such-file.json")
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_run_up") == 1.0
+    assert _value(registry, "rlscope_last_step") == 1.0
+    assert _value(registry, "rlscope_run_start_timestamp_seconds") == (1.7e9 if created == 1.7e9 else None)
+
+
 def test_serve_http_and_stop(run):
     with serve(run, port=0, min_refresh_s=0) as server:
         assert server.url.startswith("http://127.0.0.1:")

@@ -371,7 +371,12 @@ class RunState:
         if mtime_ns is not None:
             return mtime_ns / 1e9
         created = self.meta.get("created")
-        return float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else math.nan
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
+            return math.nan
+        try:
+            return float(created)
+        except OverflowError:  # JSON has no bound on integers
+            return math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
