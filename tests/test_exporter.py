@@ -492,6 +492,26 @@ def test_a_source_of_few_samples_a_step_holds_no_chance_zero_steps_out_of_its_ba
     assert _value(registry, "rlscope_reward_zero_ratio", source="one") == pytest.approx(2 / 5)
 
 
+def test_late_pieces_of_an_old_step_do_not_count_it_again_in_the_baseline(tmp_path):
+    # "late": errors only in steps 1-5, 10 scored samples a step in 6-13; then two late scored pieces
+    # of step 1, older than the steps kept apart (5-8). Steps 1-8 left the 5-step window, and of them
+    # 1, 6, 7 and 8 have scores: 4 steps, too few for a baseline (counting step 1 twice made 5)
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    scored = [{"data_source": "late", "reward": float(i % 2), "reward_status": "ok"} for i in range(10)]
+    failed = [{"data_source": "late", "reward": None, "reward_status": "error"} for _ in range(10)]
+    seen: set[int] = set()
+    try:
+        for step in [*range(1, 14), 1, 1]:
+            rec.log_trajectories(step, failed if step <= 5 and step not in seen else scored)
+            seen.add(step)
+            rec.flush()
+            _value(registry, "rlscope_run_up")
+    finally:
+        rec.close()
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="late") is None
+
+
 def test_rewards_by_source_tell_errors_from_zeros(run):
     registry, _ = _registry(run)
     # math: last 5 steps (4-8) all zero; the 3 steps before (half zero) are too few for a baseline

@@ -125,8 +125,10 @@ class _SourceRewards:
             if not held:
                 self._to_baseline(counts, new_step=old[1] <= 0 < old[1] + counts[1])
             self.left[step] = (old + counts, held)
-        else:  # older than the window: into the baseline, as diagnose counts it
-            self._to_baseline(counts, new_step=counts[1] > 0)
+        else:  # older than the window: into the baseline, as diagnose counts it; no new step (a step
+            # this old had most likely scored before, and counting each late piece again would serve
+            # a baseline of too few steps; a step that had not is left uncounted, which only delays it)
+            self._to_baseline(counts, new_step=False)
             if self.left and step > min(self.left):
                 self._keep_left(step, counts.copy(), held=False)
         while len(self.recent) > REWARD_WINDOW_STEPS:
