@@ -29,7 +29,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlscope import Recorder
-from rlscope.advice.thresholds import REWARD_ERROR_WARN, REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN
+from rlscope.advice.thresholds import (
+    REWARD_COLLAPSE_MIN_SAMPLES,
+    REWARD_ERROR_WARN,
+    REWARD_ZERO_COLLAPSE,
+    REWARD_ZERO_RISE_MIN,
+)
 from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
@@ -53,6 +58,7 @@ def _value(registry: CollectorRegistry, name: str, run: str = "run", **labels: s
 def _write_steps(path: Path, rows: list[tuple[int, int, float, str, float]], seq: int) -> None:
     """One steps segment of (step, attempt, time, key, value) rows, logged at the times given."""
     step, attempt, when, key, value = (list(c) for c in zip(*rows, strict=True))
+    when = pa.array(when, pa.float64())
     table = pa.table({"step": step, "attempt": pa.array(attempt, pa.int32()), "time": when, "key": key, "value": value})
     write_segment(path, "steps", table, writer_id="test", seq=seq)
 
@@ -420,6 +426,92 @@ def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
     assert [s for s, a in enumerate(alerting, 1) if a] == [*range(14, 22), *range(34, 41)]
 
 
+def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_path):
+    # math: half zeros (policy lag 1) in steps 1-15; the crashed attempt scores only zeros (lag 4) in
+    # 16-22 and alerts; the job resumes from the checkpoint of step 15 and redoes 16, 17, ... healthy
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+
+    def step(s: int, collapsed: bool, attempt: int = 0) -> None:
+        rows = [
+            {
+                "data_source": "math",
+                "reward": 0.0 if collapsed else float(i % 2),
+                "reward_status": "ok",
+                "policy_version_start": s - (4 if collapsed else 1),
+                "trainer_version": s,
+            }
+            for i in range(10)
+        ]
+        rec.log_trajectories(s, rows)
+        rec.log_step(s, {"timing_s/step": 20.0}, attempt=attempt)
+        rec.flush()
+
+    redo = {}
+    try:
+        for s in range(1, 23):
+            step(s, collapsed=s > 15)
+        assert _alerting(registry, "math")
+        time.sleep(0.01)
+        for s in range(16, 26):
+            step(s, collapsed=False, attempt=1)
+            redo[s] = (
+                _alerting(registry, "math"),
+                _value(registry, "rlscope_reward_zero_ratio", source="math"),
+                _value(registry, "rlscope_staleness", quantile="0.5"),
+            )
+    finally:
+        rec.close()
+    # the crashed attempt's steps 17-22 are forgotten at once: no alert through the redo; the window is
+    # the redone steps' (step 16 alone has the crashed attempt's samples too, no gauge without a newer step)
+    assert not any(a for a, _, _ in redo.values())
+    assert redo[17][1] == 0.5
+    assert redo[20][1] == 0.5
+    # staleness of the last 2 steps: 16 (10 samples of lag 4, 10 of lag 1) and 17 (10 of lag 1)
+    assert redo[17][2] == 1.0
+    # the baseline: steps 1-15 and the redone 17-20, all half zeros (16 held out with the collapse)
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
+def test_a_source_of_few_samples_a_step_holds_no_chance_zero_steps_out_of_its_baseline(tmp_path):
+    # one sample a step, zero on odd steps and, by chance, in 11-15 too: 5 samples in a window are
+    # too few to call a collapse, so steps 11-15 stay in the baseline, as diagnose counts them
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 31):
+            zero = step % 2 == 1 or 11 <= step <= 15
+            rec.log_trajectories(step, [{"data_source": "one", "reward": 0.0 if zero else 1.0, "reward_status": "ok"}])
+            rec.flush()
+    finally:
+        rec.close()
+    assert REWARD_COLLAPSE_MIN_SAMPLES > 5
+    # the baseline is steps 1-25: 5 odd zeros in 1-10, 11-15, and 5 odd zeros in 16-25
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="one") == pytest.approx(15 / 25)
+    # the window, steps 26-30: 27 and 29
+    assert _value(registry, "rlscope_reward_zero_ratio", source="one") == pytest.approx(2 / 5)
+
+
+def test_late_pieces_of_an_old_step_do_not_count_it_again_in_the_baseline(tmp_path):
+    # "late": errors only in steps 1-5, 10 scored samples a step in 6-13; then two late scored pieces
+    # of step 1, older than the steps kept apart (5-8). Steps 1-8 left the 5-step window, and of them
+    # 1, 6, 7 and 8 have scores: 4 steps, too few for a baseline (counting step 1 twice made 5)
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    scored = [{"data_source": "late", "reward": float(i % 2), "reward_status": "ok"} for i in range(10)]
+    failed = [{"data_source": "late", "reward": None, "reward_status": "error"} for _ in range(10)]
+    seen: set[int] = set()
+    try:
+        for step in [*range(1, 14), 1, 1]:
+            rec.log_trajectories(step, failed if step <= 5 and step not in seen else scored)
+            seen.add(step)
+            rec.flush()
+            _value(registry, "rlscope_run_up")
+    finally:
+        rec.close()
+    assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="late") is None
+
+
 def test_rewards_by_source_tell_errors_from_zeros(run):
     registry, _ = _registry(run)
     # math: last 5 steps (4-8) all zero; the 3 steps before (half zero) are too few for a baseline
@@ -534,7 +626,7 @@ def _write_logprob(path: Path, rows: list[tuple[int, float, float, int]], seq: i
     table = pa.table(
         {
             "step": [r[0] for r in rows],
-            "time": [r[1] for r in rows],
+            "time": pa.array([r[1] for r in rows], pa.float64()),
             "n_tokens": [r[3] for r in rows],
             "abs_counts": counts,
             "abs_mean": [r[2] for r in rows],
@@ -587,6 +679,68 @@ def test_deltas_logged_before_their_step_after_a_resume_are_not_mixed_with_the_c
     # says only after the fact that the run went back, and the rows after it are
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+
+
+def test_deltas_logged_before_a_redone_step_s_record_are_counted(tmp_path):
+    # the Recorder's order, deltas before the step's record: attempt 0 logs steps 1-4 (|delta| 0.05)
+    # and crashes; attempt 1 resumes from step 2 and redoes step 3 (0.0013). Step 3's record of
+    # attempt 0, logged before step 4's, is the crashed attempt's: the redone rows are the histogram
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(s, 0, t0 + 10 * s, "timing_s/step", 10.0) for s in range(1, 5)], 1)
+    _write_logprob(path, [(s, t0 + 10 * s - 2, 0.05, 1000) for s in range(1, 5)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 4.0
+    _write_logprob(path, [(3, t0 + 100, 0.0013, 1000)], 2)
+    _write_steps(path, [(3, 1, t0 + 110, "timing_s/step", 10.0)], 2)
+    assert _value(registry, "rlscope_last_step") == 3.0
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+
+
+@pytest.mark.parametrize("no_time", [math.nan, None])
+def test_a_record_with_no_time_is_never_the_newest(tmp_path, no_time):
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(1, 0, no_time, "timing_s/step", 10.0), (2, 0, t0 + 20, "timing_s/step", 10.0)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 2.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 20
+    _write_steps(path, [(3, 0, no_time, "timing_s/step", 10.0), (4, 0, t0 + 40, "timing_s/step", 10.0)], 2)
+    assert _value(registry, "rlscope_last_step") == 4.0
+    _write_steps(path, [(5, 0, t0 + 50, "timing_s/step", 10.0)], 3)
+    assert _value(registry, "rlscope_last_step") == 5.0
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 50
+
+
+@pytest.mark.parametrize("no_time", [math.nan, None])
+def test_log_prob_rows_are_counted_beside_records_with_no_time(tmp_path, no_time):
+    # step 2's deltas (0.0013) logged at t0 + 15, its record at t0 + 20, and a record of step 1
+    # with no time: it says nothing of when the run went back, so the rows are counted
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(1, 0, t0 + 10, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(2, t0 + 15, 0.0013, 1000)], 1)
+    _write_steps(path, [(2, 0, t0 + 20, "timing_s/step", 10.0), (1, 0, no_time, "actor/entropy", 1.0)], 2)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_last_step") == 2.0
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    # a row with no time of step 3 (0.05) is taken as new: the step's histogram
+    _write_logprob(path, [(3, no_time, 0.05, 1000)], 2)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+
+
+def test_a_log_prob_row_with_no_time_is_counted(tmp_path):
+    path = tmp_path / "run"
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(1, 0, None, "timing_s/step", 10.0), (2, 0, None, "timing_s/step", 10.0)], 1)
+    _write_logprob(path, [(2, math.nan, 0.0013, 1000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
 
 
 def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
@@ -886,6 +1040,23 @@ def test_a_meta_json_value_too_big_for_a_float_is_ignored(tmp_path):
     registry, _ = _registry(tmp_path / "sep")
     assert _value(registry, "rlscope_run_up", "sep") == 1.0
     assert _value(registry, "rlscope_configured_gpus", "sep", role="rollout") == 46  # the split still holds
+
+
+@pytest.mark.parametrize("created", [1.7e9, 10**400], ids=["float", "huge-int"])
+def test_a_created_time_too_big_for_a_float_is_no_start(tmp_path, monkeypatch, created):
+    # a filesystem that keeps no modification time (here: meta.json's looked up under a name that
+    # does not exist) serves meta.json's created as the start: one too big for a float is none
+    from rlscope.exporter import _state
+
+    with Recorder(tmp_path / "run", {"precision": "bf16"}) as rec:
+        rec.log_step(1, {"timing_s/step": 1.0})
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    (tmp_path / "run" / "meta.json").write_text(json.dumps({**meta, "created": created}))
+    monkeypatch.setattr(_state, "META_FILE", "no-such-file.json")
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_run_up") == 1.0
+    assert _value(registry, "rlscope_last_step") == 1.0
+    assert _value(registry, "rlscope_run_start_timestamp_seconds") == (1.7e9 if created == 1.7e9 else None)
 
 
 def test_serve_http_and_stop(run):

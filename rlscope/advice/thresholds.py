@@ -32,6 +32,7 @@ __all__ = [
     "MOE_FLIP_DELTA",
     "OVERLAPPING_TIMERS_TOLERANCE",
     "RECENT_FRACTION",
+    "REWARD_COLLAPSE_MIN_SAMPLES",
     "REWARD_ERROR_CRITICAL",
     "REWARD_ERROR_WARN",
     "REWARD_ZERO_COLLAPSE",
@@ -134,3 +135,10 @@ REWARD_ERROR_CRITICAL = 0.50
 # recent quarter of the run, was at least 30 points lower.
 REWARD_ZERO_COLLAPSE = 0.90
 REWARD_ZERO_RISE_MIN = 0.30
+# The live exporter holds the zero steps of a collapse out of a source's baseline (so a lasting
+# collapse does not become its own baseline), judging each 5-step window. A window of a few
+# samples (a source scored 1-2 times a step) is all zeros by chance often enough that holding
+# its steps out drags the baseline down and makes chance windows look like collapses: a window
+# holds steps out only from this many scored samples (20: a window of 90% zeros from a source
+# that scores zero half the time is then a 1-in-5,000 chance; of 5 samples, 1 in 32).
+REWARD_COLLAPSE_MIN_SAMPLES = 20

@@ -24,7 +24,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlscope.advice.thresholds import REWARD_ZERO_COLLAPSE, REWARD_ZERO_RISE_MIN, SPLIT_GAIN_MIN
+from rlscope.advice.thresholds import (
+    REWARD_COLLAPSE_MIN_SAMPLES,
+    REWARD_ZERO_COLLAPSE,
+    REWARD_ZERO_RISE_MIN,
+    SPLIT_GAIN_MIN,
+)
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
@@ -94,7 +99,8 @@ class _SourceRewards:
 
     A window (``REWARD_WINDOW_STEPS`` steps in a row) is a collapse when it meets the alert's
     condition against the baseline of the steps before it: ``REWARD_ZERO_COLLAPSE`` zeros,
-    ``REWARD_ZERO_RISE_MIN`` above that baseline. A step that scored (almost) only zeros and was
+    ``REWARD_ZERO_RISE_MIN`` above that baseline, with ``REWARD_COLLAPSE_MIN_SAMPLES`` scored
+    samples at least (a source scored once or twice a step has all-zero windows by chance). A step that scored (almost) only zeros and was
     in a window that was a collapse stays out of the baseline: a collapse that lasts must not
     become its own baseline and end the alert. Each step is judged when it leaves the window, on
     every window it was in, with their counts as they are then; so no step is held out on a
@@ -119,8 +125,10 @@ class _SourceRewards:
             if not held:
                 self._to_baseline(counts, new_step=old[1] <= 0 < old[1] + counts[1])
             self.left[step] = (old + counts, held)
-        else:  # older than the window: into the baseline, as diagnose counts it
-            self._to_baseline(counts, new_step=counts[1] > 0)
+        else:  # older than the window: into the baseline, as diagnose counts it; no new step (a step
+            # this old had most likely scored before, and counting each late piece again would serve
+            # a baseline of too few steps; a step that had not is left uncounted, which only delays it)
+            self._to_baseline(counts, new_step=False)
             if self.left and step > min(self.left):
                 self._keep_left(step, counts.copy(), held=False)
         while len(self.recent) > REWARD_WINDOW_STEPS:
@@ -169,6 +177,20 @@ class _SourceRewards:
         self.base_zeros += counts[3]
         self.base_steps += int(new_step)
 
+    def forget(self, gone: set[int]) -> None:
+        """Forget the steps of a crashed attempt that a resumed one went back before: they leave
+        the window without going into the baseline, and those that had left it already (and went
+        into the baseline) are taken out of it again, to be counted once, when redone. (A step
+        of the crashed attempt that left longer ago stays in the baseline: its counts are gone.)"""
+        for step in gone & self.recent.keys():
+            del self.recent[step]
+        for step in gone & self.left.keys():
+            counts, held = self.left.pop(step)
+            if not held:
+                self.base_scored -= counts[1]
+                self.base_zeros -= counts[3]
+                self.base_steps -= int(counts[1] > 0)
+
     def gauges(self, since: int) -> dict[str, float]:
         """The source's gauges; none when it has had no samples since step ``since``, so that its
         series go stale and an alert on a source that stopped appearing resolves. (A source that
@@ -189,9 +211,11 @@ class _SourceRewards:
 
 def _collapse(window: np.ndarray, base_scored: float, base_zeros: float, base_steps: int) -> bool:
     """Whether a window's counts are a zero collapse against a baseline, as the alert judges it
-    (with the baseline it is served with: ``REWARD_WINDOW_STEPS`` steps at least)."""
+    (with the baseline it is served with: ``REWARD_WINDOW_STEPS`` steps at least), from
+    ``REWARD_COLLAPSE_MIN_SAMPLES`` scored samples in the window: fewer are all zeros by chance
+    too often to hold steps out of the baseline on them (it would drift down)."""
     scored, zeros = window[1], window[3]
-    if scored <= 0 or base_scored <= 0 or base_steps < REWARD_WINDOW_STEPS:
+    if scored < REWARD_COLLAPSE_MIN_SAMPLES or base_scored <= 0 or base_steps < REWARD_WINDOW_STEPS:
         return False
     share = zeros / scored
     return share >= REWARD_ZERO_COLLAPSE and share - base_zeros / base_scored >= REWARD_ZERO_RISE_MIN
@@ -349,7 +373,12 @@ class RunState:
         if mtime_ns is not None:
             return mtime_ns / 1e9
         created = self.meta.get("created")
-        return float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else math.nan
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
+            return math.nan
+        try:
+            return float(created)
+        except OverflowError:  # JSON has no bound on integers
+            return math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -367,7 +396,8 @@ class RunState:
         self._dirty = self._logprob_stale = True
         step = rows.column("step").to_numpy()
         attempt = pc.fill_null(rows.column("attempt"), 0).to_numpy()
-        when = pc.fill_null(rows.column("time"), -math.inf).to_numpy()
+        when = pc.fill_null(rows.column("time"), -math.inf).to_numpy().copy()
+        when[~np.isfinite(when)] = -math.inf  # no time (null, NaN): before every other record, never the newest
         value = rows.column("value").to_numpy(zero_copy_only=False).astype(float)
         uniq = pc.unique(rows.column("key"))
         names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
@@ -432,6 +462,8 @@ class RunState:
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
         gone = self._drop_superseded()
+        if gone:
+            self._forget_trajectories(gone)
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
         _keep_last(self._scores, MEDIAN_STEPS)
@@ -441,6 +473,23 @@ class RunState:
             window = window.filter(pc.invert(pc.is_in(window.column("step"), pa.array(gone, pa.int64()))))
         steps = np.unique(window.column("step").to_numpy())
         self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
+
+    def _forget_trajectories(self, gone: list[int]) -> None:
+        """Forget the trajectories of a crashed attempt's steps that a resumed one went back before:
+        those of the ``gone`` steps, and of any step above them (one the crashed attempt began and
+        never logged). Done as the steps are read, before the trajectories of the same refresh, so
+        the resumed attempt's own are kept; its reward windows, tail share and staleness are then
+        its own steps', not the crashed attempt's."""
+        top = max(gone)
+        drop = set(gone)
+        drop |= {s for s in self._traj if s > top} | {s for s in self._reward_steps if s > top}
+        for rewards in self._rewards.values():
+            drop |= {s for s in (*rewards.recent, *rewards.left) if s > top}
+        for s in drop & self._traj.keys():
+            del self._traj[s]
+        self._reward_steps = [s for s in self._reward_steps if s not in drop]
+        for rewards in self._rewards.values():
+            rewards.forget(drop)
 
     def _ingest_trajectories(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
@@ -482,7 +531,7 @@ class RunState:
     def _ingest_gpu(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        rows = rows.filter(pc.is_valid(rows.column("time"))).sort_by("time")
+        rows = rows.filter(pc.is_finite(rows.column("time"))).sort_by("time")  # a NaN time would sort last
         if rows.num_rows:
             self._run_clock = max(self._run_clock, float(rows.column("time")[-1].as_py()))
         latest = rows.group_by(["host", "gpu"], use_threads=False).aggregate(
@@ -528,16 +577,21 @@ class RunState:
             self._logprob_tokens += finite
         # the quantiles are of the step most recently logged, its rows in the order they were logged
         # (not read): a row of another step logged later begins a new histogram, one logged before
-        # the newest row is a late flush (another writer's) and left out of it
-        rows = rows.take(pc.sort_indices(pc.fill_null(rows.column("time"), -math.inf)))  # stable
-        when = pc.fill_null(rows.column("time"), -math.inf).to_pylist()
-        steps, counts = rows.column("step").to_pylist(), rows.column("abs_counts").to_pylist()
-        for step, t, row in zip(steps, when, counts, strict=True):
-            if self._logprob_step is None or (step != self._logprob_step and t > self._logprob_newest):
+        # the newest row is a late flush (another writer's) and left out of it. A row with no time
+        # (null, NaN) cannot be placed: it is taken as new, logged at the run's newest time so far
+        when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
+        order = np.argsort(np.where(np.isfinite(when), when, -math.inf), kind="stable")
+        steps, counts = rows.column("step").to_numpy()[order], rows.column("abs_counts").to_pylist()
+        for step, t, i in zip(steps.tolist(), when[order].tolist(), order.tolist(), strict=True):
+            row = counts[i]
+            timeless = not math.isfinite(t)
+            if timeless:
+                t = max(self._logprob_newest, self._run_clock)
+            if self._logprob_step is None or (step != self._logprob_step and (timeless or t > self._logprob_newest)):
                 self._logprob_back = self._logprob_step is not None and step < self._logprob_step
                 self._logprob_step, self._logprob_rows = step, []
                 self._logprob_floor = self._logprob_newest
-            if step == self._logprob_step and t > self._logprob_floor:
+            if step == self._logprob_step and (timeless or t > self._logprob_floor):
                 self._logprob_rows.append((t, np.asarray(row, dtype=float)))
                 self._logprob_newest = max(self._logprob_newest, t)
         if len(self._logprob_rows) > _LOGPROB_ROWS:  # a step logged for ever: its oldest rows as one
@@ -551,17 +605,23 @@ class RunState:
 
         The steps table tells when: a record logged after the histogram began, of a lower step
         (a resume from an earlier checkpoint) or of its step with a higher attempt than its rows
-        had (the attempt of the step's record before them; else that of the run's newest record
-        then, unless the histogram itself began by going back, when the first record of the step
-        after its rows tells). Rows logged before that were the crashed attempt's: left out."""
+        had (the attempt of the step's records just before them, no other step's between; else
+        that of the run's newest record then, unless the histogram itself began by going back or
+        its step was logged before another step's, by an attempt that crashed: then the first
+        record of the step after its rows tells). Rows logged before that were the crashed
+        attempt's: left out."""
         if not self._logprob_rows:
             self._logprob_counts = np.zeros(_N_BINS)
             return
         step = self._logprob_step
         began = min(t for t, _ in self._logprob_rows)
         before = [r for r in self._records if r[0] < began]
-        own = [a for _, s, a in before if s == step]
-        attempt = own[-1] if own else None if self._logprob_back or not before else before[-1][2]
+        # the step's records since the newest one of another step: a record of the step logged
+        # before a lower step's was a crashed attempt's (it says nothing of the rows' attempt)
+        other = max((i for i, (_, s, _) in enumerate(before) if s != step), default=-1)
+        own = [a for _, s, a in before[other + 1 :]]
+        redone = any(s == step for _, s, _ in before[: other + 1])
+        attempt = own[-1] if own else None if self._logprob_back or redone or not before else before[-1][2]
         cut = -math.inf
         for t, s, a in self._records:
             if t <= began:
