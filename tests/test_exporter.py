@@ -405,6 +405,29 @@ def test_a_source_hard_all_along_never_alerts_wherever_its_solved_steps_fall(tmp
     assert not [f for f in analyze_run(tmp_path / "run").findings if f.id == "reward-source-zero-collapse"]
 
 
+def test_a_late_record_of_the_step_before_is_no_resume(tmp_path):
+    # a second process logs its metric for the step it saw (s - 1) after the trainer logged step
+    # s: no resume went back, so step s's rewards stay, and a collapse from step 16 alerts
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    alerting = []
+    try:
+        for step in range(1, 31):
+            rows = [{"data_source": "math", "reward": 0.0 if step >= 16 else float(i % 2)} for i in range(10)]
+            rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 20.0})
+            rec.flush()
+            _value(registry, "rlscope_last_step")  # a refresh between the two records
+            rec.log_step(step - 1, {"fully_async/rollouter/idle_ratio": 0.1})
+            rec.flush()
+            alerting.append(_alerting(registry, "math"))
+    finally:
+        rec.close()
+    assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
+    # from step 19 on: the window 15-19 holds 45 zeros of 50 scored (90%) against steps 1-14, half zeros
+    assert [s for s, a in enumerate(alerting, 1) if a] == list(range(19, 31))
+
+
 def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
     # half zeros in steps 1-10 and 21-30, only zeros in 11-20 and again from 31: the second
     # collapse is measured against the healthy steps, not against a baseline holding the first

@@ -256,6 +256,7 @@ class RunState:
         self._scores: dict[int, dict[str, tuple[tuple[int, float], float]]] = {}  # step -> stat -> (order, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
         self._log_times: dict[int, float] = {}  # step -> when it was logged
+        self._timed_at: dict[int, float] = {}  # step -> when a record of it with its step timer was logged
         self._records: list[tuple[float, int, int]] = []  # (time, step, attempt) of the newest records
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
@@ -458,6 +459,9 @@ class RunState:
         logged = pd.Series(when[trains]).groupby(step[trains]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
+        timed = timer & (value > 0)
+        for s, t in pd.Series(when[timed]).groupby(step[timed]).max().items():
+            self._timed_at[int(s)] = max(float(t), self._timed_at.get(int(s), -math.inf))
         records = record.drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
@@ -466,6 +470,7 @@ class RunState:
             self._forget_trajectories(gone)
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
+        _keep_last(self._timed_at, MEDIAN_STEPS + 1)
         _keep_last(self._scores, MEDIAN_STEPS)
 
         window = pa.concat_tables([self._window, rows.select(_STEP_COLUMNS)])
@@ -637,21 +642,25 @@ class RunState:
     def _drop_superseded(self) -> list[int]:
         """Forget the steps of a crashed attempt that a resumed one went back before; which ones.
 
-        A training step logged later than a higher one means the run resumed from a checkpoint
-        below that one: the steps above it logged before are the crashed attempt's, to be redone.
+        A step's timer (``timing_s/step``, which the trainer logs once a step, as it ends) logged
+        later than a higher step's means the run resumed from a checkpoint below that one: the
+        steps above it timed before are the crashed attempt's, to be redone. Other records of a
+        lower step logged late (another process's metrics tagged with the step it saw) are no
+        resume. A run without step timers is judged on its training records' times alone.
         Kept by step number, they would hold the per-step windows (the last 64 steps' reward
         ranges, durations and log times, the analyzers' last steps) until the resumed attempt
         passed them, and a resume that went back further than a window would leave it none of
         its own steps. Judged on logging time, not attempt: verl numbers attempts per step (a
         step beyond the crashed attempt's last is attempt 0 again)."""
-        steps = sorted(self._log_times)
+        logged = self._timed_at or self._log_times
+        steps = sorted(logged)
         if len(steps) < 2:
             return []
-        times = np.array([self._log_times[s] for s in steps])
-        before = np.maximum.accumulate(times)[:-1]  # the newest log of any lower step
+        times = np.array([logged[s] for s in steps])
+        before = np.maximum.accumulate(times)[:-1]  # the newest timer of any lower step
         gone = [s for s, t, b in zip(steps[1:], times[1:], before, strict=True) if math.isfinite(t) and b > t]
         for s in gone:
-            for by_step in (self._log_times, self._durations, self._scores):
+            for by_step in (self._log_times, self._timed_at, self._durations, self._scores):
                 by_step.pop(s, None)
         if gone:
             self._max_step = max(self._log_times)
