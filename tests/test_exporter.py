@@ -766,6 +766,20 @@ def test_a_log_prob_row_with_no_time_is_counted(tmp_path):
     assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
 
 
+def test_a_late_log_prob_row_with_no_time_does_not_take_the_histogram(tmp_path):
+    # step 5's 1,000 tokens near 1.3e-3, then a row of step 2 with no time (10 tokens near 0.05):
+    # an older step's row, whenever it was logged, leaves step 5's histogram as it is
+    path, t0 = tmp_path / "run", time.time() - 1000
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    _write_steps(path, [(s, 0, t0 + 10.0 * s, "timing_s/step", 10.0) for s in range(1, 6)], 1)
+    _write_logprob(path, [(5, t0 + 50.0, 0.0013, 1000)], 1)
+    registry, _ = _registry(path)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    _write_logprob(path, [(2, math.nan, 0.05, 10)], 2)
+    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+
+
 def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
     # a Recorder user who never moves the step: its rows are kept apart only up to a bound
     path, t0 = tmp_path / "run", time.time() - 10_000

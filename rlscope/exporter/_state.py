@@ -583,7 +583,7 @@ class RunState:
         # the quantiles are of the step most recently logged, its rows in the order they were logged
         # (not read): a row of another step logged later begins a new histogram, one logged before
         # the newest row is a late flush (another writer's) and left out of it. A row with no time
-        # (null, NaN) cannot be placed: it is taken as new, logged at the run's newest time so far
+        # (null, NaN) cannot be placed: it is taken as logged at the run's newest time so far
         when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
         order = np.argsort(np.where(np.isfinite(when), when, -math.inf), kind="stable")
         steps, counts = rows.column("step").to_numpy()[order], rows.column("abs_counts").to_pylist()
@@ -592,7 +592,13 @@ class RunState:
             timeless = not math.isfinite(t)
             if timeless:
                 t = max(self._logprob_newest, self._run_clock)
-            if self._logprob_step is None or (step != self._logprob_step and (timeless or t > self._logprob_newest)):
+            # a row with no time begins a new histogram only for a higher step: one of an older
+            # step (a late row) must not take the histogram from the step being logged
+            if self._logprob_step is None:
+                later = True
+            else:
+                later = step > self._logprob_step if timeless else t > self._logprob_newest
+            if self._logprob_step is None or (step != self._logprob_step and later):
                 self._logprob_back = self._logprob_step is not None and step < self._logprob_step
                 self._logprob_step, self._logprob_rows = step, []
                 self._logprob_floor = self._logprob_newest
