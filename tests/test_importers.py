@@ -11,7 +11,6 @@ import math
 import os
 import pprint
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -1026,54 +1025,6 @@ def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
         assert b"6 steps (1..6)" in out and b"'a/', may be cut off" in out
     else:  # a FIFO read line by line: the line begun is still inside the read the signal ended
         assert b"5 steps (1..5)" in out
-
-
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
-def test_a_signal_on_a_busy_followed_pipe_loses_no_line_read(tmp_path, how):
-    # a job that never stops writing: every line the import took from the pipe is imported, so
-    # what is left in the pipe afterwards goes on from the last step imported
-    read_end, write_end = os.pipe()
-    args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run")]
-    child = subprocess.Popen(
-        [*args, "--follow", "--poll", "0.2"], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    done = threading.Event()
-
-    def job() -> None:
-        step = 0
-        with open(write_end, "wb") as pipe:
-            while not done.is_set():
-                step += 1
-                pipe.write(f"step:{step} - timing_s/step:1.0 - a/b:{step}\n".encode())
-                if step % 200 == 0:
-                    pipe.flush()
-
-    writer = threading.Thread(target=job)
-    writer.start()
-    try:
-        time.sleep(2.0)
-        child.send_signal(how)
-        out, err = child.communicate(timeout=30)
-    finally:
-        done.set()
-        os.set_blocking(read_end, False)
-        left = b""
-        while True:  # free the writer, then take what is left
-            try:
-                chunk = os.read(read_end, 1 << 16)
-            except BlockingIOError:
-                chunk = b""
-            left += chunk
-            if not chunk and not writer.is_alive():
-                break
-            time.sleep(0 if chunk else 0.01)
-        writer.join()
-        os.close(read_end)
-    assert child.returncode == 0 and err == b"" and b"stopped by interrupt" in out
-    imported = sorted(set(steps(tmp_path / "run").step))
-    assert imported == list(range(1, imported[-1] + 1))
-    rest = [int(m) for m in re.findall(rb"(?m)^step:(\d+) ", left)]
-    assert rest and rest[0] == imported[-1] + 1  # the pipe goes on where the import stopped
 
 
 def test_utf16_on_a_followed_standard_input_is_named(tmp_path):

@@ -72,7 +72,7 @@ def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSu
         if not tail.follow:
             raise
         return summary
-    return sink.close(interrupted=tail.interrupted)
+    return sink.close()
 
 
 def each_source(paths: list[str], tail: Tail) -> Iterator[tuple[str, str, bool]]:

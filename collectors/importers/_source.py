@@ -41,7 +41,6 @@ class Tail:
     poll_interval: float = 0.5
     max_seconds: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    interrupted: bool = False  # ``stop`` was set by Ctrl-C or SIGTERM: the summary says so
 
     def __post_init__(self) -> None:
         self._deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds

@@ -22,8 +22,6 @@ docs/run-directory.md) and wins over what it does; a value the analyzers would t
 --follow keeps reading the last SOURCE as it grows (like tail -f), writing new steps every
 few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0); a line still
 being written then is read as a cut-off last line (its last field left out, and counted).
-Following "-", the first Ctrl-C or SIGTERM stops within a poll interval, after what was read
-from the pipe; a second one stops at once.
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
 cannot be read; without it such lines are skipped, and counted in the summary.
 """
@@ -43,31 +41,20 @@ __all__ = ["main"]
 
 
 @contextlib.contextmanager
-def _signals_stop(tail: Tail, sources: Sequence[str]) -> Iterator[None]:
-    """Make SIGTERM stop a followed import like Ctrl-C does (main thread only).
-
-    A followed standard input is told to stop instead of interrupted: it ends after the read
-    in hand (within a poll interval), so that what it read and has not yet handed on is
-    imported too, not lost where the interrupt lands; a second signal interrupts."""
-    if not tail.follow or threading.current_thread() is not threading.main_thread():
+def _sigterm_interrupts(enabled: bool) -> Iterator[None]:
+    """Make SIGTERM stop a followed import like Ctrl-C does (main thread only)."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
         yield
         return
-    gentle = sources[-1] == "-"  # the followed source: select-based, it never blocks past a poll
 
-    def stop(signum: int, frame: object) -> None:
-        if not gentle or tail.interrupted:
-            raise KeyboardInterrupt
-        tail.interrupted = True
-        tail.stop.set()
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
 
-    previous = {
-        sig: signal.signal(sig, stop) for sig in ((signal.SIGINT, signal.SIGTERM) if gentle else (signal.SIGTERM,))
-    }
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -92,7 +79,7 @@ def main(argv: Sequence[str]) -> int:
         if problems:
             parser.error(f"--meta: {problems[0]}")
     tail = Tail(follow=args.follow, poll_interval=args.poll, max_seconds=args.max_seconds)
-    with _signals_stop(tail, args.sources):
+    with _sigterm_interrupts(args.follow):
         summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)
     if summary.values == 0 and not args.follow:  # nothing written: no summary that says "-> RUN_DIR"
         skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(summary.skipped.items()))
