@@ -1034,6 +1034,29 @@ def test_utf16_on_a_followed_standard_input_is_named(tmp_path):
     assert done.returncode == 1 and done.stderr.startswith(b"rlscope: standard input: UTF-16 text")
 
 
+def test_gzip_on_a_followed_standard_input_is_named_when_its_first_byte_comes_alone(tmp_path):
+    # the pipe gives one byte, goes quiet past a poll interval, then gives the rest
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run")]
+    child = subprocess.Popen(
+        [*args, "--follow", "--poll", "0.1", "--max-seconds", "10"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdin is not None
+    data = gzip.compress(b"step:1 - timing_s/step:1.0 - a/b:1\n" * 50)
+    try:
+        child.stdin.write(data[:1])
+        child.stdin.flush()
+        time.sleep(0.5)
+        child.stdin.write(data[1:])
+        child.stdin.flush()
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.stdin.close()
+    assert child.returncode == 1 and err.startswith(b"rlscope: standard input: gzip-compressed")
+
+
 def test_a_closed_standard_input_is_one_line(tmp_path):
     command = f"{sys.executable} -m rlscope import verl-log - --out {tmp_path / 'run'} <&-"
     done = subprocess.run(command, shell=True, capture_output=True, timeout=60)

@@ -206,8 +206,8 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
     import writes what it has while a live job's pipe is quiet.
 
     Its first bytes are checked to look like text (:func:`_check_head`) as they are read: up to
-    ``_SNIFF_BYTES`` of them, or what came before it went quiet or ended. A look before the
-    import (not made for a followed pipe) may have seen only a byte of them."""
+    ``_SNIFF_BYTES`` of them, or what came before it went quiet (``_MIN_JUDGED`` at least) or
+    ended. A look before the import (not made for a followed pipe) may have seen only a byte."""
     assert sys.stdin is not None  # check_text_file refused a closed one
     stream = sys.stdin.buffer
     pieces = _Pieces()
@@ -223,7 +223,7 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
                         head = b""
                     if len(head) < _SNIFF_BYTES:
                         continue
-                elif not head:  # quiet before anything came
+                elif len(head) < _MIN_JUDGED:  # quiet before enough came to judge (a gzip's first byte)
                     yield None
                     continue
                 yield from _judged(head, pieces)  # enough of it, or it went quiet
