@@ -631,12 +631,25 @@ def test_a_step_redone_by_a_resumed_attempt_is_not_mixed_with_the_crashed_one(tm
     with Recorder(path, {"precision": "bf16"}) as rec:
         rec.log_step(3, {"timing_s/step": 60.0})
         rec.log_logprob_delta(3, np.full(1000, 0.05))
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    assert _quantile_bin(registry, "0.5") == _bin(0.05)
     with Recorder(path) as rec:
         rec.log_step(3, {"timing_s/step": 60.0}, attempt=1)
         rec.log_logprob_delta(3, np.full(3000, 0.0013))
     # mixed, 3000 tokens at 0.0013 and 1000 at 0.05 would put the 0.9 quantile in 0.05's bin
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.9") == _bin(0.0013)
+
+
+def _bf16_run(tmp_path: Path) -> tuple[Path, float]:
+    """An empty run directory of a bf16 rollout, and a time 1,000 s ago to log its rows from."""
+    path = tmp_path / "run"
+    with Recorder(path, {"precision": "bf16"}):
+        pass
+    return path, time.time() - 1000
+
+
+def _quantile_bin(registry: CollectorRegistry, quantile: str) -> tuple[float, float]:
+    """The histogram bin of the served |delta| quantile."""
+    return _bin(_value(registry, "rlscope_logprob_abs_delta", quantile=quantile))
 
 
 def _write_logprob(path: Path, rows: list[tuple[int, float, float, int]], seq: int) -> None:
@@ -662,19 +675,17 @@ def _write_logprob(path: Path, rows: list[tuple[int, float, float, int]], seq: i
 def test_a_second_writer_s_late_rows_neither_reset_nor_split_the_step_s_histogram(tmp_path):
     # two writers log each step's deltas; B flushes late: its step-7 rows (logged at t0 + 69) are
     # read after A's step-8 rows (t0 + 80), then its own step-8 rows (t0 + 79)
-    path, t0 = tmp_path / "run", time.time() - 1000
-    with Recorder(path, {"precision": "bf16"}):
-        pass
+    path, t0 = _bf16_run(tmp_path)
     _write_steps(path, [(7, 0, t0 + 70, "timing_s/step", 10.0), (8, 0, t0 + 80, "timing_s/step", 10.0)], 1)
     _write_logprob(path, [(8, t0 + 80, 1e-3, 3000)], 1)
     registry, _ = _registry(path)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+    assert _quantile_bin(registry, "0.5") == _bin(1e-3)
     _write_logprob(path, [(7, t0 + 69, 0.05, 1000)], 2)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)  # still step 8
+    assert _quantile_bin(registry, "0.5") == _bin(1e-3)  # still step 8
     _write_logprob(path, [(8, t0 + 79, 1e-2, 1000)], 3)
     # step 8 whole: 3000 tokens at 1e-3 and 1000 at 1e-2
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(1e-2)
+    assert _quantile_bin(registry, "0.5") == _bin(1e-3)
+    assert _quantile_bin(registry, "0.9") == _bin(1e-2)
     assert _value(registry, "rlscope_logprob_abs_delta_count") == 5000.0  # every token read
 
 
@@ -683,13 +694,11 @@ def test_deltas_logged_before_their_step_after_a_resume_are_not_mixed_with_the_c
     # attempt 0 logs step 2, then step 3's deltas (broken weight sync, |delta| 0.05) and crashes before
     # logging step 3. Attempt 1 resumes from step 2 (validating it first, or not), logs step 3's deltas
     # (0.0013) before step 3's record, then more of them
-    path, t0 = tmp_path / "run", time.time() - 1000
-    with Recorder(path, {"precision": "bf16"}):
-        pass
+    path, t0 = _bf16_run(tmp_path)
     _write_steps(path, [(2, 0, t0 + 20, "timing_s/step", 10.0)], 1)
     _write_logprob(path, [(3, t0 + 28, 0.05, 1000)], 1)
     registry, _ = _registry(path)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    assert _quantile_bin(registry, "0.5") == _bin(0.05)
     if validated:  # verl's val_before_train: step 2 logged again, after step 3's deltas: the run went back
         _write_steps(path, [(2, 0, t0 + 90, "val-core/math/acc/mean@1", 0.5)], 2)
     _write_logprob(path, [(3, t0 + 100, 0.0013, 3000)], 2)
@@ -700,17 +709,15 @@ def test_deltas_logged_before_their_step_after_a_resume_are_not_mixed_with_the_c
     # mixed with the crashed attempt's 1000 tokens at 0.05, the 0.9 quantile would be in 0.05's bin. With
     # the validation, the resumed attempt's rows after it are step 3's; without it, a record of attempt 1
     # says only after the fact that the run went back, and the rows after it are
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.9")) == _bin(0.0013)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.9") == _bin(0.0013)
+    assert _quantile_bin(registry, "0.999") == _bin(0.0013)
 
 
 def test_deltas_logged_before_a_redone_step_s_record_are_counted(tmp_path):
     # the Recorder's order, deltas before the step's record: attempt 0 logs steps 1-4 (|delta| 0.05)
     # and crashes; attempt 1 resumes from step 2 and redoes step 3 (0.0013). Step 3's record of
     # attempt 0, logged before step 4's, is the crashed attempt's: the redone rows are the histogram
-    path, t0 = tmp_path / "run", time.time() - 1000
-    with Recorder(path, {"precision": "bf16"}):
-        pass
+    path, t0 = _bf16_run(tmp_path)
     _write_steps(path, [(s, 0, t0 + 10 * s, "timing_s/step", 10.0) for s in range(1, 5)], 1)
     _write_logprob(path, [(s, t0 + 10 * s - 2, 0.05, 1000) for s in range(1, 5)], 1)
     registry, _ = _registry(path)
@@ -718,15 +725,13 @@ def test_deltas_logged_before_a_redone_step_s_record_are_counted(tmp_path):
     _write_logprob(path, [(3, t0 + 100, 0.0013, 1000)], 2)
     _write_steps(path, [(3, 1, t0 + 110, "timing_s/step", 10.0)], 2)
     assert _value(registry, "rlscope_last_step") == 3.0
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.999")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.5") == _bin(0.0013)
+    assert _quantile_bin(registry, "0.999") == _bin(0.0013)
 
 
 @pytest.mark.parametrize("no_time", [math.nan, None])
 def test_a_record_with_no_time_is_never_the_newest(tmp_path, no_time):
-    path, t0 = tmp_path / "run", time.time() - 1000
-    with Recorder(path, {"precision": "bf16"}):
-        pass
+    path, t0 = _bf16_run(tmp_path)
     _write_steps(path, [(1, 0, no_time, "timing_s/step", 10.0), (2, 0, t0 + 20, "timing_s/step", 10.0)], 1)
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_last_step") == 2.0
@@ -742,18 +747,16 @@ def test_a_record_with_no_time_is_never_the_newest(tmp_path, no_time):
 def test_log_prob_rows_are_counted_beside_records_with_no_time(tmp_path, no_time):
     # step 2's deltas (0.0013) logged at t0 + 15, its record at t0 + 20, and a record of step 1
     # with no time: it says nothing of when the run went back, so the rows are counted
-    path, t0 = tmp_path / "run", time.time() - 1000
-    with Recorder(path, {"precision": "bf16"}):
-        pass
+    path, t0 = _bf16_run(tmp_path)
     _write_steps(path, [(1, 0, t0 + 10, "timing_s/step", 10.0)], 1)
     _write_logprob(path, [(2, t0 + 15, 0.0013, 1000)], 1)
     _write_steps(path, [(2, 0, t0 + 20, "timing_s/step", 10.0), (1, 0, no_time, "actor/entropy", 1.0)], 2)
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_last_step") == 2.0
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.5") == _bin(0.0013)
     # a row with no time of step 3 (0.05) is taken as new: the step's histogram
     _write_logprob(path, [(3, no_time, 0.05, 1000)], 2)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.05)
+    assert _quantile_bin(registry, "0.5") == _bin(0.05)
 
 
 def test_a_log_prob_row_with_no_time_is_counted(tmp_path):
@@ -763,21 +766,19 @@ def test_a_log_prob_row_with_no_time_is_counted(tmp_path):
     _write_steps(path, [(1, 0, None, "timing_s/step", 10.0), (2, 0, None, "timing_s/step", 10.0)], 1)
     _write_logprob(path, [(2, math.nan, 0.0013, 1000)], 1)
     registry, _ = _registry(path)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.5") == _bin(0.0013)
 
 
 def test_a_late_log_prob_row_with_no_time_does_not_take_the_histogram(tmp_path):
     # step 5's 1,000 tokens near 1.3e-3, then a row of step 2 with no time (10 tokens near 0.05):
     # an older step's row, whenever it was logged, leaves step 5's histogram as it is
-    path, t0 = tmp_path / "run", time.time() - 1000
-    with Recorder(path, {"precision": "bf16"}):
-        pass
+    path, t0 = _bf16_run(tmp_path)
     _write_steps(path, [(s, 0, t0 + 10.0 * s, "timing_s/step", 10.0) for s in range(1, 6)], 1)
     _write_logprob(path, [(5, t0 + 50.0, 0.0013, 1000)], 1)
     registry, _ = _registry(path)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.5") == _bin(0.0013)
     _write_logprob(path, [(2, math.nan, 0.05, 10)], 2)
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(0.0013)
+    assert _quantile_bin(registry, "0.5") == _bin(0.0013)
 
 
 def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
@@ -792,7 +793,7 @@ def test_a_step_logged_for_ever_keeps_its_histogram_bounded(tmp_path):
     state = collector.states[0]
     assert len(state._logprob_rows) <= 1024
     assert state._logprob_counts.sum() == 5000  # every token of the step
-    assert _bin(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5")) == _bin(1e-3)
+    assert _quantile_bin(registry, "0.5") == _bin(1e-3)
 
 
 def test_logprob_limit_follows_precision(tmp_path):

@@ -121,6 +121,31 @@ def test_promtool_unit_tests():
     assert done.stdout.count("SUCCESS") == len(files)
 
 
+_REWARD_GAUGES = ("rlscope_reward_error_ratio", "rlscope_reward_zero_ratio", "rlscope_reward_zero_ratio_baseline")
+
+
+def _exported_rewards(run: Path, source: str) -> dict[str, float | None]:
+    """The reward gauges the exporter serves for ``source`` of ``run``."""
+    registry = CollectorRegistry()
+    RLScopeCollector([run], registry=registry, min_refresh_s=0)
+    labels = {"run": run.name, "source": source}
+    return {name: registry.get_sample_value(name, labels) for name in _REWARD_GAUGES}
+
+
+def _promtool_test(tmp_path: Path, series: list[dict], checks: dict) -> subprocess.CompletedProcess:
+    """One promtool unit test of the rules: ``series`` sampled every minute, ``checks`` its
+    expectations (``promql_expr_test`` or ``alert_rule_test``)."""
+    test = {
+        "rule_files": [str(RULES / "recording.yml"), str(RULES / "alerts.yml")],
+        "evaluation_interval": "1m",
+        "group_eval_order": ["rlscope-thresholds", "rlscope-recording", "rlscope-alerts"],
+        "tests": [{"interval": "1m", "input_series": series, **checks}],
+    }
+    path = tmp_path / "rules_test.yml"
+    path.write_text(yaml.safe_dump(test))
+    return subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+
+
 @needs_promtool
 def test_a_single_source_collapse_fires_as_diagnose_reports_it(tmp_path):
     # the run's one source scores 0 on 30% of its 20 samples in steps 1-30, then on 95% (19 of 20)
@@ -131,13 +156,8 @@ def test_a_single_source_collapse_fires_as_diagnose_reports_it(tmp_path):
             rows = [{"data_source": "math", "reward": float(i >= zeros), "reward_status": "ok"} for i in range(20)]
             rec.log_trajectories(step, rows)
     (found,) = [f for f in analyze_run(run).findings if f.id == "reward-source-zero-collapse"]
-    registry = CollectorRegistry()
-    RLScopeCollector([run], registry=registry, min_refresh_s=0)
     labels = {"run": "single", "source": "math"}
-    exported = {
-        name: registry.get_sample_value(name, labels)
-        for name in ("rlscope_reward_error_ratio", "rlscope_reward_zero_ratio", "rlscope_reward_zero_ratio_baseline")
-    }
+    exported = _exported_rewards(run, "math")
     # the run's last 5 steps (36-40) against steps 1-30 (31-35, 95% zeros, are no baseline)
     assert exported == {
         "rlscope_reward_error_ratio": 0.0,
@@ -149,29 +169,9 @@ def test_a_single_source_collapse_fires_as_diagnose_reports_it(tmp_path):
     firing = {"alertname": "RLScopeRewardSourceZeroCollapse", "job": "rlscope", "instance": "i", **labels}
     firing["severity"] = {"warn": "warning", "critical": "critical"}[found.severity.value]
     firing["alertstate"] = "firing"
-    test = {
-        "rule_files": [str(RULES / "recording.yml"), str(RULES / "alerts.yml")],
-        "evaluation_interval": "1m",
-        "group_eval_order": ["rlscope-thresholds", "rlscope-recording", "rlscope-alerts"],
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {
-                        "expr": 'ALERTS{alertstate="firing"}',
-                        "eval_time": "10m",
-                        "exp_samples": [
-                            {"labels": "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in firing.items()) + "}", "value": 1}
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
-    path = tmp_path / "single_test.yml"
-    path.write_text(yaml.safe_dump(test))
-    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    alerts = "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in firing.items()) + "}"
+    check = {"expr": 'ALERTS{alertstate="firing"}', "eval_time": "10m", "exp_samples": [{"labels": alerts, "value": 1}]}
+    done = _promtool_test(tmp_path, series, {"promql_expr_test": [check]})
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -186,30 +186,12 @@ def test_a_source_hard_all_along_stays_silent_as_diagnose_leaves_it(tmp_path, so
             rows = [{"data_source": "hard", "reward": float(step in solved and i < 4)} for i in range(8)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
     assert not [f for f in analyze_run(run).findings if f.id == "reward-source-zero-collapse"]
-    registry = CollectorRegistry()
-    RLScopeCollector([run], registry=registry, min_refresh_s=0)
-    labels = {"run": "hard", "source": "hard"}
-    names = ("rlscope_reward_error_ratio", "rlscope_reward_zero_ratio", "rlscope_reward_zero_ratio_baseline")
-    exported = {name: registry.get_sample_value(name, labels) for name in names}
+    exported = _exported_rewards(run, "hard")
     assert None not in exported.values()
     selector = '{job="rlscope",instance="i",run="hard",source="hard"}'
-    test = {
-        "rule_files": [str(RULES / "recording.yml"), str(RULES / "alerts.yml")],
-        "evaluation_interval": "1m",
-        "group_eval_order": ["rlscope-thresholds", "rlscope-recording", "rlscope-alerts"],
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [{"series": n + selector, "values": f"{v}x30"} for n, v in exported.items()],
-                "alert_rule_test": [
-                    {"eval_time": "30m", "alertname": "RLScopeRewardSourceZeroCollapse", "exp_alerts": []}
-                ],
-            }
-        ],
-    }
-    path = tmp_path / "hard_test.yml"
-    path.write_text(yaml.safe_dump(test))
-    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    series = [{"series": n + selector, "values": f"{v}x30"} for n, v in exported.items()]
+    silent = {"eval_time": "30m", "alertname": "RLScopeRewardSourceZeroCollapse", "exp_alerts": []}
+    done = _promtool_test(tmp_path, series, {"alert_rule_test": [silent]})
     assert done.returncode == 0, done.stdout + done.stderr
 
 
