@@ -200,7 +200,14 @@ class LiveRun:
 
     @property
     def n_steps(self) -> int:
+        """Steps seen in any table, validation-only records included: what the window counts."""
         return len(self._steps)
+
+    @property
+    def n_trained(self) -> int:
+        """Training steps, as the step anatomy (and ``rlscope diagnose``) counts them: a
+        validation or checkpoint logged on its own is none."""
+        return len(self.phases)
 
     @property
     def warnings(self) -> list[str]:

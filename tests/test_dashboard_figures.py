@@ -870,12 +870,14 @@ def test_headline_cards_name_the_steps_they_cover(tmp_path, client):  # client: 
     from rlscope.dashboards.pages import overview
 
     path = _small_run(tmp_path / "run", steps=12)
+    with Recorder(path, flush_interval=3600) as rec:  # verl's val_before_train: a validation logged alone
+        rec.log_step(0, {"val-core/gsm8k/reward/mean@1": 0.4, "timing_s/testing": 30.0})
     run = LiveRun(0, str(path), "run", window=8)
     run.refresh(force=True)
     cards = overview._headline(run, run.analysis()).children
     shown = {c.children[0].children: c.children[1].children for c in cards}
     # the window is the last 8 steps; the numbers are means over its last quarter, steps 11-12
-    assert shown["steps"] == "12 (latest step 12)"
+    assert shown["steps"] == "12 (latest step 12)"  # steps 1-12 trained; step 0 only validated
     assert shown["step time (last 2 steps)"] == "27.5 s"  # timing_s/step 27 and 28
     assert {"generation / step (last 2 steps)", "tail share (last 2 steps)", "MFU (last 2 steps)"} <= set(shown)
     assert "findings (last 8 steps)" in shown

@@ -83,7 +83,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         _card("run", run.label),
         _card("topology", topology),
         _card("GPUs", str(facts.n_gpus or "?")),
-        _card("steps", f"{run.n_steps} (latest step {run.last_step})" if run.n_steps else "none yet"),
+        _card("steps", f"{run.n_trained} (latest step {run.last_step})" if run.n_steps else "none yet"),
         _card(f"step time{timed}", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
         _card(f"generation / step{timed}", _number(gen, ".0%")),
         _card(f"tail share{tailed}", _number(tail, ".0%")),
