@@ -530,6 +530,13 @@ def test_async_on_separate_pools_without_the_pool_s_busy_time_has_no_model(tmp_p
     # and without a split, nothing says which GPUs each side had
     nosplit = topology.analyze(_async_run(tmp_path / "nosplit", {**meta, "split": None}, 102.0))
     assert nosplit.model is None and "rollout:train split" in nosplit.missing
+    # one GPU has no split to give: verl gives each pool a GPU at least, so meta.json is wrong
+    one = topology.analyze(
+        _async_run(tmp_path / "one", {**meta, "gpu": {"type": "H100", "count": 1}, "split": None}, 102.0)
+    )
+    assert one.model is None and one.missing == (
+        "an async run on separate pools needs 2 GPUs or more, but meta.json's gpu.count is 1"
+    )
 
 
 def test_mfu_of_an_overlapped_run_without_a_split_is_over_the_whole_step(tmp_path):

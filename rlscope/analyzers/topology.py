@@ -271,6 +271,8 @@ def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
     """
     if facts.kind != "async_streaming" or facts.shares_gpus:
         return None
+    if facts.n_gpus == 1:  # verl gives each pool a GPU at least: the count or the topology is wrong
+        return "an async run on separate pools needs 2 GPUs or more, but meta.json's gpu.count is 1"
     if not facts.is_pooled:
         return "the what-if of an async run on separate pools needs its rollout:train split, meta.json's split"
     if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
