@@ -4,6 +4,7 @@ and the simulator's injected faults recovered on every sample trace."""
 from __future__ import annotations
 
 import builtins
+import fnmatch
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from damage import damage_column
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import analyze_run
 from rlscope.cli import main
-from rlscope.report.document import build_document
+from rlscope.report.document import SCHEMA, build_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -58,6 +59,82 @@ def test_json_document_has_the_documented_shape(capsys):
     assert "long-tail-dominates" in ids and "async-recommended" in ids
     waterfall = doc["mfu"]["waterfall_points"]
     assert sum(waterfall.values()) + 100 * doc["mfu"]["mfu"] == pytest.approx(100)
+
+
+DOC = ROOT / "docs" / "diagnose-json.md"
+
+
+def _doc_part(text: str, title: str) -> str:
+    """The text of one ``## title`` section of docs/diagnose-json.md."""
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _names(text: str) -> set[str]:
+    """Every name written in backticks in ``text``: `a`, `{a, b}`, `prob_diff_*`."""
+    return {n for inner in re.findall(r"`([^`]+)`", text) for n in re.findall(r"[A-Za-z_][\w*]*", inner)}
+
+
+def _table(part: str) -> dict[str, str]:
+    """A doc table's rows: each field named in the first cell -> the rest of its row."""
+    rows = {}
+    for line in part.splitlines():
+        if line.startswith("| `"):
+            first, rest = line[2:].split(" | ", 1)
+            rows.update(dict.fromkeys(re.findall(r"`(\w+)`", first), rest))
+    return rows
+
+
+def _keys(value) -> set[str]:
+    """The keys of every object inside ``value``, at any depth (records of arrays included)."""
+    if isinstance(value, dict):
+        return set(value).union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
+
+
+def _documented(name: str, names: set[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, n) for n in names)
+
+
+def test_every_json_field_is_in_docs_diagnose_json_md(tmp_path, capsys):
+    # sample runs (trajectories, NVML, histograms, rewards), and a verl JSONL log without them
+    # (staleness and mismatch from verl's scalars, an estimated tail): every key of each
+    # document must be where docs/diagnose-json.md describes its section
+    jsonl = tmp_path / "metrics.jsonl"
+    scalars = {
+        "timing_s/gen": 50.0,
+        "timing_s/update_actor": 10.0,
+        "timing_s/step": 70.0,
+        "response_length/mean": 1000.0,
+        "response_length/max": 4000.0,
+        "training/rollout_probs_diff_max": 0.1,
+        "training/rollout_probs_diff_mean": 0.001,
+        "training/rollout_probs_diff_std": 0.002,
+        "training/off_policy/trajectory_staleness_worst/mean": 1.5,
+        "training/off_policy/trajectory_staleness_worst/max": 3.0,
+    }
+    jsonl.write_text("".join(json.dumps({"step": s, "data": scalars}) + "\n" for s in range(1, 9)))
+    docs = [_run_json(capsys, str(SAMPLES / s))[1] for s in ("agentic-failing-reward", "async-drift", "moe-mismatch")]
+    docs.append(_run_json(capsys, str(jsonl), "--gpus", "8", "--gpu-type", "H100", "--active-params", "7e9")[1])
+    assert docs[-1]["staleness"]["source"] == "verl" and docs[-1]["logprob_mismatch"]["source"] == "verl-scalars"
+
+    text = DOC.read_text()
+    top = _table(_doc_part(text, "Top level"))
+    headline = _table(_doc_part(text, "`headline`"))
+    run = _names(_doc_part(text, "`run`"))
+    finding = json.loads(re.search(r"```json\n(.*?)```", _doc_part(text, "`findings[]`"), re.S).group(1))
+    assert f"`{SCHEMA}`" in top["schema"]
+    for doc in docs:
+        assert set(doc) == set(top)
+        assert set(doc["headline"]) == set(headline)
+        assert _keys(doc["headline"]["best_topology"]) <= _names(headline["best_topology"])
+        assert _keys(doc["run"]) <= run
+        assert all(set(f) == set(finding) for f in doc["findings"])
+        for field, row in top.items():
+            if field not in ("run", "headline", "findings"):  # their own sections; evidence depends on the id
+                undocumented = {k for k in _keys(doc[field]) if not _documented(k, _names(row))}
+                assert not undocumented, f"{field}: {sorted(undocumented)} not in docs/diagnose-json.md"
 
 
 def test_fail_on_sets_exit_code_3(capsys):
