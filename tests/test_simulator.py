@@ -416,3 +416,29 @@ def test_shipped_sample_matches_regeneration(run, scenario):
         np.testing.assert_allclose(values, shipped.meta["ground_truth"]["per_step"][key], rtol=1e-6, err_msg=key)
     for table in TABLES:
         assert_same_table(fresh.read(table), shipped.read(table), exact=False)
+
+
+def test_docs_scenario_table_matches_the_shipped_runs():
+    # docs/simulator.md's table of scenarios against each sample trace's meta.json
+    doc = (REPO / "docs" / "simulator.md").read_text()
+    section = doc.split("## Scenarios\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            rows[cells[0].strip("`")] = cells[1:5]
+    assert sorted(rows) == sorted(SCENARIOS)
+    for name, (topology, gpus, model, shape) in rows.items():
+        meta = json.loads((SAMPLES / name / "meta.json").read_text())
+        assert topology == meta["topology"], name
+        if ":" in gpus:
+            assert gpus == f"{meta['split']['rollout']}:{meta['split']['train']}", name
+        else:
+            assert int(gpus.split()[0]) == meta["gpu"]["count"], name
+        kind, size = model.split()
+        assert kind.lower() == meta["model_type"], name
+        if kind == "dense":
+            assert float(size.rstrip("B")) * 1e9 == meta["model"]["active_params"], name
+        assert shape == f"{meta['batch_size']} x {meta['group_size']}", name
+        # "All use H100 SXM 80 GB (989e12 dense bf16 FLOP/s)"
+        assert (meta["gpu"]["type"], meta["gpu"]["peak_flops"]) == ("H100-SXM-80GB", 989e12), name
