@@ -137,6 +137,20 @@ def test_every_json_field_is_in_docs_diagnose_json_md(tmp_path, capsys):
                 assert not undocumented, f"{field}: {sorted(undocumented)} not in docs/diagnose-json.md"
 
 
+def test_the_readme_excerpt_is_what_diagnose_prints(capsys):
+    # README.md's "What a diagnosis looks like": its lines, in order, each as printed (a line
+    # that ends in "..." as the start of the printed one; a line of "..." stands for any lines)
+    readme = (ROOT / "README.md").read_text().split("## What a diagnosis looks like", 1)[1]
+    excerpt = readme.split("```\n", 2)[1].splitlines()
+    assert main(["diagnose", str(SAMPLES / "agentic-failing-reward")]) == 0
+    printed = iter(line.rstrip() for line in capsys.readouterr().out.splitlines())
+    for line in excerpt:
+        if line.strip() == "...":
+            continue
+        start = line.removesuffix("...").rstrip() if line.endswith("...") else None
+        assert any(out == line or (start is not None and out.startswith(start)) for out in printed), line
+
+
 def test_fail_on_sets_exit_code_3(capsys):
     agentic = str(SAMPLES / "agentic-failing-reward")  # has a critical finding (engine imbalance)
     assert main(["diagnose", agentic, "--format", "json", "--fail-on", "critical"]) == 3
