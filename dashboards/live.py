@@ -62,6 +62,7 @@ _COLUMNS: dict[str, list[str]] = {
     "logprob": ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
     "gpu": ["time", "host", "gpu", "role", "util_pct"],
 }
+"""The tables the dashboard reads, and their columns (the ``jobs`` table shows nothing here)."""
 _STEP_TABLES = ("steps", "spans", "trajectories", "logprob")
 _N_BINS = len(LOGPROB_BIN_EDGES) - 1
 
@@ -266,7 +267,7 @@ class LiveRun:
             changed = self._first_load(reader)
             self._loaded = True
         else:
-            batch = {t: reader.read_new(t, self._cursor, _COLUMNS[t]) for t in TABLES if self._changed(t)}
+            batch = {t: reader.read_new(t, self._cursor, _COLUMNS[t]) for t in _COLUMNS if self._changed(t)}
             changed = any(t.num_rows for t in batch.values())
             if changed:
                 self._absorb(batch)
@@ -335,9 +336,9 @@ class LiveRun:
 
     def _first_load(self, reader: RunReader) -> bool:
         """Read what the run holds in bounded chunks of steps, then only the recent NVML samples."""
-        for table in TABLES:
+        for table in _COLUMNS:
             self._changed(table)  # note each folder's mtime before listing it
-        segments = {t: reader.segments(t) for t in TABLES}
+        segments = {t: reader.segments(t) for t in _COLUMNS}
         for table, segs in segments.items():
             seen = self._cursor.seen_in(table)
             for seg in segs:

@@ -63,6 +63,11 @@ def _write_steps(path: Path, rows: list[tuple[int, int, float, str, float]], seq
     write_segment(path, "steps", table, writer_id="test", seq=seq)
 
 
+def _write_jobs(path: Path, times: list[float], seq: int) -> None:
+    """One jobs segment: a job started at each time given."""
+    write_segment(path, "jobs", pa.table({"time": pa.array(times, pa.float64())}), writer_id="jobs", seq=seq)
+
+
 def _trajectories(step: int) -> list[dict]:
     """10 "math" samples (half zero up to step 3, all zero after) and 10 "code" samples (3 errors)."""
     rows = []
@@ -258,8 +263,9 @@ def test_a_record_is_a_step_as_the_step_anatomy_counts_it(tmp_path, record, a_st
     assert phases == ({k.removeprefix("timing_s/") for k in record} if a_step else {"gen", "update_actor", "step"})
 
 
-def test_a_run_s_start_is_when_its_newest_job_wrote_meta_json(tmp_path):
-    # a job started two hours ago (its GPU sampler has run since) and has logged no step
+def test_a_run_without_a_jobs_table_starts_when_meta_json_was_written_until_its_first_step(tmp_path):
+    # written by an older rlscope: a job started two hours ago (its GPU sampler has run since) and has
+    # logged no step
     path = tmp_path / "run"
     with Recorder(path, {"topology": "colocated"}):
         pass
@@ -269,11 +275,73 @@ def test_a_run_s_start_is_when_its_newest_job_wrote_meta_json(tmp_path):
     write_segment(path, "gpu", pa.table({**gpu, "gpu": pa.array([0] * 120, pa.int32())}), writer_id="g", seq=1)
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_last_step") is None
-    assert _value(registry, "rlscope_run_start_timestamp_seconds") == pytest.approx(started)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == pytest.approx(started)
     # it is resumed: the new job writes meta.json as it starts
     with Recorder(path, {"split": {"rollout": 4, "train": 4}}):
         pass
-    assert _value(registry, "rlscope_run_start_timestamp_seconds") == pytest.approx(time.time(), abs=60)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == pytest.approx(time.time(), abs=60)
+    # after a step meta.json's time is no job's start (any process's Recorder rewrites it)
+    _write_steps(path, [(1, 0, time.time(), "timing_s/step", 60.0)], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
+
+
+def test_a_first_step_is_timed_from_its_job_s_start_not_meta_json(tmp_path):
+    # the driver logs its job's start two hours ago; a worker's Recorder rewrites meta.json later
+    path, started = tmp_path / "run", time.time() - 7200
+    with Recorder(path, {"topology": "colocated"}) as rec:
+        rec.log_job_start(started)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == started
+    with Recorder(path, {"split": {"rollout": 4, "train": 4}}):
+        pass
+    assert _value(registry, "rlscope_configured_gpus", role="train") == 4.0  # meta.json was read again
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == started
+    # its first step ends the job's warm-up: the step times the run from then on
+    _write_steps(path, [(1, 0, started + 1500, "timing_s/step", 1500.0)], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == started + 1500
+
+
+def test_a_resumed_job_is_timed_from_its_first_start_since_the_last_step(tmp_path):
+    # steps 1-10 a minute apart; a crash after step 10 (at t0 + 600); verl resumes from the step-7
+    # checkpoint without validating at t0 + 900, and the driver crashes in its warm-up and restarts at
+    # t0 + 2100 and t0 + 3300
+    path, t0 = tmp_path / "run", time.time() - 7200
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_jobs(path, [t0 - 300], 1)
+    _write_steps(path, [(s, 0, t0 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None  # the first job logged steps
+    for seq, start in enumerate((900, 2100, 3300), 2):
+        _write_jobs(path, [t0 + start], seq)
+        assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 900
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 600
+    assert _value(registry, "rlscope_step_median_seconds") == 60.0
+    fresh, _ = _registry(path)  # an exporter started now reads all at once: the same start
+    assert _value(fresh, "rlscope_job_start_timestamp_seconds") == t0 + 900
+    # the resumed job's first step (step 8 again) ends its warm-up; a later job start is a new attempt
+    _write_steps(path, [(8, 1, t0 + 3400, "timing_s/step", 60.0)], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
+    assert _value(registry, "rlscope_last_step") == 8.0
+    _write_jobs(path, [t0 + 4000, t0 + 3300], 5)  # and an older one read late
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 4000
+
+
+def test_a_job_start_before_a_validation_leaves_the_clock_to_the_validation(tmp_path):
+    # a resume with val_before_train: the job starts, then validates the checkpoint step on its own
+    path, t0 = tmp_path / "run", time.time() - 7200
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 + 60.0 * s, "timing_s/step", 60.0) for s in (1, 2, 3)], 1)
+    _write_jobs(path, [t0 + 900], 1)
+    _write_steps(path, [(3, 0, t0 + 1000, "val-core/math/acc/mean@1", 0.5)], 2)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_validation_timestamp_seconds") == t0 + 1000
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
+    # it crashes after the validation and restarts without one: timed from that start
+    _write_jobs(path, [t0 + 1500], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 1500
 
 
 def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):
@@ -916,7 +984,7 @@ def test_reads_only_new_segments(run):
         rec.log_trajectories(9, _trajectories(9))
         rec.log_step(9, _metrics(9))
     assert _value(registry, "rlscope_last_step") == 9.0
-    assert dict(rows) == {"steps": len(_metrics(9)), "trajectories": 20, "gpu": 0, "logprob": 0}
+    assert dict(rows) == {"steps": len(_metrics(9)), "trajectories": 20, "gpu": 0, "logprob": 0, "jobs": 0}
     assert _value(registry, "rlscope_reward_trajectories_total", source="code") == 90.0
     assert _value(registry, "rlscope_step_seconds", phase="gen") == 19.0
 
@@ -1026,9 +1094,9 @@ def test_simulated_pooled_run_recommends_a_split(tmp_path):
     assert 0 < _value(registry, "rlscope_mfu_ratio", "sep") < 1
     names = {s.name for f in registry.collect() for s in f.samples}
     # not async (no idle ratios), no reward errors, 2 steps (no reward history before the last 5),
-    # no validation logged on its own
+    # no validation logged on its own, no job started since its last step
     absent = {"rlscope_idle_ratio", "rlscope_reward_errors_total", "rlscope_reward_zero_ratio_baseline"}
-    absent.add("rlscope_validation_timestamp_seconds")
+    absent |= {"rlscope_validation_timestamp_seconds", "rlscope_job_start_timestamp_seconds"}
     assert {m.name for m in METRICS} - names == absent
 
 
@@ -1086,15 +1154,14 @@ def test_a_created_time_too_big_for_a_float_is_no_start(tmp_path, monkeypatch, c
     # does not exist) serves meta.json's created as the start: one too big for a float is none
     from rlscope.exporter import _state
 
-    with Recorder(tmp_path / "run", {"precision": "bf16"}) as rec:
-        rec.log_step(1, {"timing_s/step": 1.0})
+    with Recorder(tmp_path / "run", {"precision": "bf16"}):  # before its first step
+        pass
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     (tmp_path / "run" / "meta.json").write_text(json.dumps({**meta, "created": created}))
     monkeypatch.setattr(_state, "META_FILE", "no-such-file.json")
     registry, _ = _registry(tmp_path / "run")
     assert _value(registry, "rlscope_run_up") == 1.0
-    assert _value(registry, "rlscope_last_step") == 1.0
-    assert _value(registry, "rlscope_run_start_timestamp_seconds") == (1.7e9 if created == 1.7e9 else None)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == (1.7e9 if created == 1.7e9 else None)
 
 
 def test_serve_http_and_stop(run):

@@ -190,6 +190,29 @@ def test_spans_record_start_and_end(tmp_path):
     )
 
 
+def test_a_job_start_is_its_own_table_and_no_step(tmp_path):
+    from rlscope.analyzers import analyze_run, anatomy
+    from rlscope.cli.info import run_summary
+
+    run = str(tmp_path / "run")
+    with Recorder(run, host="node-1") as rec:
+        rec.log_step(1, {"timing_s/gen": 40.0, "timing_s/step": 60.0})
+    before = analyze_run(run)
+    with Recorder(run, host="node-2") as rec:  # a resume: its job's start, and no step yet
+        rec.log_job_start(1.7e9)
+        rec.log_job_start()
+        rec.log_job_start("soon")  # no time: a bad row
+    assert rec.status()["bad_rows"] == 1
+    rows = RunReader(run).read("jobs").to_pylist()
+    assert rows[0]["time"] == 1.7e9 and rows[1]["time"] == pytest.approx(time.time(), abs=60)
+    assert {(r["host"], r["pid"]) for r in rows} == {("node-2", os.getpid())}
+    summary = run_summary(RunReader(run))["tables"]
+    assert summary["steps"]["steps"] == 1 and "steps" not in summary["jobs"]  # no step in rlscope info
+    assert list(anatomy.analyze(run).seconds.index) == [1]
+    after = analyze_run(run)  # diagnose's findings do not change
+    assert [f.id for f in after.findings] == [f.id for f in before.findings]
+
+
 def test_logprob_histogram_counts_quantiles_and_clipping():
     # 1,000 tokens at +1e-3, 10 at -0.5 and 2 at +1.0 (IS weight e^1 = 2.7 > 2: clipped)
     deltas = np.concatenate([np.full(1000, 1e-3), np.full(10, -0.5), np.full(2, 1.0), [np.nan]])

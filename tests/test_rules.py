@@ -9,20 +9,24 @@ are skipped and the structural and contract tests still run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from rlscope import Recorder
+from rlscope import Recorder, RunReader
 from rlscope.advice import thresholds
 from rlscope.advice.catalogue import CATALOGUE
 from rlscope.analyzers import analyze_run
 from rlscope.exporter import METRICS, RLScopeCollector
+from rlscope.trace.store import write_segment
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "rules"
@@ -192,6 +196,91 @@ def test_a_source_hard_all_along_stays_silent_as_diagnose_leaves_it(tmp_path, so
     series = [{"series": n + selector, "values": f"{v}x30"} for n, v in exported.items()]
     silent = {"eval_time": "30m", "alertname": "RLScopeRewardSourceZeroCollapse", "exp_alerts": []}
     done = _promtool_test(tmp_path, series, {"alert_rule_test": [silent]})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+_CLOCK = (
+    "rlscope_last_step_timestamp_seconds",
+    "rlscope_step_median_seconds",
+    "rlscope_validation_timestamp_seconds",
+    "rlscope_job_start_timestamp_seconds",
+)
+
+
+def _served_clock(run: Path, writes: dict[int, Callable[[], None]], minutes: int) -> list[dict]:
+    """The stall clock's metrics as the exporter serves ``run`` each minute up to ``minutes``, for
+    promtool (times are unix seconds from 0, as promtool's): ``writes[m]`` writes to the run
+    just before minute ``m`` is scraped."""
+    registry = CollectorRegistry()
+    RLScopeCollector([run], registry=registry, min_refresh_s=0)
+    values: dict[str, list[str]] = {name: [] for name in _CLOCK}
+    for minute in range(minutes + 1):
+        if minute in writes:
+            writes[minute]()
+        for name in _CLOCK:
+            value = registry.get_sample_value(name, {"run": run.name})
+            values[name].append("_" if value is None else repr(value))
+    selector = f'{{job="rlscope",instance="i",run="{run.name}"}}'
+    return [{"series": name + selector, "values": " ".join(v)} for name, v in values.items() if set(v) != {"_"}]
+
+
+def _stalled(run: str, minutes: int) -> dict:
+    """RLScopeRunStalled of ``run`` firing at ``minutes`` (its "for" begun 5 minutes before)."""
+    labels = {"alertname": "RLScopeRunStalled", "alertstate": "firing", "instance": "i", "job": "rlscope", "run": run}
+    alerts = "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in {**labels, "severity": "critical"}.items()) + "}"
+    expr = 'ALERTS{alertname="RLScopeRunStalled",alertstate="firing"}'
+    return {"expr": expr, "eval_time": f"{minutes}m", "exp_samples": [{"labels": alerts, "value": 1}]}
+
+
+def _silent(alertname: str, minutes: int) -> dict:
+    return {"eval_time": f"{minutes}m", "alertname": alertname, "exp_alerts": []}
+
+
+@needs_promtool
+def test_a_resumed_job_s_warm_up_does_not_page_and_its_restarts_do_not_restart_the_clock(tmp_path):
+    # steps 1-10 a minute apart (timing_s/step 60 s), the last at 0; a crash; verl resumes from a
+    # checkpoint without val_before_train: its driver starts at 5m, crashes in its warm-up and starts
+    # again at 25m and 45m, never logging a step. Stalled an hour after the first start (at 65m),
+    # firing 5 minutes on; before the resume the crash is timed from the last step (10-minute minimum)
+    run = tmp_path / "resumed"
+    with Recorder(run, meta={"gpu_count": 8}) as rec:
+        rec.log_job_start(-900.0)
+        for step in range(1, 11):
+            rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/step": 60.0})
+    table = RunReader(run).read("steps")  # logged now: moved to a minute apart, ending at 0
+    times = [60.0 * (s - 10) for s in table.column("step").to_pylist()]
+    shutil.rmtree(run / "steps")
+    write_segment(run, "steps", table.set_column(2, "time", pa.array(times, pa.float64())), writer_id="w", seq=1)
+
+    def start(when: float) -> Callable[[], None]:
+        return lambda: write_segment(run, "jobs", pa.table({"time": [when]}), writer_id="d", seq=int(when))
+
+    series = _served_clock(run, {5: start(300.0), 25: start(1500.0), 45: start(2700.0)}, 80)
+    # a GPU idle all along: idle by design while the job warms up, not "in training"
+    gpu = 'rlscope_gpu_utilization_ratio{job="rlscope",instance="i",run="resumed",host="h",gpu="0",role="train"}'
+    series.append({"series": gpu, "values": "0.02x80"})
+    silent = [_silent("RLScopeRunStalled", m) for m in (4, 30, 50, 70)]
+    silent += [_silent("RLScopeGPUIdleInTraining", m) for m in (30, 60)]
+    done = _promtool_test(tmp_path, series, {"alert_rule_test": silent, "promql_expr_test": [_stalled("resumed", 71)]})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_a_first_step_is_timed_from_the_job_s_start_whoever_rewrites_meta_json(tmp_path):
+    # the driver logs its job's start at 0; a worker's Recorder rewrites meta.json at 20m (before, its
+    # time was the clock's start); no step: stalled from 61m, firing at 66m, as if never rewritten
+    run = tmp_path / "first"
+    with Recorder(run, meta={"gpu_count": 8}) as rec:
+        rec.log_job_start(0.0)
+
+    def rewrite() -> None:
+        with Recorder(run, meta={"split": {"rollout": 4, "train": 4}}):
+            pass
+        os.utime(run / "meta.json", (1200.0, 1200.0))
+
+    series = _served_clock(run, {20: rewrite}, 70)
+    checks = {"alert_rule_test": [_silent("RLScopeRunStalled", 65)], "promql_expr_test": [_stalled("first", 66)]}
+    done = _promtool_test(tmp_path, series, checks)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

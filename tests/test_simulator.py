@@ -173,7 +173,7 @@ def test_scenario_writes_readable_tables_and_truth(run, scenario):
     sc = SCENARIOS[scenario]
     reader = RunReader(run(scenario, steps))
     meta = reader.meta
-    assert reader.tables() == list(TABLES)
+    assert reader.tables() == [t for t in TABLES if t != "jobs"]  # a finished run: no job to time
     assert not reader.warnings
     assert meta["framework"] == "simulator" and meta["scenario"] == scenario and meta["seed"] == 0
     assert meta["topology"] == sc.topology

@@ -233,6 +233,27 @@ def test_the_driver_samples_its_gpus_and_serves_metrics_in_process(driven):
 
 
 @needs_verl
+def test_the_driver_logs_one_job_start_per_tracking_and_a_worker_none(driven):
+    # main: one Tracking; its job started when the process did (it imported verl), before the Tracking
+    reader = RunReader(str(driven["main"]["run_dir"]))
+    (job,) = reader.read("jobs").to_pylist()
+    steps = reader.read("steps", ["step", "time"]).to_pylist()
+    assert job["time"] < driven["main"]["result"]["before_tracking"] < min(r["time"] for r in steps)
+    assert job["pid"] > 0 and job["host"]
+    # onestep: fit twice in one process (a run, then its resume): one start each, the second
+    # between the first run's last step and the resumed run's first
+    reader = RunReader(str(driven["onestep"]["run_dir"]))
+    first, second = sorted(reader.read("jobs", ["time"]).column("time").to_pylist())
+    steps = reader.read("steps", ["step", "time"]).to_pylist()
+    before = [r["time"] for r in steps if r["step"] <= 3]
+    after = [r["time"] for r in steps if r["step"] > 3]
+    assert first < min(before) and max(before) < second < min(after)
+    # v1: a worker process (it sets up no Tracking) records no job
+    if "skipped" not in driven["v1"]["result"]:
+        assert "jobs" not in RunReader(str(driven["v1"]["run_dir"])).tables()
+
+
+@needs_verl
 def test_meta_says_verl_and_what_the_config_states(driven):
     meta = json.loads((driven["main"]["run_dir"] / "meta.json").read_text())
     assert meta["framework"] == "verl" and meta["framework_version"] == driven["main"]["result"]["verl_version"]

@@ -18,6 +18,8 @@ records, without touching the training script:
   trainer, written by the trainer when it takes the sample, with the version its update starts from;
 - ``logprob``: the per-token ``old_log_probs - rollout_log_probs`` histogram whenever
   verl computes its ``training/rollout_probs_diff_*`` debug metrics;
+- ``jobs``: when the driver's job started (the process that builds verl's ``Tracking``,
+  timed from its import of verl), once per ``Tracking``: the stall clock's start;
 - ``meta.json``: framework ``verl``, its version, and batch size, group size, max
   response length, GPU count and model path when the trainer's config states them.
 

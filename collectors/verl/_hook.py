@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -118,6 +119,7 @@ class Hook:
         self._on_disk: Future | None = None  # steps logged before this process: step -> last attempt
         self._prior: dict[int, int] | None = None
         self._logged: dict[int, int] = {}  # step -> the attempt this process logged its training under
+        self._job_from: float | None = time.time()  # this process's start: its first job's, until logged
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return process_hook, ()
@@ -212,6 +214,15 @@ class Hook:
         """Merge what the trainer's config tells into meta.json (driver only, once per Tracking);
         the Recorder's writer thread writes it, off the trainer's thread."""
         self.recorder().update_meta(meta)
+
+    def log_job_start(self) -> None:
+        """Record the start of the job whose Tracking was just set up (driver only, once per
+        Tracking). The process's first job started when the process did (the hook is installed as
+        it imports verl, before verl builds its workers, engines and checkpoint), a later one (fit
+        called again) now; a worker process, which sets up no Tracking, records none."""
+        with self._lock:
+            when, self._job_from = self._job_from, None
+        self.recorder().log_job_start(time.time() if when is None else when)
 
     def flush(self, timeout: float = 10.0) -> None:
         with self._lock:

@@ -4,7 +4,8 @@
 console, ... ; it is also the one place that says which step the trainer is on, so the
 spans and logprob deltas held since the previous call are stamped with this step here.
 ``Tracking.__init__`` receives the whole resolved config, from which the batch shape and
-GPU count go to meta.json.
+GPU count go to meta.json; only the driver builds a Tracking, once per job, so it also
+records the job's start there.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def _after_init(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             hook.update_meta(meta_from_config(config))
     except Exception as exc:  # noqa: BLE001
         hook.fault("meta", exc)
+    try:
+        hook.log_job_start()  # the stall clock times this job's warm-up and first step from it
+    except Exception as exc:  # noqa: BLE001
+        hook.fault("job", exc)
     try:
         hook.start_services()
     except Exception as exc:  # noqa: BLE001 - a busy port or a bad setting never stops training

@@ -27,7 +27,7 @@ from rlscope.trace.schema import TABLES
 
 __all__ = ["main", "run_summary"]
 
-_TIME_COLUMNS = {"steps": "time", "spans": "start", "gpu": "time", "logprob": "time"}
+_TIME_COLUMNS = {"steps": "time", "spans": "start", "gpu": "time", "logprob": "time", "jobs": "time"}
 
 
 def run_summary(reader: RunReader) -> dict[str, Any]:

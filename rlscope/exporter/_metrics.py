@@ -101,11 +101,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "it from here.",
     ),
     MetricSpec(
-        "rlscope_run_start_timestamp_seconds",
+        "rlscope_job_start_timestamp_seconds",
         "gauge",
-        "Unix time at which the run's newest job started, as the run directory shows it: when meta.json was last "
-        "written (every job writes it as it starts). The run-stalled rule times a first step from here when the "
-        "run has logged neither a step nor a validation.",
+        "Unix time at which the run's current job started, while it has logged no step and no validation on its "
+        "own: the first job start (the jobs table: the verl hook's driver, Recorder.log_job_start) logged since the "
+        "run's last step or validation, so later starts of a job that restarts without a step do not move it; "
+        "for a run without a jobs table, when meta.json was last written, before the run's first step or "
+        "validation only. The run-stalled rule times the job's warm-up and first step from here, with the "
+        "first-step limit.",
     ),
     MetricSpec(
         "rlscope_step_median_seconds",

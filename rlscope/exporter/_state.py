@@ -260,7 +260,9 @@ class RunState:
         self._records: list[tuple[float, int, int]] = []  # (time, step, attempt) of the newest records
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
-        self._started = math.nan  # when the newest job of the run started: it wrote meta.json
+        self._job_starts: list[float] = []  # the first job starts logged since the last step or validation
+        self._jobs_logged = False  # the run has a jobs table: meta.json's time is no job's start
+        self._meta_time = math.nan  # when meta.json was last written: every process's Recorder writes it
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -309,7 +311,7 @@ class RunState:
             if self.reader is None:
                 self.reader = RunReader(self.run_dir)
                 self.meta = dict(self.reader.meta)
-            self._started = self._meta_written()
+            self._meta_time = self._meta_written()
         except RLScopeError as exc:  # not (yet) a run directory: retried at the next refresh
             self._fail("open", exc)
         except Exception as exc:  # noqa: BLE001 - an unreadable run must not take /metrics down
@@ -338,6 +340,7 @@ class RunState:
             ("trajectories", _TRAJ_COLUMNS, self._ingest_trajectories),
             ("gpu", ["time", "host", "gpu", "role", "util_pct"], self._ingest_gpu),
             ("logprob", ["step", "time", "abs_counts", "abs_mean", "abs_max", "n_tokens"], self._ingest_logprob),
+            ("jobs", ["time"], self._ingest_jobs),
         ):
             try:
                 ingest(self.reader.read_new(table, self.cursor, columns))
@@ -345,6 +348,8 @@ class RunState:
                 self._fail(f"read {table}", exc, count=not failed)
                 failed = True
         self._drop_stale_gpus()
+        progress = self._progress()
+        self._job_starts = [t for t in self._job_starts if t > progress]
         if self._logprob_stale:
             self._logprob_stale = False
             self._settle_logprob()
@@ -362,8 +367,8 @@ class RunState:
             return None
 
     def _meta_written(self) -> float:
-        """When meta.json was last written (unix seconds): every job of the run writes it as it
-        starts (a resumed one merges its config in). Its ``created`` where the filesystem keeps
+        """When meta.json was last written (unix seconds): every process's Recorder writes it as it
+        opens (a resumed job merges its config in). Its ``created`` where the filesystem keeps
         no time."""
         assert self.reader is not None
         loc = self.reader.location
@@ -380,6 +385,22 @@ class RunState:
             return float(created)
         except OverflowError:  # JSON has no bound on integers
             return math.nan
+
+    def _progress(self) -> float:
+        """When the run last showed progress: its last step, or a validation logged on its own
+        after it (-inf before either)."""
+        return max(self._newest[0] if self._newest is not None else -math.inf, self._validated)
+
+    def _job_start(self) -> float:
+        """When the job that has logged no step (nor a validation) yet started: the first job start
+        logged since the run's last step or validation; a later one (a driver that restarts again
+        and again without a step) does not restart the stall clock. NaN when there is none. A run
+        without a jobs table (an older rlscope's) has meta.json's time instead, before its first
+        step or validation only: every process's Recorder rewrites meta.json as it opens, so after
+        a step it would restart the clock of a run whose actors crash-loop."""
+        if self._jobs_logged:
+            return self._job_starts[0] if self._job_starts else math.nan
+        return self._meta_time if self._progress() == -math.inf else math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -561,6 +582,16 @@ class RunState:
         for key in [k for k, (t, _, _) in self._gpus.items() if t < cut]:
             del self._gpus[key]
 
+    def _ingest_jobs(self, rows: pa.Table) -> None:
+        """Keep the job starts logged since the run's last step or validation (the first
+        ``_RECORDS``: a job restarting more often without a step is timed from its first)."""
+        if rows.num_rows == 0:
+            return
+        self._jobs_logged = True
+        when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
+        later = when[np.isfinite(when) & (when > self._progress())]  # a start with no time cannot be placed
+        self._job_starts = sorted([*self._job_starts, *later.tolist()])[:_RECORDS]
+
     def _ingest_logprob(self, rows: pa.Table) -> None:
         rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
         if broken:
@@ -734,8 +765,9 @@ class RunState:
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
         if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
             out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
-        if math.isfinite(self._started):
-            out.append(("rlscope_run_start_timestamp_seconds", (), self._started))
+        started = self._job_start()
+        if math.isfinite(started):
+            out.append(("rlscope_job_start_timestamp_seconds", (), started))
         median = self._median_step_seconds()
         if not math.isnan(median):
             out.append(("rlscope_step_median_seconds", (), median))

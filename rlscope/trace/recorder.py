@@ -38,6 +38,7 @@ from rlscope.errors import MetaMalformedError
 from rlscope.trace.schema import (
     GPU,
     IS_WEIGHT_CAP,
+    JOBS,
     LOGPROB,
     LOGPROB_BIN_EDGES,
     LOGPROB_QUANTILES,
@@ -472,6 +473,14 @@ class Recorder:
                 self._enqueue("gpu", rows, len(rows), _sampled_bytes(rows, _row_bytes))
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
+
+    def log_job_start(self, when: float | None = None) -> None:
+        """Record that a job of the run started: now, or at ``when`` (unix seconds). Call it once
+        per job (a first run, a resume, a restart), from the one process that starts it, not from
+        each worker: the exporter times the job's warm-up and first step from the first start
+        logged since the run's last step, with the first-step limit."""
+        row = {"time": time.time() if when is None else when, "host": self.host, "pid": os.getpid()}
+        self._enqueue("jobs", row, 1, _row_bytes(row))
 
     def log_logprob_delta(self, step: int, deltas: Any, *, source: str = "recorder") -> None:
         """Queue per-token ``log p_trainer - log p_rollout`` (an array, a list, or a tensor of any
@@ -1058,6 +1067,10 @@ def _build_gpu(rec: Recorder, batches: list[list[Mapping[str, Any]]]) -> pa.Tabl
     return _rows_table(rec, rows, GPU)
 
 
+def _build_jobs(rec: Recorder, rows: list[dict]) -> pa.Table:
+    return _rows_table(rec, rows, JOBS)
+
+
 def _build_logprob(rec: Recorder, payloads: list[tuple[int, np.ndarray, str, float]]) -> pa.Table:
     rows = [logprob_histogram_row(step, arr, source=source, when=when) for step, arr, source, when in payloads]
     return pa.Table.from_pylist(rows, schema=LOGPROB)
@@ -1069,6 +1082,7 @@ _BUILDERS = {
     "trajectories": _build_trajectories,
     "gpu": _build_gpu,
     "logprob": _build_logprob,
+    "jobs": _build_jobs,
 }
 
 _live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()

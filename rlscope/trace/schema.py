@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 __all__ = [
     "GPU",
     "IS_WEIGHT_CAP",
+    "JOBS",
     "LOGPROB",
     "LOGPROB_BINS_PER_DECADE",
     "LOGPROB_BIN_EDGES",
@@ -116,6 +117,17 @@ LOGPROB = pa.schema(
 )
 
 
+# One row per job of the run (a first run, a resume, a restart), written once by the process
+# that starts it (the driver): the stall clock times a job's warm-up and first step from it.
+JOBS = pa.schema(
+    [
+        pa.field("time", pa.float64(), nullable=False),  # unix seconds when the job started
+        pa.field("host", pa.string()),
+        pa.field("pid", pa.int64()),
+    ]
+)
+
+
 def whole_histograms(rows: pa.Table) -> tuple[pa.Table, int]:
     """The ``logprob`` rows whose ``abs_counts`` hold one count per bin, and how many did not.
 
@@ -134,4 +146,5 @@ TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "gpu": GPU,
     "logprob": LOGPROB,
+    "jobs": JOBS,
 }

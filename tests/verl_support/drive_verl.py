@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -154,10 +155,11 @@ def scenario_main(run_dir: str) -> dict[str, Any]:
         "actor_rollout_ref": {"rollout": {"n": 2, "name": "vllm"}, "model": {"path": "Qwen/Qwen2.5-0.5B"}},
         "trainer": {"nnodes": 1, "n_gpus_per_node": 8, "project_name": "p", "experiment_name": "e"},
     }
+    before_tracking = time.time()
     logger = Tracking(project_name="p", experiment_name="e", default_backend=["console"], config=config)
     _register_echo_loop()
     worker = _agent_loop_worker()
-    out: dict[str, Any] = {"steps": {}}
+    out: dict[str, Any] = {"steps": {}, "before_tracking": before_tracking}
 
     for step in (1, 2):
         metrics: dict[str, Any] = {}
