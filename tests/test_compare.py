@@ -157,3 +157,24 @@ def test_a_run_already_at_its_best_topology_and_split_is_said_to_be(capsys):
         "async streaming at 21:11: 658 s, as the run is now: the fastest option the model sees"
         in capsys.readouterr().out
     )
+
+
+def test_a_step_time_summed_from_stage_timers_is_said_to_be_a_lower_bound(tmp_path, capsys):
+    # A logs timing_s/step (100 s, 20 s of it untimed by the stages); B logs only its stages (40 + 40 s)
+    logs = []
+    for name, step in (("a.log", " - timing_s/step:100.0"), ("b.log", "")):
+        log = tmp_path / name
+        log.write_text(
+            "".join(f"step:{i} - timing_s/gen:40.0 - timing_s/update_actor:40.0{step}\n" for i in range(1, 5))
+        )
+        logs.append(str(log))
+    assert main(["compare", *logs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["step time"] == pytest.approx((100.0, 80.0))
+    assert rows["step time from"] == ("step timer", "sum of stage timers")
+    # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be faster
+    assert out["explanations"][0] == (
+        "B's steps are 20 s faster than A's (-20%): other -20 s; "
+        "B's step time is the sum of its stage timers (no timing_s/step), a lower bound"
+    )

@@ -54,6 +54,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ha, hb = a["headline"], b["headline"]
     rows = [
         ("step time", "s", ha["step_s"], hb["step_s"]),
+        ("  step time from", "", ha.get("step_s_basis"), hb.get("step_s_basis")),
         # generation / step: above 100% when generation runs beside the step (one-step overlap, async)
         ("generation / step", "share", ha["generation_share"], hb["generation_share"]),
         ("generation", "s", ha.get("generation_s"), hb.get("generation_s")),
@@ -98,6 +99,19 @@ def _best(doc: dict[str, Any]) -> str | None:
     return f"{name}{split}: {secs(best['step_s'])}{speed}"
 
 
+def _lower_bounds(ha: dict[str, Any], hb: dict[str, Any]) -> str:
+    """What the step comparison must add when a run has no step timer: its step, summed from the
+    stage timers, leaves out what none of them held, so it may not be as short as it reads."""
+    said = {
+        "sum of stage timers": "is the sum of its stage timers (no timing_s/step), a lower bound",
+        "mixed": "is the sum of its stage timers where a step has no timing_s/step, a lower bound there",
+    }
+    bases = {name: head.get("step_s_basis") for name, head in (("A", ha), ("B", hb))}
+    if bases["A"] == bases["B"]:
+        return ""
+    return "".join(f"; {name}'s step time {said[basis]}" for name, basis in bases.items() if basis in said)
+
+
 def _counts(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     return f"{c['critical']}/{c['warn']}/{c['info']}"
@@ -120,12 +134,13 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {signed_secs(d)}")
         detail = f": {', '.join(parts[:4])}" if parts else ""
+        bounds = _lower_bounds(ha, hb)
         if beside:
             detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
         if abs(delta) < _SAME_STEP * sa and not parts:
-            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)})")
+            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){bounds}")
         else:
-            out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}")
+            out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
