@@ -178,3 +178,23 @@ def test_a_step_time_summed_from_stage_timers_is_said_to_be_a_lower_bound(tmp_pa
         "B's steps are 20 s faster than A's (-20%): other -20 s; "
         "B's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
+
+
+def test_runs_on_different_gpus_or_models_are_said_not_to_be_like_for_like(tmp_path, capsys):
+    runs = []
+    for name, count, kind, model, params in (("a", 8, "H100", "small", 1.5e9), ("b", 16, "A100", "big", 7.62e9)):
+        run = str(tmp_path / name)
+        meta = {"gpu": {"type": kind, "count": count}, "model": {"name": model, "active_params": params}}
+        with Recorder(run, meta=meta) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 60.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["model"] == ("small (1.5B active)", "big (7.62B active)")
+    # same step time, but B does it with twice the GPUs, of another kind, on a model five times the size
+    assert out["explanations"][:2] == [
+        "B's steps take as long as A's (100 s against 100 s)",
+        "not like for like: GPUs 8 -> 16, GPU type H100 -> A100, model small (1.5B active) -> big (7.62B active)",
+    ]

@@ -17,6 +17,7 @@ __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or changes meaning
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
+_SETUP = (("GPUs", "gpu_count"), ("GPU type", "gpu_type"))  # what the runs ran on, beside the model
 
 
 def _get(doc: dict[str, Any], *path: str) -> Any:
@@ -66,6 +67,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
         ("GPUs", "", a["run"]["gpu_count"], b["run"]["gpu_count"]),
+        ("model", "", _model(a), _model(b)),
         ("best topology (what-if)", "", _best(a), _best(b)),
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
@@ -97,6 +99,31 @@ def _best(doc: dict[str, Any]) -> str | None:
     shared = doc.get("topology", {}).get("shared") and best["topology"] == "colocated"  # colocate_async, as it is
     name = "colocate async" if shared else best["topology"].replace("_", " ")
     return f"{name}{split}: {secs(best['step_s'])}{speed}"
+
+
+def _model(doc: dict[str, Any]) -> str | None:
+    """The model's name and active parameters, as far as the run states them: "big (7.62B active)"."""
+    name, params = doc["run"].get("model"), doc["run"].get("active_params")
+    size = None
+    if params:
+        size = f"{params / 1e9:.3g}B active" if params >= 1e9 else f"{params / 1e6:.3g}M active"
+    if name and size:
+        return f"{name} ({size})"
+    return name or size
+
+
+def _setup(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """The GPUs and model where both runs state them and they differ: step time, MFU and the
+    tail then move for reasons no phase explains."""
+
+    def differ(key: str) -> bool:
+        x, y = a["run"].get(key), b["run"].get(key)
+        return x is not None and y is not None and x != y
+
+    changed = [f"{what} {a['run'][key]} -> {b['run'][key]}" for what, key in _SETUP if differ(key)]
+    if differ("model") or differ("active_params"):  # one run's size unstated is no difference
+        changed.append(f"model {_model(a)} -> {_model(b)}")
+    return f"not like for like: {', '.join(changed)}" if changed else None
 
 
 def _lower_bounds(ha: dict[str, Any], hb: dict[str, Any]) -> str:
@@ -141,6 +168,9 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){bounds}")
         else:
             out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
+    setup = _setup(a, b)
+    if setup:
+        out.append(setup)
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
