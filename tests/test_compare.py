@@ -198,3 +198,15 @@ def test_runs_on_different_gpus_or_models_are_said_not_to_be_like_for_like(tmp_p
         "B's steps take as long as A's (100 s against 100 s)",
         "not like for like: GPUs 8 -> 16, GPU type H100 -> A100, model small (1.5B active) -> big (7.62B active)",
     ]
+
+
+def test_a_topology_change_to_a_run_without_a_split_is_said_whole(tmp_path, capsys):
+    runs = []
+    for name, meta in (("a", {"topology": "one_step_overlap", "split": "6:2"}), ("b", {"topology": "colocated"})):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}, **meta}) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/update_actor": 50.0, "timing_s/step": 100.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert "topology one_step_overlap 6:2 -> colocated" in json.loads(capsys.readouterr().out)["explanations"]

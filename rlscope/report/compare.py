@@ -184,11 +184,8 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             + ("B is faster" if (sb or 0) < (sa or 0) else "B is not faster")
         )
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
-        out.append(
-            " ".join(
-                ["topology", a["run"]["topology"], _split(a) or "", "->", b["run"]["topology"], _split(b) or ""]
-            ).replace("  ", " ")
-        )
+        words = ["topology", a["run"]["topology"], _split(a), "->", b["run"]["topology"], _split(b)]
+        out.append(" ".join(w for w in words if w))
     ids_a, ids_b = {f["id"] for f in a["findings"]}, {f["id"] for f in b["findings"]}
     if ids_b - ids_a:
         out.append(f"only B: {', '.join(sorted(ids_b - ids_a))}")
