@@ -210,3 +210,21 @@ def test_a_topology_change_to_a_run_without_a_split_is_said_whole(tmp_path, caps
         runs.append(run)
     assert main(["compare", *runs, "--format", "json"]) == 0
     assert "topology one_step_overlap 6:2 -> colocated" in json.loads(capsys.readouterr().out)["explanations"]
+
+
+def test_mfu_is_judged_by_a_step_time_that_takes_as_long(tmp_path, capsys):
+    # B's answers are twice as long (1000 tokens a sequence against 500) in a step 0.1% shorter
+    logs = []
+    for name, step_s, response in (("a.log", 100.0, 400.0), ("b.log", 99.9, 900.0)):
+        log = tmp_path / name
+        log.write_text(
+            f"step:1 - timing_s/gen:40.0 - timing_s/update_actor:40.0 - timing_s/step:{step_s} - "
+            f"prompt_length/mean:100.0 - response_length/mean:{response}\n"
+        )
+        logs.append(str(log))
+    facts = ["--gpus", "16", "--peak-tflops", "20", "--active-params", "7.62e9"]
+    assert main(["compare", *logs, "--format", "json", *facts, "--meta", '{"batch_size": 64, "group_size": 4}']) == 0
+    out = json.loads(capsys.readouterr().out)["explanations"]
+    # 64 x 4 sequences at 8 x 7.62e9 FLOPs a token on 16 x 20 TFLOP/s: 500 tokens in 100 s, 1000 in 99.9 s
+    assert out[0] == "B's steps take as long as A's (100 s against 100 s)"
+    assert "whole-step MFU 24.4% -> 48.8%; judge by step time: B takes as long" in out

@@ -139,6 +139,13 @@ def _lower_bounds(ha: dict[str, Any], hb: dict[str, Any]) -> str:
     return "".join(f"; {name}'s step time {said[basis]}" for name, basis in bases.items() if basis in said)
 
 
+def _verdict(sa: float | None, sb: float | None) -> str:
+    """B against A by step time, with the step sentence's 0.5% margin: within it they take as long."""
+    if sa and sb and abs(sb - sa) < _SAME_STEP * sa:
+        return "B takes as long"
+    return "B is faster" if (sb or 0) < (sa or 0) else "B is not faster"
+
+
 def _counts(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     return f"{c['critical']}/{c['warn']}/{c['info']}"
@@ -179,10 +186,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
                 f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}); more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
-        out.append(
-            f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: "
-            + ("B is faster" if (sb or 0) < (sa or 0) else "B is not faster")
-        )
+        out.append(f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: {_verdict(sa, sb)}")
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
         words = ["topology", a["run"]["topology"], _split(a), "->", b["run"]["topology"], _split(b)]
         out.append(" ".join(w for w in words if w))
