@@ -228,3 +228,18 @@ def test_mfu_is_judged_by_a_step_time_that_takes_as_long(tmp_path, capsys):
     # 64 x 4 sequences at 8 x 7.62e9 FLOPs a token on 16 x 20 TFLOP/s: 500 tokens in 100 s, 1000 in 99.9 s
     assert out[0] == "B's steps take as long as A's (100 s against 100 s)"
     assert "whole-step MFU 24.4% -> 48.8%; judge by step time: B takes as long" in out
+
+
+def test_control_characters_from_the_data_do_not_reach_the_terminal(tmp_path, capsys):
+    # a run directory and a meta.json model name holding terminal escapes (recolour, retitle the window)
+    runs = []
+    for name in ("a\x1b[31m", "b"):
+        run = str(tmp_path / name)
+        meta = {"gpu": {"type": "H100", "count": 8}, "model": {"name": f"m-{name}\x1b]0;x\x07"}}
+        with Recorder(run, meta=meta) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "a\\x1b[31m" in out and "m-b\\x1b]0;x\\x07" in out

@@ -22,7 +22,7 @@ from typing import Any
 
 from rlscope.cli._args import parser_for
 from rlscope.cli.diagnose import add_fact_options, check_fact_options, open_run, read_with_facts
-from rlscope.report._format import secs
+from rlscope.report._format import secs, shown
 
 __all__ = ["main"]
 
@@ -37,13 +37,15 @@ def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespa
 
 
 def _cell(value: Any, unit: str) -> str:
+    """A row's value as the table shows it; a string from the data (a model name) with its
+    control characters written out, as ``diagnose`` does, so it cannot drive the terminal."""
     if value is None:
         return "n/a"
     if unit == "s":
         return secs(value)
     if unit == "share":
         return f"{value:.1%}"
-    return str(value)
+    return shown(value)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -73,11 +75,11 @@ def main(argv: Sequence[str]) -> int:
         console.width = 120
     table = Table()
     for header in ("measure", f"A: {args.run_a}", f"B: {args.run_b}"):
-        table.add_column(Text(header))
+        table.add_column(Text(shown(header)))
     for measure, unit, a, b in result["rows"]:
         table.add_row(Text(measure), Text(_cell(a, unit)), Text(_cell(b, unit)))
     console.print(table)
     console.print(Text("What differs", style="bold underline"))
     for line in result["explanations"]:
-        console.print(Text(f"  - {line}"))
+        console.print(Text(f"  - {shown(line)}"))
     return 0
