@@ -243,3 +243,15 @@ def test_control_characters_from_the_data_do_not_reach_the_terminal(tmp_path, ca
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "a\\x1b[31m" in out and "m-b\\x1b]0;x\\x07" in out
+
+
+def test_runs_under_one_long_folder_are_told_apart(tmp_path, capsys):
+    # the table's columns are narrower than these paths, which differ only in their last letter
+    folder = tmp_path / "experiments" / "qwen-7b-grpo-learning-rate-sweep-2026-11"
+    runs = [str(folder / "run-a"), str(folder / "run-b")]
+    for run in runs:
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+    assert main(["compare", *runs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"A: {runs[0]}" in lines and f"B: {runs[1]}" in lines

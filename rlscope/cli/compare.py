@@ -73,9 +73,12 @@ def main(argv: Sequence[str]) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = 120
+    # the paths in full above the table: a column cuts them short, and runs of one sweep differ at the end
+    console.print(Text(f"A: {shown(args.run_a)}"), soft_wrap=True)
+    console.print(Text(f"B: {shown(args.run_b)}"), soft_wrap=True)
     table = Table()
-    for header in ("measure", f"A: {args.run_a}", f"B: {args.run_b}"):
-        table.add_column(Text(shown(header)))
+    for header in ("measure", "A", "B"):
+        table.add_column(Text(header))
     for measure, unit, a, b in result["rows"]:
         table.add_row(Text(measure), Text(_cell(a, unit)), Text(_cell(b, unit)))
     console.print(table)
