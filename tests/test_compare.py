@@ -255,3 +255,23 @@ def test_runs_under_one_long_folder_are_told_apart(tmp_path, capsys):
     assert main(["compare", *runs]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert f"A: {runs[0]}" in lines and f"B: {runs[1]}" in lines
+
+
+def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
+    log = tmp_path / "a.log"
+    log.write_text(
+        "".join(
+            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - "
+            "response_length/mean:400.0 - response_length/max:2000.0\n"
+            for i in range(1, 5)
+        )
+    )
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.2)  # measured: T_thr 80, T_tail 20
+    assert main(["compare", str(log), b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)["explanations"]
+    # A's estimate: the 90th percentile length 400 ln 10 = 921 of the longest 2000, so a tail of
+    # 1 - 921 / 2000 = 54% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s)
+    assert out[1] == (
+        "generation's throughput part changed +33.9 s and its tail -33.9 s "
+        "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
+    )

@@ -139,6 +139,14 @@ def _lower_bounds(ha: dict[str, Any], hb: dict[str, Any]) -> str:
     return "".join(f"; {name}'s step time {said[basis]}" for name, basis in bases.items() if basis in said)
 
 
+def _estimates(ha: dict[str, Any], hb: dict[str, Any]) -> str:
+    """Which run's tail is a model of its response lengths rather than measured from finish times:
+    a change against it is partly the model's."""
+    named = [name for name, head in (("A", ha), ("B", hb)) if head.get("tail_estimated")]
+    owners = " and ".join(f"{n}'s" for n in named)
+    return f"; {owners} estimated from response lengths" if named else ""
+
+
 def _verdict(sa: float | None, sb: float | None) -> str:
     """B against A by step time, with the step sentence's 0.5% margin: within it they take as long."""
     if sa and sb and abs(sb - sa) < _SAME_STEP * sa:
@@ -183,7 +191,8 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
             out.append(
                 f"generation's throughput part changed {signed_secs(dthr)} and its tail {signed_secs(dtail)} "
-                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}); more GPUs shrink only the throughput part"
+                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}{_estimates(ha, hb)}); "
+                "more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
         out.append(f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: {_verdict(sa, sb)}")
