@@ -275,3 +275,18 @@ def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
         "generation's throughput part changed +33.9 s and its tail -33.9 s "
         "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
     )
+
+
+def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
+    timed = _run(tmp_path, "timed", gen=100.0, tail_share=0.2)
+    untimed = str(tmp_path / "untimed")
+    with Recorder(untimed, meta={"gpu": {"type": "H100", "count": 8}}) as rec:  # trajectories, no step metrics
+        rec.log_trajectories(0, [{"traj_id": str(i), "finish_time": float(i + 1)} for i in range(10)])
+    assert main(["compare", untimed, timed, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "A has no step timers (timing_s/*): its steps cannot be compared"
+    )
+    assert main(["compare", untimed, untimed, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "neither run has step timers (timing_s/*): their steps cannot be compared"
+    )
