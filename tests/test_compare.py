@@ -290,3 +290,11 @@ def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
         "neither run has step timers (timing_s/*): their steps cannot be compared"
     )
+
+
+def test_a_run_compared_with_itself_is_warned_about(tmp_path, capsys, monkeypatch):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", a, "a/", "--format", "json"]) == 0  # one directory, named two ways
+    err = capsys.readouterr().err
+    assert f"A and B are the same run ({a}): nothing can differ" in err and len(err.strip().splitlines()) == 1

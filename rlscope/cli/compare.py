@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +27,8 @@ from rlscope.cli.diagnose import add_fact_options, check_fact_options, open_run,
 from rlscope.report._format import secs, shown
 
 __all__ = ["main"]
+
+log = logging.getLogger("rlscope")
 
 
 def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -60,6 +64,9 @@ def main(argv: Sequence[str]) -> int:
     from rlscope.report.compare import compare_documents
 
     result = compare_documents(_document(parser, args.run_a, args), _document(parser, args.run_b, args))
+    if "://" not in args.run_a and os.path.realpath(args.run_a) == os.path.realpath(args.run_b):
+        # a slip of the shell (the same run twice, or one named two ways): a comparison that says nothing
+        log.warning("A and B are the same run (%s): nothing can differ", args.run_a)
     if args.format == "json":
         rows = [{"measure": m.strip(), "unit": u, "a": a, "b": b} for m, u, a, b in result["rows"]]
         json.dump({**result, "rows": rows}, sys.stdout, indent=2, allow_nan=False)
