@@ -769,3 +769,12 @@ def test_report_axes_are_labelled_in_decades_of_delta_and_whole_gpus():
     # the balanced split stays 27 of 32 beside the run's 24: ticks one GPU apart, not 24.5
     drift = split_drift(d)
     assert set(drift.data[0].y) == {27} and drift.layout.yaxis.dtick == 1
+
+
+def test_a_file_of_a_run_directory_points_at_the_directory(tmp_path, capsys):
+    run = SAMPLES / "healthy-colocated"
+    segment = sorted((run / "steps").glob("*.parquet"))[0]
+    for path in (run / "meta.json", segment):
+        assert main(["diagnose", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err == f"rlscope: {path}: a file of the run directory {run}: give the directory\n"

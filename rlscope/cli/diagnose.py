@@ -73,6 +73,16 @@ def _is_pipe(path: str) -> bool:
         return False
 
 
+def _refuse_run_dir_file(path: str) -> None:
+    """A one-line error naming the run directory for its ``meta.json`` or a Parquet segment, which
+    would otherwise be read as a log and found to hold no metric lines (or to be binary)."""
+    name = os.path.basename(path)
+    folder = os.path.dirname(path)
+    root = folder if name == "meta.json" else os.path.dirname(folder) if name.endswith(".parquet") else None
+    if root is not None and os.path.isfile(os.path.join(root or ".", "meta.json")):
+        raise RunDirError(f"{path}: a file of the run directory {root or '.'}: give the directory")
+
+
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
@@ -82,6 +92,7 @@ def open_run(path: str) -> Iterator[str]:
     if not (piped or os.path.isfile(path)):
         yield path
         return
+    _refuse_run_dir_file(path)
     from rlscope.collectors.importers import IMPORTERS
 
     with tempfile.TemporaryDirectory(prefix="rlscope-import-") as tmp:
