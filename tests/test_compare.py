@@ -298,3 +298,14 @@ def test_a_run_compared_with_itself_is_warned_about(tmp_path, capsys, monkeypatc
     assert main(["compare", a, "a/", "--format", "json"]) == 0  # one directory, named two ways
     err = capsys.readouterr().err
     assert f"A and B are the same run ({a}): nothing can differ" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_finding_in_both_runs_that_grew_more_severe_is_said_to(tmp_path, capsys):
+    # the slowest 10% hold 35% of A's rollout (at or above 30%: warn) and 60% of B's (at or above 50%: critical)
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.35)
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.6)
+    for runs, line in (((a, b), "more severe in B: "), ((b, a), "less severe in B: ")):
+        assert main(["compare", *runs, "--format", "json"]) == 0
+        (said,) = [s for s in json.loads(capsys.readouterr().out)["explanations"] if s.startswith(line)]
+        change = "warn -> critical" if runs == (a, b) else "critical -> warn"
+        assert f"long-tail-dominates ({change})" in said

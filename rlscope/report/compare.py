@@ -17,6 +17,7 @@ __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or changes meaning
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
+_RANK = {"info": 0, "warn": 1, "critical": 2}
 _SETUP = (("GPUs", "gpu_count"), ("GPU type", "gpu_type"))  # what the runs ran on, beside the model
 
 
@@ -204,9 +205,27 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
         words = ["topology", a["run"]["topology"], _split(a), "->", b["run"]["topology"], _split(b)]
         out.append(" ".join(w for w in words if w))
-    ids_a, ids_b = {f["id"] for f in a["findings"]}, {f["id"] for f in b["findings"]}
+    worst_a, worst_b = _worst(a), _worst(b)
+    ids_a, ids_b = set(worst_a), set(worst_b)
     if ids_b - ids_a:
         out.append(f"only B: {', '.join(sorted(ids_b - ids_a))}")
     if ids_a - ids_b:
         out.append(f"only A: {', '.join(sorted(ids_a - ids_b))}")
+    for word, sign in (("more", 1), ("less", -1)):
+        moved = [
+            f"{i} ({worst_a[i]} -> {worst_b[i]})"
+            for i in sorted(ids_a & ids_b)
+            if sign * (_RANK[worst_b[i]] - _RANK[worst_a[i]]) > 0
+        ]
+        if moved:
+            out.append(f"{word} severe in B: {', '.join(moved)}")
     return out
+
+
+def _worst(doc: dict[str, Any]) -> dict[str, str]:
+    """Each finding id's most severe level in the run (a finding may be raised once per reward source)."""
+    worst: dict[str, str] = {}
+    for f in doc["findings"]:
+        if _RANK[f["severity"]] > _RANK.get(worst.get(f["id"], ""), -1):
+            worst[f["id"]] = f["severity"]
+    return worst
