@@ -778,3 +778,20 @@ def test_a_file_of_a_run_directory_points_at_the_directory(tmp_path, capsys):
         assert main(["diagnose", str(path)]) == 1
         err = capsys.readouterr().err
         assert err == f"rlscope: {path}: a file of the run directory {run}: give the directory\n"
+
+
+def test_the_report_is_never_written_over_what_it_reads(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    text = "step:1 - timing_s/gen:10.0 - timing_s/step:15.0\n"
+    log.write_text(text)
+    assert main(["diagnose", str(log), "--format", "json", "--output", str(log)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot write {log}: it is the log being diagnosed\n"
+    assert log.read_text() == text  # the log is kept, not replaced by its report
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "healthy-colocated", run)
+    meta = (run / "meta.json").read_text()
+    for inside in (run / "meta.json", run / "steps" / "report.txt"):
+        assert main(["diagnose", str(run), "--output", str(inside)]) == 1
+        assert capsys.readouterr().err == f"rlscope: cannot write {inside}: it is part of the run directory {run}\n"
+    assert (run / "meta.json").read_text() == meta and not (run / "steps" / "report.txt").exists()
+    assert main(["diagnose", str(run), "--output", str(run / "report.txt")]) == 0  # beside its tables is fine

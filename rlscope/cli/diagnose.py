@@ -129,6 +129,7 @@ def main(argv: Sequence[str]) -> int:
     check_fact_options(parser, args)
     if args.output:
         _check_writable(args.output)  # before minutes of analysis, not after
+        _check_not_read(args.output, args.run)
 
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
@@ -242,6 +243,19 @@ def _check_writable(path: str) -> None:
         raise RLScopeError(f"cannot write {path}: no such directory {folder}")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):
         raise RLScopeError(f"cannot write {path}: permission denied")
+
+
+def _check_not_read(path: str, run: str) -> None:
+    """A one-line error if the report would replace what it reads: the log being diagnosed, or
+    the run directory's meta.json or a file in its table folders (a report beside them is fine)."""
+    if "://" in run:
+        return
+    target, source = os.path.realpath(path), os.path.realpath(run)
+    if target == source:
+        raise RLScopeError(f"cannot write {path}: it is the log being diagnosed")
+    if os.path.isdir(source) and os.path.commonpath([target, source]) == source:
+        if target == os.path.join(source, "meta.json") or os.path.dirname(target) != source:
+            raise RLScopeError(f"cannot write {path}: it is part of the run directory {run}")
 
 
 def _positive(kind: type) -> Callable[[str], Any]:
