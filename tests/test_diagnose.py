@@ -795,3 +795,10 @@ def test_the_report_is_never_written_over_what_it_reads(tmp_path, capsys):
         assert capsys.readouterr().err == f"rlscope: cannot write {inside}: it is part of the run directory {run}\n"
     assert (run / "meta.json").read_text() == meta and not (run / "steps" / "report.txt").exists()
     assert main(["diagnose", str(run), "--output", str(run / "report.txt")]) == 0  # beside its tables is fine
+
+
+def test_an_empty_output_path_is_a_usage_error(capsys):
+    # -o "$REPORT" with REPORT unset: the report is not sent to stdout as if no --output were given
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "--output", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "rlscope: diagnose: --output: an empty path\n"

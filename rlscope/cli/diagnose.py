@@ -127,6 +127,8 @@ def main(argv: Sequence[str]) -> int:
     add_fact_options(parser, "this report")
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
+    if args.output == "":  # -o "$REPORT" with REPORT unset: not stdout, as if no --output were given
+        parser.error("--output: an empty path")
     if args.output:
         _check_writable(args.output)  # before minutes of analysis, not after
         _check_not_read(args.output, args.run)
