@@ -802,3 +802,15 @@ def test_an_empty_output_path_is_a_usage_error(capsys):
     assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "--output", ""]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == "rlscope: diagnose: --output: an empty path\n"
+
+
+def test_a_folder_around_or_inside_run_directories_points_at_them(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for name in ("b", "a"):
+        shutil.copytree(SAMPLES / "healthy-colocated", runs / name)
+    assert main(["diagnose", str(runs)]) == 1
+    assert capsys.readouterr().err == f"rlscope: {runs}: not a run directory; it holds 2 (a, b): give one\n"
+    run = runs / "a"
+    assert main(["diagnose", str(run / "steps")]) == 1
+    said = f"rlscope: {run / 'steps'}: a folder of the run directory {run}: give the directory\n"
+    assert capsys.readouterr().err == said

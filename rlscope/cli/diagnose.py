@@ -83,6 +83,23 @@ def _refuse_run_dir_file(path: str) -> None:
         raise RunDirError(f"{path}: a file of the run directory {root or '.'}: give the directory")
 
 
+def _refuse_folder_near_runs(path: str) -> None:
+    """A one-line error naming the run directories for a folder without meta.json that holds
+    some (``runs/``) or lies in one (``run/steps``), rather than "meta.json: missing"."""
+    if os.path.isfile(os.path.join(path, "meta.json")):
+        return
+    parent = os.path.dirname(os.path.normpath(path))
+    if os.path.isfile(os.path.join(parent or ".", "meta.json")):
+        raise RunDirError(f"{path}: a folder of the run directory {parent or '.'}: give the directory")
+    try:
+        runs = sorted(e for e in os.listdir(path) if os.path.isfile(os.path.join(path, e, "meta.json")))
+    except OSError:
+        return  # the reader says what is wrong with it
+    if runs:
+        named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+        raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({named}): give one")
+
+
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
@@ -90,6 +107,8 @@ def open_run(path: str) -> Iterator[str]:
         raise RunDirError(f"{path}: no such run directory or log file")
     piped = _is_pipe(path)
     if not (piped or os.path.isfile(path)):
+        if "://" not in path:
+            _refuse_folder_near_runs(path)
         yield path
         return
     _refuse_run_dir_file(path)
