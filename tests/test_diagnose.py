@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -814,3 +815,11 @@ def test_a_folder_around_or_inside_run_directories_points_at_them(tmp_path, caps
     assert main(["diagnose", str(run / "steps")]) == 1
     said = f"rlscope: {run / 'steps'}: a folder of the run directory {run}: give the directory\n"
     assert capsys.readouterr().err == said
+
+
+def test_the_progress_bar_is_drawn_on_stderr_not_into_the_report(capsys, monkeypatch):
+    # `rlscope diagnose RUN --format json > report.json` at a terminal: stderr is one, stdout a file
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith('{"schema": "rlscope.diagnose/1"') and "analysing" in err

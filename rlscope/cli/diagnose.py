@@ -354,9 +354,12 @@ def _progress(total: int) -> Iterator:
     if not sys.stderr.isatty():
         yield lambda _stage: None
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=True) as progress:
+    # on stderr's console: rich's default is stdout's, where the bar stayed unseen when stdout was
+    # redirected (``> report.json``) and its end wrote a blank line into the report
+    with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("analysing", total=total)
 
         def tick(stage: str) -> None:
