@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,11 @@ def test_a_finding_in_both_runs_that_grew_more_severe_is_said_to(tmp_path, capsy
         (said,) = [s for s in json.loads(capsys.readouterr().out)["explanations"] if s.startswith(line)]
         change = "warn -> critical" if runs == (a, b) else "critical -> warn"
         assert f"long-tail-dominates ({change})" in said
+
+
+def test_the_analysis_of_both_runs_shows_progress_on_a_terminal(tmp_path, capsys, monkeypatch):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["compare", a, a, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("{") and "analysing A" in err and "analysing B" in err

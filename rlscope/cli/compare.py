@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlscope.cli._args import parser_for
-from rlscope.cli.diagnose import add_fact_options, check_fact_options, open_run, read_with_facts
+from rlscope.cli.diagnose import add_fact_options, analysis_progress, check_fact_options, open_run, read_with_facts
 from rlscope.report._format import secs, shown
 
 __all__ = ["main"]
@@ -37,13 +37,16 @@ __all__ = ["main"]
 log = logging.getLogger("rlscope")
 
 
-def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    from rlscope.analyzers import analyze_run
+def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """Run ``name`` (A or B) read and analysed, with a progress bar on a terminal as ``diagnose``."""
+    from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
 
     with open_run(path) as run_dir:
         reader = read_with_facts(parser, run_dir, args, path)
-        return build_document(analyze_run(reader), reader, path)
+        with analysis_progress(len(STAGES), f"analysing {name}") as tick:
+            diagnosis = analyze_run(reader, on_stage=tick)
+        return build_document(diagnosis, reader, path)
 
 
 def _cell(value: Any, unit: str) -> str:
@@ -69,7 +72,7 @@ def main(argv: Sequence[str]) -> int:
 
     from rlscope.report.compare import compare_documents
 
-    result = compare_documents(_document(parser, args.run_a, args), _document(parser, args.run_b, args))
+    result = compare_documents(_document(parser, args.run_a, args, "A"), _document(parser, args.run_b, args, "B"))
     if "://" not in args.run_a and os.path.realpath(args.run_a) == os.path.realpath(args.run_b):
         # a slip of the shell (the same run twice, or one named two ways): a comparison that says nothing
         log.warning("A and B are the same run (%s): nothing can differ", args.run_a)

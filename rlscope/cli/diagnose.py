@@ -44,7 +44,15 @@ if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
     from rlscope.trace.reader import RunReader
 
-__all__ = ["add_fact_options", "check_fact_options", "main", "open_run", "read_with_facts", "warn_unusable_meta"]
+__all__ = [
+    "add_fact_options",
+    "analysis_progress",
+    "check_fact_options",
+    "main",
+    "open_run",
+    "read_with_facts",
+    "warn_unusable_meta",
+]
 
 log = logging.getLogger("rlscope")
 
@@ -157,7 +165,7 @@ def main(argv: Sequence[str]) -> int:
 
     with open_run(args.run) as run_dir:
         reader = read_with_facts(parser, run_dir, args, args.run)
-        with _progress(len(STAGES)) as tick:
+        with analysis_progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)
         report = _render(args.format, doc, diagnosis, reader, to_terminal=args.output is None)
@@ -349,7 +357,7 @@ def _render(fmt: str, doc: dict, diagnosis: Diagnosis, reader: RunReader, *, to_
 
 
 @contextmanager
-def _progress(total: int) -> Iterator:
+def analysis_progress(total: int, label: str = "analysing") -> Iterator:
     """A transient progress bar on stderr when it is a terminal; a no-op tick otherwise."""
     if not sys.stderr.isatty():
         yield lambda _stage: None
@@ -360,9 +368,9 @@ def _progress(total: int) -> Iterator:
     # on stderr's console: rich's default is stdout's, where the bar stayed unseen when stdout was
     # redirected (``> report.json``) and its end wrote a blank line into the report
     with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("analysing", total=total)
+        task = progress.add_task(label, total=total)
 
         def tick(stage: str) -> None:
-            progress.update(task, advance=1, description=f"analysing: {stage}")
+            progress.update(task, advance=1, description=f"{label}: {stage}")
 
         yield tick
