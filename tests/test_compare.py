@@ -318,3 +318,14 @@ def test_the_analysis_of_both_runs_shows_progress_on_a_terminal(tmp_path, capsys
     assert main(["compare", a, a, "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("{") and "analysing A" in err and "analysing B" in err
+
+
+def test_one_gpu_model_named_two_ways_is_like_for_like(tmp_path, capsys):
+    runs = []
+    for name, kind in (("a", "H100"), ("b", "NVIDIA H100 80GB HBM3")):  # a --gpu-type, and nvidia-smi's name
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": kind, "count": 8}}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert not [s for s in json.loads(capsys.readouterr().out)["explanations"] if "like for like" in s]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlscope.analyzers.gpus import gpu_model
 from rlscope.report._format import is_current_best, measured_aside, secs, signed_secs
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
@@ -119,6 +120,8 @@ def _setup(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 
     def differ(key: str) -> bool:
         x, y = a["run"].get(key), b["run"].get(key)
+        if key == "gpu_type" and x is not None and y is not None:  # "H100", nvidia-smi's "NVIDIA H100 80GB HBM3"
+            x, y = gpu_model(x) or x, gpu_model(y) or y
         return x is not None and y is not None and x != y
 
     changed = [f"{what} {a['run'][key]} -> {b['run'][key]}" for what, key in _SETUP if differ(key)]
