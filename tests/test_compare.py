@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -329,3 +331,29 @@ def test_one_gpu_model_named_two_ways_is_like_for_like(tmp_path, capsys):
         runs.append(run)
     assert main(["compare", *runs, "--format", "json"]) == 0
     assert not [s for s in json.loads(capsys.readouterr().out)["explanations"] if "like for like" in s]
+
+
+def test_phases_that_changed_alike_come_in_the_same_order_every_time(tmp_path):
+    # old_log_prob and ref change alike (+10 s each), as do the phases that did not change: the order
+    # of the rows and of the step sentence's parts must not hang on the process's string hash seed
+    runs = []
+    for name, fwd in (("a", 10.0), ("b", 20.0)):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            timers = {"gen": 40.0, "old_log_prob": fwd, "ref": fwd, "reward": 2.0, "adv": 1.0, "update_actor": 30.0}
+            for step in range(4):
+                rec.log_step(step, {f"timing_s/{k}": v for k, v in timers.items()})
+        runs.append(run)
+    outputs = set()
+    for seed in ("1", "2", "3", "4", "5", "6"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        done = subprocess.run(
+            [sys.executable, "-m", "rlscope", "compare", *runs, "--format", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    assert json.loads(outputs.pop())["explanations"][0].endswith(": old_log_prob +10 s, ref +10 s")

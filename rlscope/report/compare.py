@@ -38,6 +38,12 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
 
 
+def _by_change(pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
+    """The phases of either run, the most changed first; alike changes by name, so that the order
+    does not hang on the set's, which changes with each process's string hash seed."""
+    return sorted(set(pa_) | set(pb), key=lambda p: (-abs(pb.get(p, 0.0) - pa_.get(p, 0.0)), p))
+
+
 def _split(doc: dict[str, Any]) -> str | None:
     split = _get(doc, "run", "split")
     return f"{split['rollout']}:{split['train']}" if split else None
@@ -74,7 +80,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
     pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
-    for phase in sorted(set(pa_) | set(pb), key=lambda p: -abs(pb.get(p, 0) - pa_.get(p, 0))):
+    for phase in _by_change(pa_, pb):
         if phase != "step_s" and (pa_.get(phase) or pb.get(phase)):
             rows.append((f"  {phase}", "s", pa_.get(phase), pb.get(phase)))
     return {
@@ -180,7 +186,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         inside_a = {k: v for k, v in pa_.items() if not (k == "gen" and ha.get("generation_overlapped"))}
         inside_b = {k: v for k, v in pb.items() if not (k == "gen" and hb.get("generation_overlapped"))}
         parts = []
-        for phase in sorted(set(inside_a) | set(inside_b), key=lambda p: -abs(inside_b.get(p, 0) - inside_a.get(p, 0))):
+        for phase in _by_change(inside_a, inside_b):
             d = inside_b.get(phase, 0.0) - inside_a.get(phase, 0.0)
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {signed_secs(d)}")
