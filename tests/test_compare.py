@@ -357,3 +357,21 @@ def test_phases_that_changed_alike_come_in_the_same_order_every_time(tmp_path):
         outputs.add(done.stdout)
     assert len(outputs) == 1
     assert json.loads(outputs.pop())["explanations"][0].endswith(": old_log_prob +10 s, ref +10 s")
+
+
+def test_a_run_without_mfu_is_told_what_it_needs(tmp_path, capsys):
+    log = tmp_path / "b.log"  # a console log stating neither GPUs nor model nor batch
+    log.write_text(
+        "step:1 - timing_s/gen:40.0 - timing_s/update_actor:40.0 - timing_s/step:100.0 - "
+        "prompt_length/mean:100.0 - response_length/mean:400.0\n"
+    )
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    assert main(["compare", str(samples / "healthy-colocated"), str(log), "--format", "json"]) == 0
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    assert said == [
+        "B's whole-step MFU is n/a (needs --gpus; --gpu-type or --peak-tflops; --active-params; "
+        '--meta \'{"batch_size": B, "group_size": G}\')'
+    ]
+    assert main(["compare", str(log), str(log), "--format", "json"]) == 0
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    assert len(said) == 1 and said[0].startswith("neither run has a whole-step MFU (needs --gpus; ")

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from rlscope.analyzers.gpus import gpu_model
-from rlscope.report._format import is_current_best, measured_aside, secs, signed_secs
+from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
@@ -157,6 +157,14 @@ def _estimates(ha: dict[str, Any], hb: dict[str, Any]) -> str:
     return f"; {owners} estimated from response lengths" if named else ""
 
 
+def _mfu_missing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What a run without MFU lacks, as ``diagnose`` says it: the table's n/a does not say why."""
+    needs = {name: mfu_missing(doc) for name, doc in (("A", a), ("B", b))}
+    if needs["A"] and needs["A"] == needs["B"]:
+        return [f"neither run has a whole-step MFU{needs['A']}"]
+    return [f"{name}'s whole-step MFU is n/a{need}" for name, need in needs.items() if need]
+
+
 def _verdict(sa: float | None, sb: float | None) -> str:
     """B against A by step time, with the step sentence's 0.5% margin: within it they take as long."""
     if sa and sb and abs(sb - sa) < _SAME_STEP * sa:
@@ -211,6 +219,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
         out.append(f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: {_verdict(sa, sb)}")
+    out.extend(_mfu_missing(a, b))
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
         words = ["topology", a["run"]["topology"], _split(a), "->", b["run"]["topology"], _split(b)]
         out.append(" ".join(w for w in words if w))
