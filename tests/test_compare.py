@@ -375,3 +375,14 @@ def test_a_run_without_mfu_is_told_what_it_needs(tmp_path, capsys):
     assert main(["compare", str(log), str(log), "--format", "json"]) == 0
     said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
     assert len(said) == 1 and said[0].startswith("neither run has a whole-step MFU (needs --gpus; ")
+
+
+def test_what_a_run_was_read_without_is_said(tmp_path, capsys):
+    good = "".join(f'{{"step": {i}, "timing_s/gen": 40.0, "timing_s/step": 100.0}}\n' for i in range(1, 5))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(good + '{"step": 5, "timing_s/gen": 4\n')  # a line cut short: left out
+    b.write_text(good)
+    assert main(["compare", str(a), str(b), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)["explanations"]
+    assert "A was read with a warning: the import (verl-jsonl) left out 1 bad_json" in out
+    assert not [s for s in out if s.startswith("B was read")]

@@ -237,6 +237,8 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         ]
         if moved:
             out.append(f"{word} severe in B: {', '.join(moved)}")
+    for name, doc in (("A", a), ("B", b)):  # what diagnose lists under "Read with warnings"
+        out += [f"{name} was read with a warning: {w}" for w in doc["run"].get("warnings") or []]
     return out
 
 
