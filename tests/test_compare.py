@@ -386,3 +386,15 @@ def test_what_a_run_was_read_without_is_said(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)["explanations"]
     assert "A was read with a warning: the import (verl-jsonl) left out 1 bad_json" in out
     assert not [s for s in out if s.startswith("B was read")]
+
+
+def test_an_option_that_does_not_fit_one_run_names_it(tmp_path, capsys):
+    runs = []
+    for name, count in (("a", 8), ("b", 16)):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": count}}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--meta", '{"topology": "async", "split": "4:4"}']) == 2
+    err = capsys.readouterr().err
+    assert err == f"rlscope: compare: --meta: split 4:4 adds up to 8 GPUs, not the run's 16 (B: {runs[1]})\n"

@@ -43,7 +43,7 @@ def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespa
     from rlscope.report.document import build_document
 
     with open_run(path) as run_dir:
-        reader = read_with_facts(parser, run_dir, args, path)
+        reader = read_with_facts(parser, run_dir, args, path, name)
         with analysis_progress(len(STAGES), f"analysing {name}") as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         return build_document(diagnosis, reader, path)

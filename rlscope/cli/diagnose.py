@@ -211,11 +211,14 @@ def check_fact_options(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
 
 
-def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argparse.Namespace, source: str) -> RunReader:
+def read_with_facts(
+    parser: argparse.ArgumentParser, run_dir: str, args: argparse.Namespace, source: str, name: str | None = None
+) -> RunReader:
     """A reader of ``run_dir`` whose meta holds the fact options over meta.json's own values.
 
     A value the options bring in that the analyzers cannot use is a usage error; meta.json's
-    own are warned about, unless an option replaced them.
+    own are warned about, unless an option replaced them. ``name`` (A or B, of ``compare``) is
+    said in the error, with ``source``: the options apply to both runs, and may fit only one.
     """
     from rlscope.analyzers._data import meta_problems
     from rlscope.trace.reader import RunReader
@@ -231,7 +234,8 @@ def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argpars
     unusable = meta_problems(reader.meta)
     added = [p for p in unusable if p not in stated]
     if added:
-        parser.error(f"--meta: {added[0]}" if args.meta else added[0])
+        whose = f" ({name}: {source})" if name else ""
+        parser.error((f"--meta: {added[0]}" if args.meta else added[0]) + whose)
     warn_unusable_meta(source, unusable)
     return reader
 
