@@ -398,3 +398,17 @@ def test_an_option_that_does_not_fit_one_run_names_it(tmp_path, capsys):
     assert main(["compare", *runs, "--meta", '{"topology": "async", "split": "4:4"}']) == 2
     err = capsys.readouterr().err
     assert err == f"rlscope: compare: --meta: split 4:4 adds up to 8 GPUs, not the run's 16 (B: {runs[1]})\n"
+
+
+def test_how_many_steps_each_run_has_is_a_row(tmp_path, capsys):
+    # "recent means" of one step and of the last quarter of forty: the reader must see how much each rests on
+    runs = []
+    for name, steps in (("a", 1), ("b", 40)):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(steps):
+                rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["steps (recent)"] == ("1 (1)", "40 (10)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import gpu_model
 from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs
 
@@ -29,11 +30,22 @@ def _get(doc: dict[str, Any], *path: str) -> Any:
     return node
 
 
+def _recent_count(steps: int) -> int:
+    """How many of a run's last steps its recent means (the headline's) are taken over."""
+    return max(1, math.ceil(steps * RECENT_FRACTION))
+
+
+def _steps(doc: dict[str, Any]) -> str | None:
+    """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)"."""
+    n = _get(doc, "run", "steps")
+    return f"{n} ({_recent_count(n)})" if n else None
+
+
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     rows = _get(doc, "phases", "seconds_per_step") or []
     if not rows:
         return {}
-    recent = rows[len(rows) - max(1, math.ceil(len(rows) / 4)) :]
+    recent = rows[len(rows) - _recent_count(len(rows)) :]
     keys = [k for k in recent[0] if k != "step"]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
 
@@ -62,6 +74,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """
     ha, hb = a["headline"], b["headline"]
     rows = [
+        ("steps (recent)", "", _steps(a), _steps(b)),
         ("step time", "s", ha["step_s"], hb["step_s"]),
         ("  step time from", "", ha.get("step_s_basis"), hb.get("step_s_basis")),
         # generation / step: above 100% when generation runs beside the step (one-step overlap, async)
