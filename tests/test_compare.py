@@ -412,3 +412,17 @@ def test_how_many_steps_each_run_has_is_a_row(tmp_path, capsys):
     assert main(["compare", *runs, "--format", "json"]) == 0
     rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["steps (recent)"] == ("1 (1)", "40 (10)")
+
+
+def test_runs_of_other_batch_shapes_are_said_not_to_be_like_for_like(tmp_path, capsys):
+    runs = []
+    for name, batch in (("a", 32), ("b", 64)):  # B's steps carry twice the prompts, 8 samples each
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}, "batch_size": batch, "group_size": 8}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert "not like for like: prompts a step 32 -> 64" in json.loads(capsys.readouterr().out)["explanations"]
+    assert main(["diagnose", runs[1], "--format", "json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert (run["batch_size"], run["group_size"]) == (64, 8)

@@ -20,7 +20,13 @@ COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or change
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
 _RANK = {"info": 0, "warn": 1, "critical": 2}
-_SETUP = (("GPUs", "gpu_count"), ("GPU type", "gpu_type"))  # what the runs ran on, beside the model
+# what the runs ran, and on what, beside the model
+_SETUP = (
+    ("GPUs", "gpu_count"),
+    ("GPU type", "gpu_type"),
+    ("prompts a step", "batch_size"),
+    ("samples a prompt", "group_size"),
+)
 
 
 def _get(doc: dict[str, Any], *path: str) -> Any:
@@ -134,8 +140,8 @@ def _model(doc: dict[str, Any]) -> str | None:
 
 
 def _setup(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    """The GPUs and model where both runs state them and they differ: step time, MFU and the
-    tail then move for reasons no phase explains."""
+    """The GPUs, batch shape and model where both runs state them and they differ: step time, MFU
+    and the tail then move for reasons no phase explains."""
 
     def differ(key: str) -> bool:
         x, y = a["run"].get(key), b["run"].get(key)
