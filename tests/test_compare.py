@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +160,269 @@ def test_a_run_already_at_its_best_topology_and_split_is_said_to_be(capsys):
         "async streaming at 21:11: 658 s, as the run is now: the fastest option the model sees"
         in capsys.readouterr().out
     )
+
+
+def test_a_step_time_summed_from_stage_timers_is_said_to_be_a_lower_bound(tmp_path, capsys):
+    # A logs timing_s/step (100 s, 20 s of it untimed by the stages); B logs only its stages (40 + 40 s)
+    logs = []
+    for name, step in (("a.log", " - timing_s/step:100.0"), ("b.log", "")):
+        log = tmp_path / name
+        log.write_text(
+            "".join(f"step:{i} - timing_s/gen:40.0 - timing_s/update_actor:40.0{step}\n" for i in range(1, 5))
+        )
+        logs.append(str(log))
+    assert main(["compare", *logs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["step time"] == pytest.approx((100.0, 80.0))
+    assert rows["step time from"] == ("step timer", "sum of stage timers")
+    # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be faster
+    assert out["explanations"][0] == (
+        "B's steps are 20 s faster than A's (-20%): other -20 s; "
+        "B's step time is the sum of its stage timers (no timing_s/step), a lower bound"
+    )
+
+
+def test_runs_on_different_gpus_or_models_are_said_not_to_be_like_for_like(tmp_path, capsys):
+    runs = []
+    for name, count, kind, model, params in (("a", 8, "H100", "small", 1.5e9), ("b", 16, "A100", "big", 7.62e9)):
+        run = str(tmp_path / name)
+        meta = {"gpu": {"type": kind, "count": count}, "model": {"name": model, "active_params": params}}
+        with Recorder(run, meta=meta) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 60.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["model"] == ("small (1.5B active)", "big (7.62B active)")
+    # same step time, but B does it with twice the GPUs, of another kind, on a model five times the size
+    assert out["explanations"][:2] == [
+        "B's steps take as long as A's (100 s against 100 s)",
+        "not like for like: GPUs 8 -> 16, GPU type H100 -> A100, model small (1.5B active) -> big (7.62B active)",
+    ]
+
+
+def test_a_topology_change_to_a_run_without_a_split_is_said_whole(tmp_path, capsys):
+    runs = []
+    for name, meta in (("a", {"topology": "one_step_overlap", "split": "6:2"}), ("b", {"topology": "colocated"})):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}, **meta}) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/update_actor": 50.0, "timing_s/step": 100.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert "topology one_step_overlap 6:2 -> colocated" in json.loads(capsys.readouterr().out)["explanations"]
+
+
+def test_mfu_is_judged_by_a_step_time_that_takes_as_long(tmp_path, capsys):
+    # B's answers are twice as long (1000 tokens a sequence against 500) in a step 0.1% shorter
+    logs = []
+    for name, step_s, response in (("a.log", 100.0, 400.0), ("b.log", 99.9, 900.0)):
+        log = tmp_path / name
+        log.write_text(
+            f"step:1 - timing_s/gen:40.0 - timing_s/update_actor:40.0 - timing_s/step:{step_s} - "
+            f"prompt_length/mean:100.0 - response_length/mean:{response}\n"
+        )
+        logs.append(str(log))
+    facts = ["--gpus", "16", "--peak-tflops", "20", "--active-params", "7.62e9"]
+    assert main(["compare", *logs, "--format", "json", *facts, "--meta", '{"batch_size": 64, "group_size": 4}']) == 0
+    out = json.loads(capsys.readouterr().out)["explanations"]
+    # 64 x 4 sequences at 8 x 7.62e9 FLOPs a token on 16 x 20 TFLOP/s: 500 tokens in 100 s, 1000 in 99.9 s
+    assert out[0] == "B's steps take as long as A's (100 s against 100 s)"
+    assert "whole-step MFU 24.4% -> 48.8%; judge by step time: B takes as long" in out
+
+
+def test_control_characters_from_the_data_do_not_reach_the_terminal(tmp_path, capsys):
+    # a run directory and a meta.json model name holding terminal escapes (recolour, retitle the window)
+    runs = []
+    for name in ("a\x1b[31m", "b"):
+        run = str(tmp_path / name)
+        meta = {"gpu": {"type": "H100", "count": 8}, "model": {"name": f"m-{name}\x1b]0;x\x07"}}
+        with Recorder(run, meta=meta) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "a\\x1b[31m" in out and "m-b\\x1b]0;x\\x07" in out
+
+
+def test_runs_under_one_long_folder_are_told_apart(tmp_path, capsys):
+    # the table's columns are narrower than these paths, which differ only in their last letter
+    folder = tmp_path / "experiments" / "qwen-7b-grpo-learning-rate-sweep-2026-11"
+    runs = [str(folder / "run-a"), str(folder / "run-b")]
+    for run in runs:
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+    assert main(["compare", *runs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"A: {runs[0]}" in lines and f"B: {runs[1]}" in lines
+
+
+def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
+    log = tmp_path / "a.log"
+    log.write_text(
+        "".join(
+            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - "
+            "response_length/mean:400.0 - response_length/max:2000.0\n"
+            for i in range(1, 5)
+        )
+    )
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.2)  # measured: T_thr 80, T_tail 20
+    assert main(["compare", str(log), b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)["explanations"]
+    # A's estimate: the 90th percentile length 400 ln 10 = 921 of the longest 2000, so a tail of
+    # 1 - 921 / 2000 = 54% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s)
+    assert out[1] == (
+        "generation's throughput part changed +33.9 s and its tail -33.9 s "
+        "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
+    )
+
+
+def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
+    timed = _run(tmp_path, "timed", gen=100.0, tail_share=0.2)
+    untimed = str(tmp_path / "untimed")
+    with Recorder(untimed, meta={"gpu": {"type": "H100", "count": 8}}) as rec:  # trajectories, no step metrics
+        rec.log_trajectories(0, [{"traj_id": str(i), "finish_time": float(i + 1)} for i in range(10)])
+    assert main(["compare", untimed, timed, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "A has no step timers (timing_s/*): its steps cannot be compared"
+    )
+    assert main(["compare", untimed, untimed, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "neither run has step timers (timing_s/*): their steps cannot be compared"
+    )
+
+
+def test_a_run_compared_with_itself_is_warned_about(tmp_path, capsys, monkeypatch):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", a, "a/", "--format", "json"]) == 0  # one directory, named two ways
+    err = capsys.readouterr().err
+    assert f"A and B are the same run ({a}): nothing can differ" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_finding_in_both_runs_that_grew_more_severe_is_said_to(tmp_path, capsys):
+    # the slowest 10% hold 35% of A's rollout (at or above 30%: warn) and 60% of B's (at or above 50%: critical)
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.35)
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.6)
+    for runs, line in (((a, b), "more severe in B: "), ((b, a), "less severe in B: ")):
+        assert main(["compare", *runs, "--format", "json"]) == 0
+        (said,) = [s for s in json.loads(capsys.readouterr().out)["explanations"] if s.startswith(line)]
+        change = "warn -> critical" if runs == (a, b) else "critical -> warn"
+        assert f"long-tail-dominates ({change})" in said
+
+
+def test_the_analysis_of_both_runs_shows_progress_on_a_terminal(tmp_path, capsys, monkeypatch):
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["compare", a, a, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("{") and "analysing A" in err and "analysing B" in err
+
+
+def test_one_gpu_model_named_two_ways_is_like_for_like(tmp_path, capsys):
+    runs = []
+    for name, kind in (("a", "H100"), ("b", "NVIDIA H100 80GB HBM3")):  # a --gpu-type, and nvidia-smi's name
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": kind, "count": 8}}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert not [s for s in json.loads(capsys.readouterr().out)["explanations"] if "like for like" in s]
+
+
+def test_phases_that_changed_alike_come_in_the_same_order_every_time(tmp_path):
+    # old_log_prob and ref change alike (+10 s each), as do the phases that did not change: the order
+    # of the rows and of the step sentence's parts must not hang on the process's string hash seed
+    runs = []
+    for name, fwd in (("a", 10.0), ("b", 20.0)):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            timers = {"gen": 40.0, "old_log_prob": fwd, "ref": fwd, "reward": 2.0, "adv": 1.0, "update_actor": 30.0}
+            for step in range(4):
+                rec.log_step(step, {f"timing_s/{k}": v for k, v in timers.items()})
+        runs.append(run)
+    outputs = set()
+    for seed in ("1", "2", "3", "4", "5", "6"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        done = subprocess.run(
+            [sys.executable, "-m", "rlscope", "compare", *runs, "--format", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    assert json.loads(outputs.pop())["explanations"][0].endswith(": old_log_prob +10 s, ref +10 s")
+
+
+def test_a_run_without_mfu_is_told_what_it_needs(tmp_path, capsys):
+    log = tmp_path / "b.log"  # a console log stating neither GPUs nor model nor batch
+    log.write_text(
+        "step:1 - timing_s/gen:40.0 - timing_s/update_actor:40.0 - timing_s/step:100.0 - "
+        "prompt_length/mean:100.0 - response_length/mean:400.0\n"
+    )
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    assert main(["compare", str(samples / "healthy-colocated"), str(log), "--format", "json"]) == 0
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    assert said == [
+        "B's whole-step MFU is n/a (needs --gpus; --gpu-type or --peak-tflops; --active-params; "
+        '--meta \'{"batch_size": B, "group_size": G}\')'
+    ]
+    assert main(["compare", str(log), str(log), "--format", "json"]) == 0
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    assert len(said) == 1 and said[0].startswith("neither run has a whole-step MFU (needs --gpus; ")
+
+
+def test_what_a_run_was_read_without_is_said(tmp_path, capsys):
+    good = "".join(f'{{"step": {i}, "timing_s/gen": 40.0, "timing_s/step": 100.0}}\n' for i in range(1, 5))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(good + '{"step": 5, "timing_s/gen": 4\n')  # a line cut short: left out
+    b.write_text(good)
+    assert main(["compare", str(a), str(b), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)["explanations"]
+    assert "A was read with a warning: the import (verl-jsonl) left out 1 bad_json" in out
+    assert not [s for s in out if s.startswith("B was read")]
+
+
+def test_an_option_that_does_not_fit_one_run_names_it(tmp_path, capsys):
+    runs = []
+    for name, count in (("a", 8), ("b", 16)):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": count}}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--meta", '{"topology": "async", "split": "4:4"}']) == 2
+    err = capsys.readouterr().err
+    assert err == f"rlscope: compare: --meta: split 4:4 adds up to 8 GPUs, not the run's 16 (B: {runs[1]})\n"
+
+
+def test_how_many_steps_each_run_has_is_a_row(tmp_path, capsys):
+    # "recent means" of one step and of the last quarter of forty: the reader must see how much each rests on
+    runs = []
+    for name, steps in (("a", 1), ("b", 40)):
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(steps):
+                rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["steps (recent)"] == ("1 (1)", "40 (10)")
+
+
+def test_runs_of_other_batch_shapes_are_said_not_to_be_like_for_like(tmp_path, capsys):
+    runs = []
+    for name, batch in (("a", 32), ("b", 64)):  # B's steps carry twice the prompts, 8 samples each
+        run = str(tmp_path / name)
+        with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}, "batch_size": batch, "group_size": 8}) as rec:
+            rec.log_step(0, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+        runs.append(run)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert "not like for like: prompts a step 32 -> 64" in json.loads(capsys.readouterr().out)["explanations"]
+    assert main(["diagnose", runs[1], "--format", "json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert (run["batch_size"], run["group_size"]) == (64, 8)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -860,3 +861,56 @@ def test_report_axes_are_labelled_in_decades_of_delta_and_whole_gpus():
     # the balanced split stays 27 of 32 beside the run's 24: ticks one GPU apart, not 24.5
     drift = split_drift(d)
     assert set(drift.data[0].y) == {27} and drift.layout.yaxis.dtick == 1
+
+
+def test_a_file_of_a_run_directory_points_at_the_directory(tmp_path, capsys):
+    run = SAMPLES / "healthy-colocated"
+    segment = sorted((run / "steps").glob("*.parquet"))[0]
+    for path in (run / "meta.json", segment):
+        assert main(["diagnose", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err == f"rlscope: {path}: a file of the run directory {run}: give the directory\n"
+
+
+def test_the_report_is_never_written_over_what_it_reads(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    text = "step:1 - timing_s/gen:10.0 - timing_s/step:15.0\n"
+    log.write_text(text)
+    assert main(["diagnose", str(log), "--format", "json", "--output", str(log)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot write {log}: it is the log being diagnosed\n"
+    assert log.read_text() == text  # the log is kept, not replaced by its report
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "healthy-colocated", run)
+    meta = (run / "meta.json").read_text()
+    for inside in (run / "meta.json", run / "steps" / "report.txt"):
+        assert main(["diagnose", str(run), "--output", str(inside)]) == 1
+        assert capsys.readouterr().err == f"rlscope: cannot write {inside}: it is part of the run directory {run}\n"
+    assert (run / "meta.json").read_text() == meta and not (run / "steps" / "report.txt").exists()
+    assert main(["diagnose", str(run), "--output", str(run / "report.txt")]) == 0  # beside its tables is fine
+
+
+def test_an_empty_output_path_is_a_usage_error(capsys):
+    # -o "$REPORT" with REPORT unset: the report is not sent to stdout as if no --output were given
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "--output", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "rlscope: diagnose: --output: an empty path\n"
+
+
+def test_a_folder_around_or_inside_run_directories_points_at_them(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for name in ("b", "a"):
+        shutil.copytree(SAMPLES / "healthy-colocated", runs / name)
+    assert main(["diagnose", str(runs)]) == 1
+    assert capsys.readouterr().err == f"rlscope: {runs}: not a run directory; it holds 2 (a, b): give one\n"
+    run = runs / "a"
+    assert main(["diagnose", str(run / "steps")]) == 1
+    said = f"rlscope: {run / 'steps'}: a folder of the run directory {run}: give the directory\n"
+    assert capsys.readouterr().err == said
+
+
+def test_the_progress_bar_is_drawn_on_stderr_not_into_the_report(capsys, monkeypatch):
+    # `rlscope diagnose RUN --format json > report.json` at a terminal: stderr is one, stdout a file
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith('{"schema": "rlscope.diagnose/1"') and "analysing" in err

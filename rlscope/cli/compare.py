@@ -1,49 +1,64 @@
-"""Two runs side by side: step time, phase shares, tail, MFU, split, and what differs.
+"""Two runs side by side: step time, phase seconds, tail, MFU, split, and what differs.
 
 usage: rlscope compare RUN_A RUN_B [--format text|json]
                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 Each RUN is a run directory, or a verl console log or JSONL file (imported first).
 The explanation splits B's step-time difference into the phases (recent means) and the
-generation difference into throughput part and tail.
+generation difference into throughput part and tail. It says where the runs are not like
+for like (GPU count or type, batch shape, model), where a step time is summed from the
+stage timers (a lower bound) or a tail estimated from response lengths, and which findings
+only one run has or are more or less severe in B.
 
 The hardware and model options are those of `rlscope diagnose` and apply to both runs,
 as when two logs of one job on the same GPUs are compared:
   rlscope compare before.log after.log --gpus 8 --gpu-type H100
+
+Exit codes: 0 done, 1 on error (a run that cannot be read), 2 on bad usage.
+The JSON format is documented in docs/diagnose-json.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rlscope.cli._args import parser_for
-from rlscope.cli.diagnose import add_fact_options, check_fact_options, open_run, read_with_facts
-from rlscope.report._format import secs
+from rlscope.cli.diagnose import add_fact_options, analysis_progress, check_fact_options, open_run, read_with_facts
+from rlscope.report._format import secs, shown
 
 __all__ = ["main"]
 
+log = logging.getLogger("rlscope")
 
-def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    from rlscope.analyzers import analyze_run
+
+def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """Run ``name`` (A or B) read and analysed, with a progress bar on a terminal as ``diagnose``."""
+    from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
 
     with open_run(path) as run_dir:
-        reader = read_with_facts(parser, run_dir, args, path)
-        return build_document(analyze_run(reader), reader, path)
+        reader = read_with_facts(parser, run_dir, args, path, name)
+        with analysis_progress(len(STAGES), f"analysing {name}") as tick:
+            diagnosis = analyze_run(reader, on_stage=tick)
+        return build_document(diagnosis, reader, path)
 
 
 def _cell(value: Any, unit: str) -> str:
+    """A row's value as the table shows it; a string from the data (a model name) with its
+    control characters written out, as ``diagnose`` does, so it cannot drive the terminal."""
     if value is None:
         return "n/a"
     if unit == "s":
         return secs(value)
     if unit == "share":
         return f"{value:.1%}"
-    return str(value)
+    return shown(value)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -57,7 +72,10 @@ def main(argv: Sequence[str]) -> int:
 
     from rlscope.report.compare import compare_documents
 
-    result = compare_documents(_document(parser, args.run_a, args), _document(parser, args.run_b, args))
+    result = compare_documents(_document(parser, args.run_a, args, "A"), _document(parser, args.run_b, args, "B"))
+    if "://" not in args.run_a and os.path.realpath(args.run_a) == os.path.realpath(args.run_b):
+        # a slip of the shell (the same run twice, or one named two ways): a comparison that says nothing
+        log.warning("A and B are the same run (%s): nothing can differ", args.run_a)
     if args.format == "json":
         rows = [{"measure": m.strip(), "unit": u, "a": a, "b": b} for m, u, a, b in result["rows"]]
         json.dump({**result, "rows": rows}, sys.stdout, indent=2, allow_nan=False)
@@ -71,13 +89,16 @@ def main(argv: Sequence[str]) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = 120
+    # the paths in full above the table: a column cuts them short, and runs of one sweep differ at the end
+    console.print(Text(f"A: {shown(args.run_a)}"), soft_wrap=True)
+    console.print(Text(f"B: {shown(args.run_b)}"), soft_wrap=True)
     table = Table()
-    for header in ("measure", f"A: {args.run_a}", f"B: {args.run_b}"):
+    for header in ("measure", "A", "B"):
         table.add_column(Text(header))
     for measure, unit, a, b in result["rows"]:
         table.add_row(Text(measure), Text(_cell(a, unit)), Text(_cell(b, unit)))
     console.print(table)
     console.print(Text("What differs", style="bold underline"))
     for line in result["explanations"]:
-        console.print(Text(f"  - {line}"))
+        console.print(Text(f"  - {shown(line)}"))
     return 0

@@ -44,7 +44,15 @@ if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
     from rlscope.trace.reader import RunReader
 
-__all__ = ["add_fact_options", "check_fact_options", "main", "open_run", "read_with_facts", "warn_unusable_meta"]
+__all__ = [
+    "add_fact_options",
+    "analysis_progress",
+    "check_fact_options",
+    "main",
+    "open_run",
+    "read_with_facts",
+    "warn_unusable_meta",
+]
 
 log = logging.getLogger("rlscope")
 
@@ -73,6 +81,33 @@ def _is_pipe(path: str) -> bool:
         return False
 
 
+def _refuse_run_dir_file(path: str) -> None:
+    """A one-line error naming the run directory for its ``meta.json`` or a Parquet segment, which
+    would otherwise be read as a log and found to hold no metric lines (or to be binary)."""
+    name = os.path.basename(path)
+    folder = os.path.dirname(path)
+    root = folder if name == "meta.json" else os.path.dirname(folder) if name.endswith(".parquet") else None
+    if root is not None and os.path.isfile(os.path.join(root or ".", "meta.json")):
+        raise RunDirError(f"{path}: a file of the run directory {root or '.'}: give the directory")
+
+
+def _refuse_folder_near_runs(path: str) -> None:
+    """A one-line error naming the run directories for a folder without meta.json that holds
+    some (``runs/``) or lies in one (``run/steps``), rather than "meta.json: missing"."""
+    if os.path.isfile(os.path.join(path, "meta.json")):
+        return
+    parent = os.path.dirname(os.path.normpath(path))
+    if os.path.isfile(os.path.join(parent or ".", "meta.json")):
+        raise RunDirError(f"{path}: a folder of the run directory {parent or '.'}: give the directory")
+    try:
+        runs = sorted(e for e in os.listdir(path) if os.path.isfile(os.path.join(path, e, "meta.json")))
+    except OSError:
+        return  # the reader says what is wrong with it
+    if runs:
+        named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+        raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({named}): give one")
+
+
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
@@ -80,8 +115,11 @@ def open_run(path: str) -> Iterator[str]:
         raise RunDirError(f"{path}: no such run directory or log file")
     piped = _is_pipe(path)
     if not (piped or os.path.isfile(path)):
+        if "://" not in path:
+            _refuse_folder_near_runs(path)
         yield path
         return
+    _refuse_run_dir_file(path)
     from rlscope.collectors.importers import IMPORTERS
 
     with tempfile.TemporaryDirectory(prefix="rlscope-import-") as tmp:
@@ -116,15 +154,18 @@ def main(argv: Sequence[str]) -> int:
     add_fact_options(parser, "this report")
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
+    if args.output == "":  # -o "$REPORT" with REPORT unset: not stdout, as if no --output were given
+        parser.error("--output: an empty path")
     if args.output:
         _check_writable(args.output)  # before minutes of analysis, not after
+        _check_not_read(args.output, args.run)
 
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
 
     with open_run(args.run) as run_dir:
         reader = read_with_facts(parser, run_dir, args, args.run)
-        with _progress(len(STAGES)) as tick:
+        with analysis_progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)
         report = _render(args.format, doc, diagnosis, reader, to_terminal=args.output is None)
@@ -170,11 +211,14 @@ def check_fact_options(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
 
 
-def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argparse.Namespace, source: str) -> RunReader:
+def read_with_facts(
+    parser: argparse.ArgumentParser, run_dir: str, args: argparse.Namespace, source: str, name: str | None = None
+) -> RunReader:
     """A reader of ``run_dir`` whose meta holds the fact options over meta.json's own values.
 
     A value the options bring in that the analyzers cannot use is a usage error; meta.json's
-    own are warned about, unless an option replaced them.
+    own are warned about, unless an option replaced them. ``name`` (A or B, of ``compare``) is
+    said in the error, with ``source``: the options apply to both runs, and may fit only one.
     """
     from rlscope.analyzers._data import meta_problems
     from rlscope.trace.reader import RunReader
@@ -190,7 +234,8 @@ def read_with_facts(parser: argparse.ArgumentParser, run_dir: str, args: argpars
     unusable = meta_problems(reader.meta)
     added = [p for p in unusable if p not in stated]
     if added:
-        parser.error(f"--meta: {added[0]}" if args.meta else added[0])
+        whose = f" ({name}: {source})" if name else ""
+        parser.error((f"--meta: {added[0]}" if args.meta else added[0]) + whose)
     warn_unusable_meta(source, unusable)
     return reader
 
@@ -231,6 +276,19 @@ def _check_writable(path: str) -> None:
         raise RLScopeError(f"cannot write {path}: no such directory {folder}")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):
         raise RLScopeError(f"cannot write {path}: permission denied")
+
+
+def _check_not_read(path: str, run: str) -> None:
+    """A one-line error if the report would replace what it reads: the log being diagnosed, or
+    the run directory's meta.json or a file in its table folders (a report beside them is fine)."""
+    if "://" in run:
+        return
+    target, source = os.path.realpath(path), os.path.realpath(run)
+    if target == source:
+        raise RLScopeError(f"cannot write {path}: it is the log being diagnosed")
+    if os.path.isdir(source) and os.path.commonpath([target, source]) == source:
+        if target == os.path.join(source, "meta.json") or os.path.dirname(target) != source:
+            raise RLScopeError(f"cannot write {path}: it is part of the run directory {run}")
 
 
 def _positive(kind: type) -> Callable[[str], Any]:
@@ -303,17 +361,20 @@ def _render(fmt: str, doc: dict, diagnosis: Diagnosis, reader: RunReader, *, to_
 
 
 @contextmanager
-def _progress(total: int) -> Iterator:
+def analysis_progress(total: int, label: str = "analysing") -> Iterator:
     """A transient progress bar on stderr when it is a terminal; a no-op tick otherwise."""
     if not sys.stderr.isatty():
         yield lambda _stage: None
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=True) as progress:
-        task = progress.add_task("analysing", total=total)
+    # on stderr's console: rich's default is stdout's, where the bar stayed unseen when stdout was
+    # redirected (``> report.json``) and its end wrote a blank line into the report
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(label, total=total)
 
         def tick(stage: str) -> None:
-            progress.update(task, advance=1, description=f"analysing: {stage}")
+            progress.update(task, advance=1, description=f"{label}: {stage}")
 
         yield tick

@@ -10,13 +10,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlscope.report._format import is_current_best, measured_aside, secs, signed_secs
+from rlscope.advice.thresholds import RECENT_FRACTION
+from rlscope.analyzers.gpus import gpu_model
+from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
 COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or changes meaning
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
+_RANK = {"info": 0, "warn": 1, "critical": 2}
+# what the runs ran, and on what, beside the model
+_SETUP = (
+    ("GPUs", "gpu_count"),
+    ("GPU type", "gpu_type"),
+    ("prompts a step", "batch_size"),
+    ("samples a prompt", "group_size"),
+)
 
 
 def _get(doc: dict[str, Any], *path: str) -> Any:
@@ -26,13 +36,30 @@ def _get(doc: dict[str, Any], *path: str) -> Any:
     return node
 
 
+def _recent_count(steps: int) -> int:
+    """How many of a run's last steps its recent means (the headline's) are taken over."""
+    return max(1, math.ceil(steps * RECENT_FRACTION))
+
+
+def _steps(doc: dict[str, Any]) -> str | None:
+    """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)"."""
+    n = _get(doc, "run", "steps")
+    return f"{n} ({_recent_count(n)})" if n else None
+
+
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     rows = _get(doc, "phases", "seconds_per_step") or []
     if not rows:
         return {}
-    recent = rows[len(rows) - max(1, math.ceil(len(rows) / 4)) :]
+    recent = rows[len(rows) - _recent_count(len(rows)) :]
     keys = [k for k in recent[0] if k != "step"]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
+
+
+def _by_change(pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
+    """The phases of either run, the most changed first; alike changes by name, so that the order
+    does not hang on the set's, which changes with each process's string hash seed."""
+    return sorted(set(pa_) | set(pb), key=lambda p: (-abs(pb.get(p, 0.0) - pa_.get(p, 0.0)), p))
 
 
 def _split(doc: dict[str, Any]) -> str | None:
@@ -53,7 +80,9 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """
     ha, hb = a["headline"], b["headline"]
     rows = [
+        ("steps (recent)", "", _steps(a), _steps(b)),
         ("step time", "s", ha["step_s"], hb["step_s"]),
+        ("  step time from", "", ha.get("step_s_basis"), hb.get("step_s_basis")),
         # generation / step: above 100% when generation runs beside the step (one-step overlap, async)
         ("generation / step", "share", ha["generation_share"], hb["generation_share"]),
         ("generation", "s", ha.get("generation_s"), hb.get("generation_s")),
@@ -65,11 +94,12 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
         ("GPUs", "", a["run"]["gpu_count"], b["run"]["gpu_count"]),
+        ("model", "", _model(a), _model(b)),
         ("best topology (what-if)", "", _best(a), _best(b)),
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
     pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
-    for phase in sorted(set(pa_) | set(pb), key=lambda p: -abs(pb.get(p, 0) - pa_.get(p, 0))):
+    for phase in _by_change(pa_, pb):
         if phase != "step_s" and (pa_.get(phase) or pb.get(phase)):
             rows.append((f"  {phase}", "s", pa_.get(phase), pb.get(phase)))
     return {
@@ -98,6 +128,69 @@ def _best(doc: dict[str, Any]) -> str | None:
     return f"{name}{split}: {secs(best['step_s'])}{speed}"
 
 
+def _model(doc: dict[str, Any]) -> str | None:
+    """The model's name and active parameters, as far as the run states them: "big (7.62B active)"."""
+    name, params = doc["run"].get("model"), doc["run"].get("active_params")
+    size = None
+    if params:
+        size = f"{params / 1e9:.3g}B active" if params >= 1e9 else f"{params / 1e6:.3g}M active"
+    if name and size:
+        return f"{name} ({size})"
+    return name or size
+
+
+def _setup(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """The GPUs, batch shape and model where both runs state them and they differ: step time, MFU
+    and the tail then move for reasons no phase explains."""
+
+    def differ(key: str) -> bool:
+        x, y = a["run"].get(key), b["run"].get(key)
+        if key == "gpu_type" and x is not None and y is not None:  # "H100", nvidia-smi's "NVIDIA H100 80GB HBM3"
+            x, y = gpu_model(x) or x, gpu_model(y) or y
+        return x is not None and y is not None and x != y
+
+    changed = [f"{what} {a['run'][key]} -> {b['run'][key]}" for what, key in _SETUP if differ(key)]
+    if differ("model") or differ("active_params"):  # one run's size unstated is no difference
+        changed.append(f"model {_model(a)} -> {_model(b)}")
+    return f"not like for like: {', '.join(changed)}" if changed else None
+
+
+def _lower_bounds(ha: dict[str, Any], hb: dict[str, Any]) -> str:
+    """What the step comparison must add when a run has no step timer: its step, summed from the
+    stage timers, leaves out what none of them held, so it may not be as short as it reads."""
+    said = {
+        "sum of stage timers": "is the sum of its stage timers (no timing_s/step), a lower bound",
+        "mixed": "is the sum of its stage timers where a step has no timing_s/step, a lower bound there",
+    }
+    bases = {name: head.get("step_s_basis") for name, head in (("A", ha), ("B", hb))}
+    if bases["A"] == bases["B"]:
+        return ""
+    return "".join(f"; {name}'s step time {said[basis]}" for name, basis in bases.items() if basis in said)
+
+
+def _estimates(ha: dict[str, Any], hb: dict[str, Any]) -> str:
+    """Which run's tail is a model of its response lengths rather than measured from finish times:
+    a change against it is partly the model's."""
+    named = [name for name, head in (("A", ha), ("B", hb)) if head.get("tail_estimated")]
+    owners = " and ".join(f"{n}'s" for n in named)
+    return f"; {owners} estimated from response lengths" if named else ""
+
+
+def _mfu_missing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What a run without MFU lacks, as ``diagnose`` says it: the table's n/a does not say why."""
+    needs = {name: mfu_missing(doc) for name, doc in (("A", a), ("B", b))}
+    if needs["A"] and needs["A"] == needs["B"]:
+        return [f"neither run has a whole-step MFU{needs['A']}"]
+    return [f"{name}'s whole-step MFU is n/a{need}" for name, need in needs.items() if need]
+
+
+def _verdict(sa: float | None, sb: float | None) -> str:
+    """B against A by step time, with the step sentence's 0.5% margin: within it they take as long."""
+    if sa and sb and abs(sb - sa) < _SAME_STEP * sa:
+        return "B takes as long"
+    return "B is faster" if (sb or 0) < (sa or 0) else "B is not faster"
+
+
 def _counts(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     return f"{c['critical']}/{c['warn']}/{c['info']}"
@@ -107,6 +200,11 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     ha, hb = a["headline"], b["headline"]
     out: list[str] = []
     sa, sb = ha["step_s"], hb["step_s"]
+    untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
+    if len(untimed) == 2:
+        out.append("neither run has step timers (timing_s/*): their steps cannot be compared")
+    elif untimed:
+        out.append(f"{untimed[0]} has no step timers (timing_s/*): its steps cannot be compared")
     if sa and sb:
         delta = sb - sa
         word = "slower" if delta > 0 else "faster"
@@ -115,38 +213,58 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         inside_a = {k: v for k, v in pa_.items() if not (k == "gen" and ha.get("generation_overlapped"))}
         inside_b = {k: v for k, v in pb.items() if not (k == "gen" and hb.get("generation_overlapped"))}
         parts = []
-        for phase in sorted(set(inside_a) | set(inside_b), key=lambda p: -abs(inside_b.get(p, 0) - inside_a.get(p, 0))):
+        for phase in _by_change(inside_a, inside_b):
             d = inside_b.get(phase, 0.0) - inside_a.get(phase, 0.0)
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {signed_secs(d)}")
         detail = f": {', '.join(parts[:4])}" if parts else ""
+        bounds = _lower_bounds(ha, hb)
         if beside:
             detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
         if abs(delta) < _SAME_STEP * sa and not parts:
-            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)})")
+            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){bounds}")
         else:
-            out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}")
+            out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
+    setup = _setup(a, b)
+    if setup:
+        out.append(setup)
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
             out.append(
                 f"generation's throughput part changed {signed_secs(dthr)} and its tail {signed_secs(dtail)} "
-                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}); more GPUs shrink only the throughput part"
+                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}{_estimates(ha, hb)}); "
+                "more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
-        out.append(
-            f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: "
-            + ("B is faster" if (sb or 0) < (sa or 0) else "B is not faster")
-        )
+        out.append(f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: {_verdict(sa, sb)}")
+    out.extend(_mfu_missing(a, b))
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
-        out.append(
-            " ".join(
-                ["topology", a["run"]["topology"], _split(a) or "", "->", b["run"]["topology"], _split(b) or ""]
-            ).replace("  ", " ")
-        )
-    ids_a, ids_b = {f["id"] for f in a["findings"]}, {f["id"] for f in b["findings"]}
+        words = ["topology", a["run"]["topology"], _split(a), "->", b["run"]["topology"], _split(b)]
+        out.append(" ".join(w for w in words if w))
+    worst_a, worst_b = _worst(a), _worst(b)
+    ids_a, ids_b = set(worst_a), set(worst_b)
     if ids_b - ids_a:
         out.append(f"only B: {', '.join(sorted(ids_b - ids_a))}")
     if ids_a - ids_b:
         out.append(f"only A: {', '.join(sorted(ids_a - ids_b))}")
+    for word, sign in (("more", 1), ("less", -1)):
+        moved = [
+            f"{i} ({worst_a[i]} -> {worst_b[i]})"
+            for i in sorted(ids_a & ids_b)
+            if sign * (_RANK[worst_b[i]] - _RANK[worst_a[i]]) > 0
+        ]
+        if moved:
+            out.append(f"{word} severe in B: {', '.join(moved)}")
+    for name, doc in (("A", a), ("B", b)):  # what diagnose lists under "Read with warnings"
+        out += [f"{name} was read with a warning: {w}" for w in doc["run"].get("warnings") or []]
     return out
+
+
+def _worst(doc: dict[str, Any]) -> dict[str, str]:
+    """Each finding id's most severe level in the run (a finding may be raised once per reward source)."""
+    worst: dict[str, str] = {}
+    for f in doc["findings"]:
+        if _RANK[f["severity"]] > _RANK.get(worst.get(f["id"], ""), -1):
+            worst[f["id"]] = f["severity"]
+    return worst

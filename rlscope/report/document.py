@@ -89,6 +89,8 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "active_params": facts.active_params,
         "gpu_type": facts.gpu_type,
         "gpu_count": facts.n_gpus,
+        "batch_size": facts.batch_size,
+        "group_size": facts.group_size,
         "topology": "colocate_async" if d.topology.shared else d.topology.current,
         "split": None
         if d.topology.n_rollout is None
