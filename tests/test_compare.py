@@ -426,3 +426,24 @@ def test_runs_of_other_batch_shapes_are_said_not_to_be_like_for_like(tmp_path, c
     assert main(["diagnose", runs[1], "--format", "json"]) == 0
     run = json.loads(capsys.readouterr().out)["run"]
     assert (run["batch_size"], run["group_size"]) == (64, 8)
+
+
+def test_a_phase_one_run_never_timed_is_n_a_not_zero(tmp_path, capsys):
+    # A times gen 100 + update 30 of a 140 s step (10 s in no timer); B also times ref (8 s) of
+    # a 148 s step, so gen and update_actor are alike and ref is B's alone: A's ref time, if any,
+    # is inside A's 10 s of other, not 0 s
+    runs = []
+    for name, ref in (("a", None), ("b", 8.0)):
+        timers = {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0 + (ref or 0.0)}
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(4):
+                rec.log_step(step, timers | ({"timing_s/ref": ref} if ref else {}))
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 10.0))
+    assert out["explanations"][0] == "B's steps are 8 s slower than A's (+6%) (ref timed in B only)"
+    assert main(["compare", *runs]) == 0
+    (ref_row,) = [line for line in capsys.readouterr().out.splitlines() if "│   ref " in line]
+    assert ref_row.split("│")[2].strip() == "n/a"

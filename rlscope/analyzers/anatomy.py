@@ -93,6 +93,14 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _phase_timers(steps: pd.DataFrame) -> dict[str, list[str]]:
+    """Per phase, the stage timer columns of ``steps`` (wide) that it sums."""
+    stages = {c[len(_PREFIX) :]: c for c in steps.columns if c.startswith(_PREFIX)}
+    out = {phase: [stages[s] for s in names if s in stages] for phase, names in PHASES.items()}
+    out["waiting"] += [c for s, c in stages.items() if s.startswith("wait")]
+    return out
+
+
 def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFrame:
     """Seconds per phase, ``other`` and ``step`` for every step that has a stage timer other
     than validation and checkpointing, or a step timer.
@@ -102,13 +110,9 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     up to more than the step and their shares to more than 1. With ``overlapped``, ``gen`` runs
     beside the step and is left out of the sum.
     """
-    cols = {c[len(_PREFIX) :]: c for c in steps.columns if c.startswith(_PREFIX)}
     out = pd.DataFrame(index=steps.index)
-    timers: list[str] = [cols["step"]] if "step" in cols else []
-    for phase, stages in PHASES.items():
-        names = [cols[s] for s in stages if s in cols]
-        if phase == "waiting":
-            names += [c for s, c in cols.items() if s.startswith("wait")]
+    timers: list[str] = [STEP_TIMER] if STEP_TIMER in steps.columns else []
+    for phase, names in _phase_timers(steps).items():
         out[phase] = steps[names].sum(axis=1, min_count=1) if names else float("nan")
         timers += names
     # a record with nothing but validation or checkpoint timers (a validation logged on its own)
@@ -118,7 +122,7 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
         timed |= steps[name].notna() & makes_step(name, steps[name])
     out = out[timed].fillna(0.0)
     named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
-    step = steps.loc[out.index, cols["step"]] if "step" in cols else named
+    step = steps.loc[out.index, STEP_TIMER] if STEP_TIMER in steps.columns else named
     step = step.where(step > 0).fillna(named)  # a zero step timer timed nothing: as if absent
     rest = (step - named).clip(lower=0.0)
     if overlapped:  # untimed trainer time up to the rollout's length is waiting for samples
@@ -146,7 +150,9 @@ class AnatomyResult:
     ``first``, ``last`` (share of the first / last quarter of steps' time), ``change`` and
     ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged. ``timed``: index
     step, whether its ``step`` is that timer (else the sum of its stage timers).
-    ``overlapped``: generation ran beside the step (see the module docstring).
+    ``overlapped``: generation ran beside the step (see the module docstring). ``logged``: the
+    phases a timer of the run measured in some training step; the others' zero seconds are no
+    measurement (their time, if any, is in ``other``).
     """
 
     seconds: pd.DataFrame
@@ -156,6 +162,7 @@ class AnatomyResult:
     overlapped: bool = False
     findings: list[Finding] = field(default_factory=list)
     timed: pd.Series = field(default_factory=lambda: pd.Series(dtype=bool))
+    logged: tuple[str, ...] = ()
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResult:
@@ -177,7 +184,9 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     step_timer = f"{_PREFIX}step" in frames.steps.columns
     timer = frames.steps[f"{_PREFIX}step"].reindex(seconds.index) if step_timer else None
     timed = timer > 0 if timer is not None else pd.Series(False, index=seconds.index)  # NaN: not timed
-    result = AnatomyResult(seconds, shares, table, step_timer, overlapped, timed=timed)
+    trained = frames.steps.loc[seconds.index]
+    logged = tuple(p for p, names in _phase_timers(trained).items() if names and trained[names].notna().any(axis=None))
+    result = AnatomyResult(seconds, shares, table, step_timer, overlapped, timed=timed, logged=logged)
     if not seconds.empty:
         result.findings.extend(_findings(result))
         if step_timer:

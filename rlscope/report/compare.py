@@ -48,11 +48,14 @@ def _steps(doc: dict[str, Any]) -> str | None:
 
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
+    """Recent mean seconds of the phases the run timed, ``other`` and ``step_s``: an untimed
+    phase's zero is no measurement, so it is left out (shown as n/a)."""
     rows = _get(doc, "phases", "seconds_per_step") or []
     if not rows:
         return {}
     recent = rows[len(rows) - _recent_count(len(rows)) :]
-    keys = [k for k in recent[0] if k != "step"]
+    logged = {*(_get(doc, "phases", "logged") or []), "other", "step_s"}
+    keys = [k for k in recent[0] if k in logged]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
 
 
@@ -214,10 +217,16 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         inside_b = {k: v for k, v in pb.items() if not (k == "gen" and hb.get("generation_overlapped"))}
         parts = []
         for phase in _by_change(inside_a, inside_b):
-            d = inside_b.get(phase, 0.0) - inside_a.get(phase, 0.0)
+            if phase not in inside_a or phase not in inside_b:  # timed in one run only: no difference to tell
+                continue
+            d = inside_b[phase] - inside_a[phase]
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {signed_secs(d)}")
         detail = f": {', '.join(parts[:4])}" if parts else ""
+        for name, mine, theirs in (("A", inside_a, inside_b), ("B", inside_b, inside_a)):
+            alone = sorted(p for p in mine if p not in theirs and mine[p] >= _MIN_PHASE_S)
+            if alone:  # the other run's time for them, if any, is in its other
+                detail += f" ({', '.join(alone)} timed in {name} only)"
         bounds = _lower_bounds(ha, hb)
         if beside:
             detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
