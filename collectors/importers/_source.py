@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -41,9 +42,41 @@ class Tail:
     poll_interval: float = 0.5
     max_seconds: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
+    # while the lines of a followed standard input's last read are imported, or the import
+    # closes: an interrupt raised there would lose what was read, so one waits (``hold``)
+    holding: bool = field(default=False, init=False)
+    held: bool = field(default=False, init=False)
+    interrupts: int = field(default=0, init=False)  # Ctrl-C and SIGTERM the CLI's handler passed to ``hold``
 
     def __post_init__(self) -> None:
         self._deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
+
+    def hold(self) -> bool:
+        """Whether an interrupt that just came is to wait (for ``release``); False: raise it now
+        (nothing read is being imported, or one already waits: a second stops at once)."""
+        self.interrupts += 1
+        if not self.holding or self.held:
+            return False
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        """Hold interrupts no longer, raising the one held. Called before waiting for input, so
+        that an interrupt never waits on the input, only on the lines already read."""
+        self.holding = False
+        if self.held:
+            self.held = False
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """Hold an interrupt while the import writes what it read and ends: ending anyway, it
+        drops one that waited. A second one still stops it at once."""
+        self.holding, self.held = True, False
+        try:
+            yield
+        finally:
+            self.holding = self.held = False
 
     def should_stop(self) -> bool:
         return self.stop.is_set() or (self._deadline is not None and time.monotonic() >= self._deadline)
@@ -235,6 +268,8 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
             else:
                 yield from pieces.add(block)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: what was read is the input
+        if tail.held:  # a second one, while the first waited: stop at once
+            raise
         if head:
             yield from _judged(head, pieces)
         yield from pieces.rest()
@@ -253,20 +288,33 @@ def _judged(head: bytes, pieces: _Pieces) -> Iterator[bytes]:
 def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
     """Blocks read from ``fd`` as they come, ``None`` after a poll interval without any, until
     the input ends or ``tail`` says stop (then what is there is read one last time). Read in
-    this thread: a thread left blocked in a read would keep the interpreter from exiting."""
-    while True:
-        if select.select([fd], [], [], tail.poll_timeout())[0]:
-            block = os.read(fd, MAX_LINE_BYTES)
-            if not block:
-                return
-            yield block
-        elif not tail.should_stop():
-            yield None
-            continue
-        if tail.should_stop():  # checked after a read too: a busy pipe is never quiet
-            if select.select([fd], [], [], 0)[0] and (block := os.read(fd, MAX_LINE_BYTES)):
+    this thread: a thread left blocked in a read would keep the interpreter from exiting.
+
+    From a read until the next wait for input, ``tail`` holds an interrupt: raised while the
+    block's lines (hundreds, from a busy pipe) are parsed, it would lose those not yet parsed
+    and the one being parsed. It never waits on the input itself."""
+    try:
+        while True:
+            tail.release()
+            if select.select([fd], [], [], tail.poll_timeout())[0]:
+                tail.holding = True  # before the read (which select says will not wait): the block is kept
+                block = os.read(fd, MAX_LINE_BYTES)
+                if not block:
+                    break
                 yield block
-            return
+            elif not tail.should_stop():
+                yield None
+                continue
+            if tail.should_stop():  # checked after a read too: a busy pipe is never quiet
+                tail.release()
+                if select.select([fd], [], [], 0)[0]:
+                    tail.holding = True
+                    if block := os.read(fd, MAX_LINE_BYTES):
+                        yield block
+                break
+        tail.release()
+    finally:
+        tail.holding = False
 
 
 _NOT_NUL = re.compile(rb"[^\0]")
