@@ -1169,6 +1169,35 @@ def test_a_signal_on_a_quiet_pipe_stops_at_once(tmp_path, how, followed):
     assert b"2 steps (1..2)" in out and b"stopped by interrupt" in out
 
 
+def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
+    # ``rlscope import verl-log - --follow < train.log`` reads it to its end and then what is
+    # appended, as ``rlscope import verl-log train.log --follow`` does; a file's end is not a pipe's
+    log = tmp_path / "train.log"
+    log.write_text("step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0\n")
+
+    def read_to(fd: int, size: int) -> None:  # the child shares the file's offset with us
+        deadline = time.monotonic() + 10
+        while os.lseek(fd, 0, os.SEEK_CUR) < size and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # and has imported what it read
+
+    with open(log, "rb") as stdin:
+        child = subprocess.Popen(
+            _import_args(tmp_path, "--poll", "0.05"), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        read_to(stdin.fileno(), log.stat().st_size)
+        with open(log, "a") as fh:
+            fh.write("step:3 - timing_s/step:13.0\n")
+        read_to(stdin.fileno(), log.stat().st_size)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    assert child.returncode == 0 and err == b"" and b"3 steps (1..3)" in out and b"stopped by interrupt" in out
+    df = steps(tmp_path / "run")
+    assert value(df, 3, "timing_s/step") == 13.0
+    # what the file held is stamped with no time, as from a path; what came later, when read
+    assert df[df.step <= 2].time.isna().all() and df[df.step == 3].time.notna().all()
+
+
 def test_utf16_on_a_followed_standard_input_is_named(tmp_path):
     args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run"), "--follow"]
     text = "step:1 - timing_s/gen:1.5\nstep:2 - timing_s/gen:2.5\n".encode("utf-16-le")  # no byte-order mark

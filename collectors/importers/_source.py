@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import select
+import stat
 import sys
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import BinaryIO
 
 from rlscope.errors import RLScopeError
 
-__all__ = ["IDLE", "MAX_LINE_BYTES", "ImportInputError", "Tail", "check_text_file", "read_lines"]
+__all__ = ["IDLE", "MAX_LINE_BYTES", "ImportInputError", "Tail", "check_text_file", "read_lines", "stdin_is_file"]
 
 MAX_LINE_BYTES = 1 << 20  # a longer line is skipped: no metric line is anywhere near this long
 _SNIFF_BYTES = 8192
@@ -100,11 +101,12 @@ def check_text_file(path: str, *, piped_from: str | None = None, look: bool = Tr
     (``-``: unless what waits on standard input looks like text). ``piped_from``: ``path`` is a
     copy of what that pipe (``<(zcat x.gz)``) gave, and messages name the pipe. ``look=False``:
     standard input is looked at as it is read (a followed pipe may not have written yet, and
-    a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the import)."""
+    a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the import), unless
+    it is a file."""
     if path == "-":
         if sys.stdin is None:  # started with it closed (``<&-``)
             raise ImportInputError("standard input: closed, nothing to read")
-        if look:
+        if look or stdin_is_file():  # a file never waits
             _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
         return
     if not os.path.exists(path):
@@ -129,6 +131,15 @@ def check_text_file(path: str, *, piped_from: str | None = None, look: bool = Tr
 
 _STDIN_DECOMPRESS = "decompress it in the pipe: zcat FILE.gz | rlscope import ... -"
 _PIPE_DECOMPRESS = "decompress it in the pipe: <(zcat FILE.gz)"
+
+
+def stdin_is_file() -> bool:
+    """Whether standard input is a regular file (``< train.log``), which is followed as its path
+    would be: from where it stands, to its end, then what is appended, not as a pipe."""
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # closed, or replaced by something without a descriptor
+        return False
 
 
 def _stdin_head() -> bytes:
@@ -185,7 +196,12 @@ def read_lines(
     shrinks while followed (truncated by a log rotator) is read again from its start.
     """
     if path == "-":
-        yield from _numbered(_stdin_lines(tail, follow), on_overlong, on_unterminated)
+        assert sys.stdin is not None  # check_text_file refused a closed one
+        if follow and stdin_is_file():  # at its end it waits for more, as a path does (a pipe's end is the end)
+            chunks = _file_lines(sys.stdin.buffer, tail, follow)
+        else:
+            chunks = _stdin_lines(tail, follow)
+        yield from _numbered(chunks, on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
         chunks = _file_lines(fh, tail, follow)
