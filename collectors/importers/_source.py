@@ -43,7 +43,7 @@ class Tail:
     poll_interval: float = 0.5
     max_seconds: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    # while the lines of a followed standard input's last read are imported, or the import
+    # while the lines of a followed pipe's last read are imported, or the import
     # closes: an interrupt raised there would lose what was read, so one waits (``hold``)
     holding: bool = field(default=False, init=False)
     held: bool = field(default=False, init=False)
@@ -200,25 +200,15 @@ def read_lines(
         if follow and stdin_is_file():  # at its end it waits for more, as a path does (a pipe's end is the end)
             chunks = _file_lines(sys.stdin.buffer, tail, follow)
         else:
-            chunks = _stdin_lines(tail, follow)
+            chunks = _pipe_lines(sys.stdin.buffer, "standard input", _STDIN_DECOMPRESS, tail, follow)
         yield from _numbered(chunks, on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
-        chunks = _file_lines(fh, tail, follow)
-        if not os.path.isfile(path):  # a pipe, which check_text_file could not look into
-            chunks = _checked_first(path, chunks, _PIPE_DECOMPRESS)
+        if os.path.isfile(path):
+            chunks = _file_lines(fh, tail, follow)
+        else:  # a pipe (``<(tail -f x)``, mkfifo), which check_text_file could not look into: read as stdin is
+            chunks = _pipe_lines(fh, path, _PIPE_DECOMPRESS, tail, follow)
         yield from _numbered(chunks, on_overlong, on_unterminated)
-
-
-def _checked_first(name: str, chunks: Iterator[bytes | None], decompress: str) -> Iterator[bytes | None]:
-    """``chunks``, the first of which is checked to look like text (gzip, UTF-16, binary)."""
-    for chunk in chunks:
-        if chunk:
-            _check_head(name, chunk[:_SNIFF_BYTES], decompress)
-            yield chunk
-            break
-        yield chunk
-    yield from chunks
 
 
 def _numbered(
@@ -249,16 +239,16 @@ def _numbered(
         yield lineno, text.lstrip("\ufeff") if lineno == 1 else text  # a byte-order mark (Windows tools)
 
 
-def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
-    """Pieces of standard input as :func:`_file_lines` gives a file's (a leading hole skipped
-    too); while following, ``None`` whenever a poll interval passes without input, so that the
-    import writes what it has while a live job's pipe is quiet.
+def _pipe_lines(stream: BinaryIO, name: str, decompress: str, tail: Tail, follow: bool) -> Iterator[bytes | None]:
+    """Pieces of a pipe (standard input, or a path to one) as :func:`_file_lines` gives a file's
+    (a leading hole skipped too); while following, ``None`` whenever a poll interval passes
+    without input, so that the import writes what it has while a live job's pipe is quiet. Read
+    in blocks, not lines: a line being written when the import is stopped is kept, not lost in
+    a read waiting for its end.
 
     Its first bytes are checked to look like text (:func:`_check_head`) as they are read: up to
     ``_SNIFF_BYTES`` of them, or what came before it went quiet (``_MIN_JUDGED`` at least) or
     ended. A look before the import (not made for a followed pipe) may have seen only a byte."""
-    assert sys.stdin is not None  # check_text_file refused a closed one
-    stream = sys.stdin.buffer
     pieces = _Pieces()
     head: bytes | None = b""  # what was read before the input was judged; None once it is
     try:
@@ -275,7 +265,7 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
                 elif len(head) < _MIN_JUDGED:  # quiet before enough came to judge (a gzip's first byte)
                     yield None
                     continue
-                yield from _judged(head, pieces)  # enough of it, or it went quiet
+                yield from _judged(name, decompress, head, pieces)  # enough of it, or it went quiet
                 head = None
                 if block is None:
                     yield None
@@ -287,17 +277,17 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
         if tail.held:  # a second one, while the first waited: stop at once
             raise
         if head:
-            yield from _judged(head, pieces)
+            yield from _judged(name, decompress, head, pieces)
         yield from pieces.rest()
         raise
     if head:
-        yield from _judged(head, pieces)
+        yield from _judged(name, decompress, head, pieces)
     yield from pieces.rest()
 
 
-def _judged(head: bytes, pieces: _Pieces) -> Iterator[bytes]:
-    """The pieces of standard input's first bytes, once they look like text."""
-    _check_head("standard input", head, _STDIN_DECOMPRESS)
+def _judged(name: str, decompress: str, head: bytes, pieces: _Pieces) -> Iterator[bytes]:
+    """The pieces of a pipe's first bytes, once they look like text."""
+    _check_head(name, head, decompress)
     yield from pieces.add(head)
 
 

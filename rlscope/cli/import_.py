@@ -22,7 +22,7 @@ docs/run-directory.md) and wins over what it does; a value the analyzers would t
 --follow keeps reading the last SOURCE as it grows (like tail -f; "-" too, when it is a file:
 "- < train.log"), writing new steps every few seconds, until Ctrl-C or SIGTERM, which end
 the import normally (exit 0); a line still being written then is read as a cut-off last line
-(its last field left out, and counted). Following a pipe on "-", one that comes while the
+(its last field left out, and counted). Following a pipe ("-", <(cmd)), one that comes while the
 lines of the last read are imported waits for them (a fraction of a second), as one does
 for the final write; a second one stops at once.
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
@@ -46,7 +46,7 @@ __all__ = ["main"]
 @contextlib.contextmanager
 def _interrupts(tail: Tail) -> Iterator[None]:
     """Make SIGTERM stop a followed import like Ctrl-C does, and let either wait while the lines
-    of a followed standard input's last read are imported (``Tail.hold``), which an interrupt
+    of a followed pipe's last read are imported (``Tail.hold``), which an interrupt
     raised in the middle would lose; a second one stops at once. Main thread only; a Ctrl-C
     that is ignored (a job a script started with ``&``) or handled by someone else is left so."""
     if not tail.follow or threading.current_thread() is not threading.main_thread():
