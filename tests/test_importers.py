@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import _thread
+import contextlib
+import fcntl
 import gzip
 import io
 import json
@@ -13,8 +15,10 @@ import pprint
 import random
 import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -1025,11 +1029,176 @@ def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
         out, err = child.communicate(timeout=30)
     finally:
         writer.close()
+    # a pipe is read in blocks, a FIFO given by its path too: the line begun is not lost in a read
+    # waiting for its end
     assert child.returncode == 0 and err == b""
-    if source == "stdin":
-        assert b"6 steps (1..6)" in out and b"'a/', may be cut off" in out
-    else:  # a FIFO read line by line: the line begun is still inside the read the signal ended
-        assert b"5 steps (1..5)" in out
+    assert b"6 steps (1..6)" in out and b"'a/', may be cut off" in out
+
+
+def _import_args(tmp_path: Path, *more: str, sources: tuple[str, ...] = ("-",)) -> list[str]:
+    """``rlscope import verl-log SOURCES --out RUN --follow`` and ``more``, as a child runs it."""
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", *sources, "--out", str(tmp_path / "run")]
+    return [*args, "--follow", *more]
+
+
+def _flood(write_end: int, stop: threading.Event, written: list[int]) -> None:
+    """Write numbered step lines into a pipe until ``stop``, in writes of whole lines that a
+    pipe passes whole (under PIPE_BUF bytes): a reader never gets part of a line. ``written``
+    holds the last step written."""
+    with contextlib.suppress(BrokenPipeError):
+        while not stop.is_set():
+            batch = range(written[0] + 1, written[0] + 41)
+            os.write(write_end, "".join(f"step:{s} - timing_s/step:1.0 - a/b:{s}\n" for s in batch).encode())
+            written[0] = batch[-1]
+    os.close(write_end)
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in a pipe: none once the import reads it (its signal handlers are set)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def _left_in_pipe(read_end: int, writer: threading.Thread) -> bytes:
+    """What the importer left in the pipe, read until the writer is gone (freeing it if blocked)."""
+    os.set_blocking(read_end, False)
+    left = b""
+    while True:
+        try:
+            chunk = os.read(read_end, 1 << 16)
+        except BlockingIOError:
+            chunk = b""
+        left += chunk
+        if not chunk and not writer.is_alive():
+            return left
+        time.sleep(0 if chunk else 0.01)
+
+
+def _signal_busy_import(tmp_path: Path, *signals: signal.Signals, gap: float = 0.0, **popen) -> tuple[bytes, int, int]:
+    """Import a pipe that a job floods with step lines, send ``signals`` (``gap`` seconds apart)
+    once it is under way; the import's output, the first step it left in the pipe and the last
+    step written to the pipe before the first signal (an import it stopped read no further)."""
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen(
+        _import_args(tmp_path, "--poll", "0.2"), stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen
+    )
+    stop, written = threading.Event(), [0]
+    writer = threading.Thread(target=_flood, args=(write_end, stop, written))
+    writer.start()
+    try:
+        deadline = time.monotonic() + 20
+        while written[0] < 5000 and time.monotonic() < deadline:  # more than a pipe holds: it reads
+            time.sleep(0.01)
+        time.sleep(0.2)
+        first_signalled = written[0]
+        for index, sig in enumerate(signals):
+            child.send_signal(sig)
+            time.sleep(gap if index < len(signals) - 1 else 0)
+        out, err = child.communicate(timeout=30)
+    finally:
+        stop.set()
+        left = _left_in_pipe(read_end, writer)
+        writer.join()
+        os.close(read_end)
+    assert child.returncode == 0 and err == b"", err
+    return out, int(re.match(rb"step:(\d+) ", left).group(1)), first_signalled
+
+
+def _lines_read(out: bytes) -> int:
+    return int(re.search(rb"read (\d+) lines", out).group(1))
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_on_a_busy_followed_pipe_imports_every_line_read(tmp_path, how):
+    # a job that never stops writing: the lines the import took from the pipe but had not parsed
+    # when the signal came are imported too, so the steps written are those the summary counts
+    # and the pipe goes on with the next one
+    out, next_in_pipe, _ = _signal_busy_import(tmp_path, how)
+    read = _lines_read(out)
+    assert b"stopped by interrupt; everything read so far was written" in out
+    df = steps(tmp_path / "run")
+    assert read > 100 and sorted(set(df.step)) == list(range(1, read + 1))  # none lost
+    assert len(df) == 2 * read and (df.attempt == 0).all()  # and each imported once
+    assert next_in_pipe == read + 1  # and none read that is not counted
+
+
+def test_a_second_signal_on_a_busy_followed_pipe_stops_at_once_keeping_what_was_imported(tmp_path):
+    out, next_in_pipe, _ = _signal_busy_import(tmp_path, signal.SIGTERM, signal.SIGTERM, gap=0.002)
+    assert b"stopped" in out and b"Traceback" not in out
+    df = steps(tmp_path / "run")
+    rows = df.groupby("step").size()
+    # what was imported before it is written: a prefix of what was read, each step once (the last
+    # perhaps in part: the second signal may land inside it)
+    assert list(rows.index) == list(range(1, len(rows) + 1)) and (df.attempt == 0).all()
+    assert (rows.iloc[:-1] == 2).all() and rows.iloc[-1] <= 2
+    assert 0 < len(rows) <= _lines_read(out) < next_in_pipe
+
+
+def test_an_ignored_ctrl_c_stays_ignored_while_following(tmp_path):
+    # a job started with "&" by a script ignores SIGINT: so does its import; SIGTERM still stops it
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    out, next_in_pipe, at_sigint = _signal_busy_import(
+        tmp_path, signal.SIGINT, signal.SIGTERM, gap=1.0, preexec_fn=ignore
+    )
+    read = _lines_read(out)
+    assert read > at_sigint  # it went on reading after SIGINT
+    assert b"stopped by interrupt" in out and next_in_pipe == read + 1
+    assert sorted(set(steps(tmp_path / "run").step)) == list(range(1, read + 1))
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("followed", [True, False], ids=["followed", "before-a-followed-file"])
+def test_a_signal_on_a_quiet_pipe_stops_at_once(tmp_path, how, followed):
+    # a pipe quiet for a long poll interval (or read whole before the file that is followed): the
+    # signal does not wait for it, and the lines it gave are imported
+    later = tmp_path / "later.log"
+    later.write_text("step:3 - timing_s/step:13.0\n")
+    args = _import_args(tmp_path, "--poll", "30", sources=("-",) if followed else ("-", str(later)))
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen(args, stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        os.write(write_end, b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0\n")
+        deadline = time.monotonic() + 20
+        while _unread(read_end) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # waiting for more
+        child.send_signal(how)
+        sent = time.monotonic()
+        out, err = child.communicate(timeout=30)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert time.monotonic() - sent < 5 and child.returncode == 0 and err == b""
+    # the signal ends the import, before the file when it came during the pipe
+    assert b"2 steps (1..2)" in out and b"stopped by interrupt" in out
+
+
+def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
+    # ``rlscope import verl-log - --follow < train.log`` reads it to its end and then what is
+    # appended, as ``rlscope import verl-log train.log --follow`` does; a file's end is not a pipe's
+    log = tmp_path / "train.log"
+    log.write_text("step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0\n")
+
+    def read_to(fd: int, size: int) -> None:  # the child shares the file's offset with us
+        deadline = time.monotonic() + 10
+        while os.lseek(fd, 0, os.SEEK_CUR) < size and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # and has imported what it read
+
+    with open(log, "rb") as stdin:
+        child = subprocess.Popen(
+            _import_args(tmp_path, "--poll", "0.05"), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        read_to(stdin.fileno(), log.stat().st_size)
+        with open(log, "a") as fh:
+            fh.write("step:3 - timing_s/step:13.0\n")
+        read_to(stdin.fileno(), log.stat().st_size)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    assert child.returncode == 0 and err == b"" and b"3 steps (1..3)" in out and b"stopped by interrupt" in out
+    df = steps(tmp_path / "run")
+    assert value(df, 3, "timing_s/step") == 13.0
+    # what the file held is stamped with no time, as from a path; what came later, when read
+    assert df[df.step <= 2].time.isna().all() and df[df.step == 3].time.notna().all()
 
 
 def test_utf16_on_a_followed_standard_input_is_named(tmp_path):

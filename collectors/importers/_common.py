@@ -61,18 +61,24 @@ def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSu
     """Run ``body`` (which feeds ``sink``) and close the sink.
 
     Ctrl-C while following ends the import normally: what was read is written and the
-    summary says it was interrupted. Ctrl-C otherwise is re-raised after the same flush.
+    summary says it was interrupted (or cut short by a second one: ``tail`` counts them for
+    the CLI's handler, and has one wait for the close). Ctrl-C otherwise is re-raised after
+    the same flush.
     Any other error (e.g. ``--strict`` meeting a bad line) propagates without writing
     the rows still buffered.
     """
     try:
         body()
     except KeyboardInterrupt:
-        summary = sink.close(interrupted=True)
+        twice = tail.interrupts > 1  # the first waited for the lines read, the second did not
+        with tail.closing():
+            summary = sink.close(interrupted=True)
+        summary.interrupted_twice = twice
         if not tail.follow:
             raise
         return summary
-    return sink.close()
+    with tail.closing():
+        return sink.close()
 
 
 def each_source(paths: list[str], tail: Tail) -> Iterator[tuple[str, str, bool]]:

@@ -66,6 +66,7 @@ class ImportSummary:
     notes: list[str] = field(default_factory=list)  # what was read but may not be whole
     meta_problems: list[str] = field(default_factory=list)  # meta.json values the analyzers will ignore
     interrupted: bool = False
+    interrupted_twice: bool = False  # a second Ctrl-C or SIGTERM stopped it before all it read was written
 
     def __str__(self) -> str:
         span = f" ({self.first_step}..{self.last_step})" if self.steps else ""
@@ -90,7 +91,9 @@ class ImportSummary:
             lines.append(f"  meta.json from the log: {facts}")
         lines += [f"  note: {note}" for note in self.notes]
         lines += [f"  meta.json: {problem}; the analyzers will ignore it" for problem in self.meta_problems]
-        if self.interrupted:
+        if self.interrupted_twice:
+            lines.append("  stopped at once by a second interrupt; the last lines read may be missing")
+        elif self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
+import stat
 import sys
 import threading
 import time
@@ -14,7 +16,7 @@ from typing import BinaryIO
 
 from rlscope.errors import RLScopeError
 
-__all__ = ["IDLE", "MAX_LINE_BYTES", "ImportInputError", "Tail", "check_text_file", "read_lines"]
+__all__ = ["IDLE", "MAX_LINE_BYTES", "ImportInputError", "Tail", "check_text_file", "read_lines", "stdin_is_file"]
 
 MAX_LINE_BYTES = 1 << 20  # a longer line is skipped: no metric line is anywhere near this long
 _SNIFF_BYTES = 8192
@@ -41,9 +43,41 @@ class Tail:
     poll_interval: float = 0.5
     max_seconds: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
+    # while the lines of a followed pipe's last read are imported, or the import
+    # closes: an interrupt raised there would lose what was read, so one waits (``hold``)
+    holding: bool = field(default=False, init=False)
+    held: bool = field(default=False, init=False)
+    interrupts: int = field(default=0, init=False)  # Ctrl-C and SIGTERM the CLI's handler passed to ``hold``
 
     def __post_init__(self) -> None:
         self._deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
+
+    def hold(self) -> bool:
+        """Whether an interrupt that just came is to wait (for ``release``); False: raise it now
+        (nothing read is being imported, or one already waits: a second stops at once)."""
+        self.interrupts += 1
+        if not self.holding or self.held:
+            return False
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        """Hold interrupts no longer, raising the one held. Called before waiting for input, so
+        that an interrupt never waits on the input, only on the lines already read."""
+        self.holding = False
+        if self.held:
+            self.held = False
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """Hold an interrupt while the import writes what it read and ends: ending anyway, it
+        drops one that waited. A second one still stops it at once."""
+        self.holding, self.held = True, False
+        try:
+            yield
+        finally:
+            self.holding = self.held = False
 
     def should_stop(self) -> bool:
         return self.stop.is_set() or (self._deadline is not None and time.monotonic() >= self._deadline)
@@ -67,11 +101,12 @@ def check_text_file(path: str, *, piped_from: str | None = None, look: bool = Tr
     (``-``: unless what waits on standard input looks like text). ``piped_from``: ``path`` is a
     copy of what that pipe (``<(zcat x.gz)``) gave, and messages name the pipe. ``look=False``:
     standard input is looked at as it is read (a followed pipe may not have written yet, and
-    a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the import)."""
+    a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the import), unless
+    it is a file."""
     if path == "-":
         if sys.stdin is None:  # started with it closed (``<&-``)
             raise ImportInputError("standard input: closed, nothing to read")
-        if look:
+        if look or stdin_is_file():  # a file never waits
             _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
         return
     if not os.path.exists(path):
@@ -96,6 +131,15 @@ def check_text_file(path: str, *, piped_from: str | None = None, look: bool = Tr
 
 _STDIN_DECOMPRESS = "decompress it in the pipe: zcat FILE.gz | rlscope import ... -"
 _PIPE_DECOMPRESS = "decompress it in the pipe: <(zcat FILE.gz)"
+
+
+def stdin_is_file() -> bool:
+    """Whether standard input is a regular file (``< train.log``), which is followed as its path
+    would be: from where it stands, to its end, then what is appended, not as a pipe."""
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # closed, or replaced by something without a descriptor
+        return False
 
 
 def _stdin_head() -> bytes:
@@ -152,24 +196,19 @@ def read_lines(
     shrinks while followed (truncated by a log rotator) is read again from its start.
     """
     if path == "-":
-        yield from _numbered(_stdin_lines(tail, follow), on_overlong, on_unterminated)
+        assert sys.stdin is not None  # check_text_file refused a closed one
+        if follow and stdin_is_file():  # at its end it waits for more, as a path does (a pipe's end is the end)
+            chunks = _file_lines(sys.stdin.buffer, tail, follow)
+        else:
+            chunks = _pipe_lines(sys.stdin.buffer, "standard input", _STDIN_DECOMPRESS, tail, follow)
+        yield from _numbered(chunks, on_overlong, on_unterminated)
         return
     with open(path, "rb") as fh:
-        chunks = _file_lines(fh, tail, follow)
-        if not os.path.isfile(path):  # a pipe, which check_text_file could not look into
-            chunks = _checked_first(path, chunks, _PIPE_DECOMPRESS)
+        if os.path.isfile(path):
+            chunks = _file_lines(fh, tail, follow)
+        else:  # a pipe (``<(tail -f x)``, mkfifo), which check_text_file could not look into: read as stdin is
+            chunks = _pipe_lines(fh, path, _PIPE_DECOMPRESS, tail, follow)
         yield from _numbered(chunks, on_overlong, on_unterminated)
-
-
-def _checked_first(name: str, chunks: Iterator[bytes | None], decompress: str) -> Iterator[bytes | None]:
-    """``chunks``, the first of which is checked to look like text (gzip, UTF-16, binary)."""
-    for chunk in chunks:
-        if chunk:
-            _check_head(name, chunk[:_SNIFF_BYTES], decompress)
-            yield chunk
-            break
-        yield chunk
-    yield from chunks
 
 
 def _numbered(
@@ -200,16 +239,16 @@ def _numbered(
         yield lineno, text.lstrip("\ufeff") if lineno == 1 else text  # a byte-order mark (Windows tools)
 
 
-def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
-    """Pieces of standard input as :func:`_file_lines` gives a file's (a leading hole skipped
-    too); while following, ``None`` whenever a poll interval passes without input, so that the
-    import writes what it has while a live job's pipe is quiet.
+def _pipe_lines(stream: BinaryIO, name: str, decompress: str, tail: Tail, follow: bool) -> Iterator[bytes | None]:
+    """Pieces of a pipe (standard input, or a path to one) as :func:`_file_lines` gives a file's
+    (a leading hole skipped too); while following, ``None`` whenever a poll interval passes
+    without input, so that the import writes what it has while a live job's pipe is quiet. Read
+    in blocks, not lines: a line being written when the import is stopped is kept, not lost in
+    a read waiting for its end.
 
     Its first bytes are checked to look like text (:func:`_check_head`) as they are read: up to
     ``_SNIFF_BYTES`` of them, or what came before it went quiet (``_MIN_JUDGED`` at least) or
     ended. A look before the import (not made for a followed pipe) may have seen only a byte."""
-    assert sys.stdin is not None  # check_text_file refused a closed one
-    stream = sys.stdin.buffer
     pieces = _Pieces()
     head: bytes | None = b""  # what was read before the input was judged; None once it is
     try:
@@ -226,7 +265,7 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
                 elif len(head) < _MIN_JUDGED:  # quiet before enough came to judge (a gzip's first byte)
                     yield None
                     continue
-                yield from _judged(head, pieces)  # enough of it, or it went quiet
+                yield from _judged(name, decompress, head, pieces)  # enough of it, or it went quiet
                 head = None
                 if block is None:
                     yield None
@@ -235,38 +274,53 @@ def _stdin_lines(tail: Tail, follow: bool) -> Iterator[bytes | None]:
             else:
                 yield from pieces.add(block)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: what was read is the input
+        if tail.held:  # a second one, while the first waited: stop at once
+            raise
         if head:
-            yield from _judged(head, pieces)
+            yield from _judged(name, decompress, head, pieces)
         yield from pieces.rest()
         raise
     if head:
-        yield from _judged(head, pieces)
+        yield from _judged(name, decompress, head, pieces)
     yield from pieces.rest()
 
 
-def _judged(head: bytes, pieces: _Pieces) -> Iterator[bytes]:
-    """The pieces of standard input's first bytes, once they look like text."""
-    _check_head("standard input", head, _STDIN_DECOMPRESS)
+def _judged(name: str, decompress: str, head: bytes, pieces: _Pieces) -> Iterator[bytes]:
+    """The pieces of a pipe's first bytes, once they look like text."""
+    _check_head(name, head, decompress)
     yield from pieces.add(head)
 
 
 def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
     """Blocks read from ``fd`` as they come, ``None`` after a poll interval without any, until
     the input ends or ``tail`` says stop (then what is there is read one last time). Read in
-    this thread: a thread left blocked in a read would keep the interpreter from exiting."""
-    while True:
-        if select.select([fd], [], [], tail.poll_timeout())[0]:
-            block = os.read(fd, MAX_LINE_BYTES)
-            if not block:
-                return
-            yield block
-        elif not tail.should_stop():
-            yield None
-            continue
-        if tail.should_stop():  # checked after a read too: a busy pipe is never quiet
-            if select.select([fd], [], [], 0)[0] and (block := os.read(fd, MAX_LINE_BYTES)):
+    this thread: a thread left blocked in a read would keep the interpreter from exiting.
+
+    From a read until the next wait for input, ``tail`` holds an interrupt: raised while the
+    block's lines (hundreds, from a busy pipe) are parsed, it would lose those not yet parsed
+    and the one being parsed. It never waits on the input itself."""
+    try:
+        while True:
+            tail.release()
+            if select.select([fd], [], [], tail.poll_timeout())[0]:
+                tail.holding = True  # before the read (which select says will not wait): the block is kept
+                block = os.read(fd, MAX_LINE_BYTES)
+                if not block:
+                    break
                 yield block
-            return
+            elif not tail.should_stop():
+                yield None
+                continue
+            if tail.should_stop():  # checked after a read too: a busy pipe is never quiet
+                tail.release()
+                if select.select([fd], [], [], 0)[0]:
+                    tail.holding = True
+                    if block := os.read(fd, MAX_LINE_BYTES):
+                        yield block
+                break
+        tail.release()
+    finally:
+        tail.holding = False
 
 
 _NOT_NUL = re.compile(rb"[^\0]")

@@ -26,7 +26,7 @@ from rlscope.collectors.importers._common import (
     whole_step,
 )
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import IDLE, Tail
+from rlscope.collectors.importers._source import IDLE, Tail, stdin_is_file
 
 __all__ = ["import_verl_jsonl"]
 
@@ -116,7 +116,8 @@ def import_verl_jsonl(
 
     def body() -> None:
         for path, name, follow in each_source(paths, tail):
-            live = follow and path == "-"  # the file logger writes no time: a line read live gets one
+            # the file logger writes no time: a line read live gets one (a file on stdin: from its end on)
+            live = follow and path == "-" and not stdin_is_file()
             for item in source_lines(sink, path, name, tail, follow=follow):
                 if item is IDLE:
                     live = True

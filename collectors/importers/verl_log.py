@@ -59,7 +59,7 @@ from rlscope.collectors.importers._common import (
     whole_step,
 )
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
-from rlscope.collectors.importers._source import IDLE, Tail
+from rlscope.collectors.importers._source import IDLE, Tail, stdin_is_file
 from rlscope.collectors.verl_config import MAX_LAUNCH_CHARS, LogFacts
 from rlscope.collectors.verl_metrics import is_validation_key
 
@@ -589,7 +589,8 @@ def import_verl_log(
         parser = _Parser(sink)
         try:
             for path, name, follow in each_source(paths, tail):
-                live = follow and path == "-"  # stdin while following: lines arrive as they are logged
+                # a followed pipe: lines arrive as they are logged (a file on stdin: from its end on)
+                live = follow and path == "-" and not stdin_is_file()
                 for item in source_lines(sink, path, name, tail, follow=follow):
                     if item is IDLE:
                         live = True

@@ -19,9 +19,12 @@ meta.json the batch shape, GPU count, model size and, for pooled trainers, the t
 docs/run-directory.md) and wins over what it does; a value the analyzers would then ignore
 (a split that does not add up to the GPUs the log states) is said in the summary.
 
---follow keeps reading the last SOURCE as it grows (like tail -f), writing new steps every
-few seconds, until Ctrl-C or SIGTERM, which end the import normally (exit 0); a line still
-being written then is read as a cut-off last line (its last field left out, and counted).
+--follow keeps reading the last SOURCE as it grows (like tail -f; "-" too, when it is a file:
+"- < train.log"), writing new steps every few seconds, until Ctrl-C or SIGTERM, which end
+the import normally (exit 0); a line still being written then is read as a cut-off last line
+(its last field left out, and counted). Following a pipe ("-", <(cmd)), one that comes while the
+lines of the last read are imported waits for them (a fraction of a second), as one does
+for the final write; a second one stops at once.
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
 cannot be read; without it such lines are skipped, and counted in the summary.
 """
@@ -41,20 +44,28 @@ __all__ = ["main"]
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts(enabled: bool) -> Iterator[None]:
-    """Make SIGTERM stop a followed import like Ctrl-C does (main thread only)."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
+def _interrupts(tail: Tail) -> Iterator[None]:
+    """Make SIGTERM stop a followed import like Ctrl-C does, and let either wait while the lines
+    of a followed pipe's last read are imported (``Tail.hold``), which an interrupt
+    raised in the middle would lose; a second one stops at once. Main thread only; a Ctrl-C
+    that is ignored (a job a script started with ``&``) or handled by someone else is left so."""
+    if not tail.follow or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        if not tail.hold():
+            raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signals.append(signal.SIGINT)
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -79,7 +90,7 @@ def main(argv: Sequence[str]) -> int:
         if problems:
             parser.error(f"--meta: {problems[0]}")
     tail = Tail(follow=args.follow, poll_interval=args.poll, max_seconds=args.max_seconds)
-    with _sigterm_interrupts(args.follow):
+    with _interrupts(tail):
         summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)
     if summary.values == 0 and not args.follow:  # nothing written: no summary that says "-> RUN_DIR"
         skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(summary.skipped.items()))
