@@ -108,7 +108,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "run's last step or validation, so later starts of a job that restarts without a step do not move it; "
         "for a run without a jobs table, when meta.json was last written, before the run's first step or "
         "validation only. The run-stalled rule times the job's warm-up and first step from here, with the "
-        "first-step limit.",
+        "first-step limit (or the run's own limit where that is longer).",
     ),
     MetricSpec(
         "rlscope_step_median_seconds",

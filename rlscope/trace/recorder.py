@@ -478,7 +478,7 @@ class Recorder:
         """Record that a job of the run started: now, or at ``when`` (unix seconds). Call it once
         per job (a first run, a resume, a restart), from the one process that starts it, not from
         each worker: the exporter times the job's warm-up and first step from the first start
-        logged since the run's last step, with the first-step limit."""
+        logged since the run's last step, with the first-step limit (or the run's own, if longer)."""
         row = {"time": time.time() if when is None else when, "host": self.host, "pid": os.getpid()}
         self._enqueue("jobs", row, 1, _row_bytes(row))
 
