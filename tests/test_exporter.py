@@ -285,6 +285,20 @@ def test_a_run_without_a_jobs_table_starts_when_meta_json_was_written_until_its_
     assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
 
 
+def test_a_jobs_table_with_no_time_leaves_a_first_step_timed_from_meta_json(tmp_path):
+    # a job start logged with no time (NaN) says nothing of when the job started: a run that hangs
+    # in its first step is still timed from when meta.json was written (two hours ago), not never
+    path, written = tmp_path / "run", time.time() - 7200
+    with Recorder(path, {"topology": "colocated"}) as rec:
+        rec.log_job_start(math.nan)
+    os.utime(path / "meta.json", (written, written))
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == pytest.approx(written)
+    # a job start with a time takes over from it
+    _write_jobs(path, [written + 60], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == written + 60
+
+
 def test_a_first_step_is_timed_from_its_job_s_start_not_meta_json(tmp_path):
     # the driver logs its job's start two hours ago; a worker's Recorder rewrites meta.json later
     path, started = tmp_path / "run", time.time() - 7200

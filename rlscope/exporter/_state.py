@@ -584,12 +584,16 @@ class RunState:
 
     def _ingest_jobs(self, rows: pa.Table) -> None:
         """Keep the job starts logged since the run's last step or validation (the first
-        ``_RECORDS``: a job restarting more often without a step is timed from its first)."""
+        ``_RECORDS``: a job restarting more often without a step is timed from its first). A start
+        with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table."""
         if rows.num_rows == 0:
             return
-        self._jobs_logged = True
         when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
-        later = when[np.isfinite(when) & (when > self._progress())]  # a start with no time cannot be placed
+        when = when[np.isfinite(when)]
+        if when.size == 0:
+            return
+        self._jobs_logged = True
+        later = when[when > self._progress()]
         self._job_starts = sorted([*self._job_starts, *later.tolist()])[:_RECORDS]
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
