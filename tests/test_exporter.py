@@ -342,7 +342,7 @@ def test_a_resumed_job_is_timed_from_its_first_start_since_the_last_step(tmp_pat
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 4000
 
 
-def test_a_job_start_before_a_validation_leaves_the_clock_to_the_validation(tmp_path):
+def test_a_job_start_before_its_validation_leaves_the_clock_to_it_until_the_job_restarts(tmp_path):
     # a resume with val_before_train: the job starts, then validates the checkpoint step on its own
     path, t0 = tmp_path / "run", time.time() - 7200
     with Recorder(path, {"topology": "colocated"}):
@@ -353,9 +353,19 @@ def test_a_job_start_before_a_validation_leaves_the_clock_to_the_validation(tmp_
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_validation_timestamp_seconds") == t0 + 1000
     assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
-    # it crashes after the validation and restarts without one: timed from that start
+    # it crashes after the validation and restarts: a job that failed once without training, timed
+    # from the first restart (t0 + 900), whatever the second does; its validation, and a third
+    # restart's, do not move the clock (verl validates on every start: a crash loop would never page)
     _write_jobs(path, [t0 + 1500], 2)
-    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 1500
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 900
+    _write_steps(path, [(3, 0, t0 + 1600, "val-core/math/acc/mean@1", 0.5)], 3)
+    _write_jobs(path, [t0 + 2100], 3)
+    _write_steps(path, [(3, 0, t0 + 2200, "val-core/math/acc/mean@1", 0.5)], 4)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 900
+    assert _value(_registry(path)[0], "rlscope_job_start_timestamp_seconds") == t0 + 900  # as a fresh exporter
+    # the resumed job trains step 4: no job start is served
+    _write_steps(path, [(4, 0, t0 + 2300, "timing_s/step", 60.0)], 5)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
 
 
 def test_a_resumed_run_s_validation_neither_moves_its_last_step_nor_makes_an_interval(tmp_path):

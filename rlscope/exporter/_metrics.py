@@ -105,7 +105,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         "Unix time at which the run's current job started, while it has logged no step and no validation on its "
         "own: the first job start (the jobs table: the verl hook's driver, Recorder.log_job_start) logged since the "
-        "run's last step or validation, so later starts of a job that restarts without a step do not move it; "
+        "run's last training step, unless that job validated after it; a second start without a training step "
+        "keeps the first (a job that restarts again and again without a step, validating each time or not, "
+        "does not move it); "
         "for a run without a jobs table, when meta.json was last written, before the run's first step or "
         "validation only. The run-stalled rule times the job's warm-up and first step from here, with the "
         "first-step limit (or the run's own limit where that is longer).",

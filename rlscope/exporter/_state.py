@@ -260,7 +260,7 @@ class RunState:
         self._records: list[tuple[float, int, int]] = []  # (time, step, attempt) of the newest records
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
-        self._job_starts: list[float] = []  # the first job starts logged since the last step or validation
+        self._job_starts: list[float] = []  # the first job starts logged since the last training step
         self._jobs_logged = False  # the run has a jobs table: meta.json's time is no job's start
         self._meta_time = math.nan  # when meta.json was last written: every process's Recorder writes it
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
@@ -348,8 +348,8 @@ class RunState:
                 self._fail(f"read {table}", exc, count=not failed)
                 failed = True
         self._drop_stale_gpus()
-        progress = self._progress()
-        self._job_starts = [t for t in self._job_starts if t > progress]
+        trained = self._trained()
+        self._job_starts = [t for t in self._job_starts if t > trained]
         if self._logprob_stale:
             self._logprob_stale = False
             self._settle_logprob()
@@ -386,20 +386,27 @@ class RunState:
         except OverflowError:  # JSON has no bound on integers
             return math.nan
 
+    def _trained(self) -> float:
+        """When the run logged its last training step (-inf before its first)."""
+        return self._newest[0] if self._newest is not None else -math.inf
+
     def _progress(self) -> float:
         """When the run last showed progress: its last step, or a validation logged on its own
         after it (-inf before either)."""
-        return max(self._newest[0] if self._newest is not None else -math.inf, self._validated)
+        return max(self._trained(), self._validated)
 
     def _job_start(self) -> float:
-        """When the job that has logged no step (nor a validation) yet started: the first job start
-        logged since the run's last step or validation; a later one (a driver that restarts again
-        and again without a step) does not restart the stall clock. NaN when there is none. A run
-        without a jobs table (an older rlscope's) has meta.json's time instead, before its first
-        step or validation only: every process's Recorder rewrites meta.json as it opens, so after
-        a step it would restart the clock of a run whose actors crash-loop."""
+        """When the job that has logged no step yet started: the first job start logged since the
+        run's last training step, unless that job's own validation came after it. A later start (a
+        driver that restarts again and again without a step) does not restart the stall clock,
+        nor does the validation each restart may log (verl's ``val_before_train``): two starts
+        without a training step between them are a job that failed once already. NaN when there
+        is none. A run without a jobs table (an older rlscope's) has meta.json's time instead,
+        before its first step or validation only: every process's Recorder rewrites meta.json as
+        it opens, so after a step it would restart the clock of a run whose actors crash-loop."""
         if self._jobs_logged:
-            return self._job_starts[0] if self._job_starts else math.nan
+            starts = self._job_starts
+            return starts[0] if len(starts) > 1 or (starts and starts[0] > self._validated) else math.nan
         return self._meta_time if self._progress() == -math.inf else math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
@@ -583,7 +590,7 @@ class RunState:
             del self._gpus[key]
 
     def _ingest_jobs(self, rows: pa.Table) -> None:
-        """Keep the job starts logged since the run's last step or validation (the first
+        """Keep the job starts logged since the run's last training step (the first
         ``_RECORDS``: a job restarting more often without a step is timed from its first). A start
         with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table."""
         if rows.num_rows == 0:
@@ -593,7 +600,7 @@ class RunState:
         if when.size == 0:
             return
         self._jobs_logged = True
-        later = when[when > self._progress()]
+        later = when[when > self._trained()]
         self._job_starts = sorted([*self._job_starts, *later.tolist()])[:_RECORDS]
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
