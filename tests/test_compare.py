@@ -447,3 +447,26 @@ def test_a_phase_one_run_never_timed_is_n_a_not_zero(tmp_path, capsys):
     assert main(["compare", *runs]) == 0
     (ref_row,) = [line for line in capsys.readouterr().out.splitlines() if "│   ref " in line]
     assert ref_row.split("│")[2].strip() == "n/a"
+
+
+def test_the_wait_for_samples_of_a_run_whose_generation_is_beside_the_step_is_a_phase(tmp_path, capsys):
+    # one-step overlap, no wait timer: gen 200 s beside the step, update 30 s of a 50 s (A) or 60 s
+    # (B) step timer; the 20 s and 30 s no trainer timer holds are waiting for samples (up to the
+    # rollout's 200 s), a measurement of the step timer, not an untimed 0
+    runs = []
+    for name, step_s in (("a", 50.0), ("b", 60.0)):
+        runs.append(str(tmp_path / name))
+        meta = {"gpu": {"type": "H100", "count": 8}, "topology": "one_step_overlap", "split": "6:2"}
+        with Recorder(runs[-1], meta=meta) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 200.0, "timing_s/update_actor": 30.0, "timing_s/step": step_s})
+    assert main(["diagnose", runs[0], "--format", "json"]) == 0
+    assert "waiting" in json.loads(capsys.readouterr().out)["phases"]["logged"]
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["waiting"] == pytest.approx((20.0, 30.0)) and "other" not in rows  # 0 s in both: no row
+    assert out["explanations"][0] == (
+        "B's steps are 10 s slower than A's (+20%): waiting +10 s"
+        " (generation runs beside the step in A and B: not counted in it)"
+    )

@@ -151,8 +151,9 @@ class AnatomyResult:
     ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged. ``timed``: index
     step, whether its ``step`` is that timer (else the sum of its stage timers).
     ``overlapped``: generation ran beside the step (see the module docstring). ``logged``: the
-    phases a timer of the run measured in some training step; the others' zero seconds are no
-    measurement (their time, if any, is in ``other``).
+    phases a timer of the run measured in some training step (``waiting`` too when generation is
+    overlapped and a step has a step timer: the time no trainer timer holds is measured as
+    waiting); the others' zero seconds are no measurement (their time, if any, is in ``other``).
     """
 
     seconds: pd.DataFrame
@@ -185,7 +186,14 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     timer = frames.steps[f"{_PREFIX}step"].reindex(seconds.index) if step_timer else None
     timed = timer > 0 if timer is not None else pd.Series(False, index=seconds.index)  # NaN: not timed
     trained = frames.steps.loc[seconds.index]
-    logged = tuple(p for p, names in _phase_timers(trained).items() if names and trained[names].notna().any(axis=None))
+    timers = _phase_timers(trained)
+    # waiting beside an overlapped rollout is also the step timer's time no trainer timer holds
+    waited = overlapped and bool(timed.any())
+    logged = tuple(
+        p
+        for p, names in timers.items()
+        if (names and trained[names].notna().any(axis=None)) or (p == "waiting" and waited)
+    )
     result = AnatomyResult(seconds, shares, table, step_timer, overlapped, timed=timed, logged=logged)
     if not seconds.empty:
         result.findings.extend(_findings(result))
