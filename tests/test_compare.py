@@ -470,3 +470,23 @@ def test_the_wait_for_samples_of_a_run_whose_generation_is_beside_the_step_is_a_
         "B's steps are 10 s slower than A's (+20%): waiting +10 s"
         " (generation runs beside the step in A and B: not counted in it)"
     )
+
+
+def test_generation_beside_the_step_in_one_run_only_is_not_said_untimed(tmp_path, capsys):
+    # both runs time gen (100 s) and update_actor (30 s); A's gen is inside its 130 s step, B's
+    # (one-step overlap) beside its 30 s step: gen is timed in both, and the 100 s the steps differ
+    # by is A's gen
+    runs = []
+    for name, meta, step_s in (
+        ("a", {"topology": "colocated"}, 130.0),
+        ("b", {"topology": "one_step_overlap", "split": "6:2"}, 30.0),
+    ):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}} | meta) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": step_s})
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "B's steps are 100 s faster than A's (-77%)"
+        " (generation runs beside the step in B: not counted in it, while A's 100 s of gen is)"
+    )

@@ -223,13 +223,21 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {signed_secs(d)}")
         detail = f": {', '.join(parts[:4])}" if parts else ""
-        for name, mine, theirs in (("A", inside_a, inside_b), ("B", inside_b, inside_a)):
+        for name, mine, theirs in (("A", inside_a, pb), ("B", inside_b, pa_)):
+            # timed in one run only (gen beside the other's step is timed there too)
             alone = sorted(p for p in mine if p not in theirs and mine[p] >= _MIN_PHASE_S)
             if alone:  # the other run's time for them, if any, is in its other
                 detail += f" ({', '.join(alone)} timed in {name} only)"
         bounds = _lower_bounds(ha, hb)
         if beside:
-            detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
+            # with one run's generation beside its step, the other's is in its step: part of the difference
+            within = [
+                f"{name}'s {secs(mine['gen'])} of gen"
+                for name, mine in (("A", inside_a), ("B", inside_b))
+                if len(beside) == 1 and mine.get("gen", 0.0) >= _MIN_PHASE_S
+            ]
+            while_ = f", while {within[0]} is" if within else ""
+            detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it{while_})"
         if abs(delta) < _SAME_STEP * sa and not parts:
             out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){bounds}")
         else:
