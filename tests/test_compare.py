@@ -490,3 +490,19 @@ def test_generation_beside_the_step_in_one_run_only_is_not_said_untimed(tmp_path
         "B's steps are 100 s faster than A's (-77%)"
         " (generation runs beside the step in B: not counted in it, while A's 100 s of gen is)"
     )
+
+
+def test_steps_that_take_as_long_with_phases_that_moved_are_not_said_faster(tmp_path, capsys):
+    # both 140 s steps of gen 100 and update 30; B also times ref (8 s) in every other step, out of
+    # its other: over B's last 2 of 8 steps ref is 4 s a step and other 6 s, A's other 10 s
+    runs = []
+    for name, steps in (("a", 4), ("b", 8)):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(steps):
+                ref = {"timing_s/ref": 8.0} if name == "b" and step % 2 else {}
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0} | ref)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "B's steps take as long as A's (140 s against 140 s): other -4 s (ref timed in B only)"
+    )

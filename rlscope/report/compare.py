@@ -238,8 +238,8 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             ]
             while_ = f", while {within[0]} is" if within else ""
             detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it{while_})"
-        if abs(delta) < _SAME_STEP * sa and not parts:
-            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){bounds}")
+        if abs(delta) < _SAME_STEP * sa:  # within the margin: neither faster nor slower, whatever moved inside
+            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){detail}{bounds}")
         else:
             out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
     setup = _setup(a, b)
