@@ -176,9 +176,11 @@ def test_a_step_time_summed_from_stage_timers_is_said_to_be_a_lower_bound(tmp_pa
     rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
     assert rows["step time"] == pytest.approx((100.0, 80.0))
     assert rows["step time from"] == ("step timer", "sum of stage timers")
-    # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be faster
+    # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be
+    # faster, and B's other is unmeasured (n/a), not 0 s, so the 20 s is no phase's
+    assert rows["other"] == (pytest.approx(20.0), None)
     assert out["explanations"][0] == (
-        "B's steps are 20 s faster than A's (-20%): other -20 s; "
+        "B's steps are 20 s faster than A's (-20%); "
         "B's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
 
@@ -505,4 +507,24 @@ def test_steps_that_take_as_long_with_phases_that_moved_are_not_said_faster(tmp_
     assert main(["compare", *runs, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
         "B's steps take as long as A's (140 s against 140 s): other -4 s (ref timed in B only)"
+    )
+
+
+def test_other_of_a_run_without_a_step_timer_is_n_a_not_zero(tmp_path, capsys):
+    # A times gen 100 + update 30 and no step (its step is their 130 s sum, a lower bound); B's
+    # step timer holds 140 s, 10 s in no stage timer: A's other is unmeasured, not 0 s, so the 10 s
+    # the steps differ by is no phase's
+    runs = []
+    for name, step in (("a", {}), ("b", {"timing_s/step": 140.0})):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for i in range(4):
+                rec.log_step(i, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0} | step)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["other"] == (None, pytest.approx(10.0))
+    assert out["explanations"][0] == (
+        "B's steps are 10 s slower than A's (+8%);"
+        " A's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )

@@ -49,12 +49,14 @@ def _steps(doc: dict[str, Any]) -> str | None:
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     """Recent mean seconds of the phases the run timed, ``other`` and ``step_s``: an untimed
-    phase's zero is no measurement, so it is left out (shown as n/a)."""
+    phase's zero is no measurement, so it is left out (shown as n/a); so is ``other`` where no
+    recent step has a step timer (the step is then the phases' sum, and other 0 by definition)."""
     rows = _get(doc, "phases", "seconds_per_step") or []
     if not rows:
         return {}
     recent = rows[len(rows) - _recent_count(len(rows)) :]
-    logged = {*(_get(doc, "phases", "logged") or []), "other", "step_s"}
+    summed = _get(doc, "headline", "step_s_basis") == "sum of stage timers"
+    logged = {*(_get(doc, "phases", "logged") or []), "step_s", *(() if summed else ("other",))}
     keys = [k for k in recent[0] if k in logged]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
 
@@ -225,7 +227,8 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         detail = f": {', '.join(parts[:4])}" if parts else ""
         for name, mine, theirs in (("A", inside_a, pb), ("B", inside_b, pa_)):
             # timed in one run only (gen beside the other's step is timed there too)
-            alone = sorted(p for p in mine if p not in theirs and mine[p] >= _MIN_PHASE_S)
+            # (other is no timer: where one run lacks it, the lower-bound clause says why)
+            alone = sorted(p for p in mine if p not in theirs and p != "other" and mine[p] >= _MIN_PHASE_S)
             if alone:  # the other run's time for them, if any, is in its other
                 detail += f" ({', '.join(alone)} timed in {name} only)"
         bounds = _lower_bounds(ha, hb)
