@@ -914,3 +914,11 @@ def test_the_progress_bar_is_drawn_on_stderr_not_into_the_report(capsys, monkeyp
     assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith('{"schema": "rlscope.diagnose/1"') and "analysing" in err
+
+
+def test_an_output_of_a_dash_is_stdout(tmp_path, capsys, monkeypatch):
+    # -o - is standard output, as for most tools: no file named "-" left in the working folder
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["steps"] == 30
+    assert not (tmp_path / "-").exists()

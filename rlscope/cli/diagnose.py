@@ -149,13 +149,17 @@ def main(argv: Sequence[str]) -> int:
     parser = parser_for("diagnose", __doc__)
     parser.add_argument("run", metavar="RUN")
     parser.add_argument("--format", choices=["text", "markdown", "html", "json"], default="text")
-    parser.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
+    parser.add_argument(
+        "--output", "-o", metavar="FILE", help="write the report here instead of stdout (-: stdout, as without)"
+    )
     parser.add_argument("--fail-on", choices=["warn", "critical"], help="exit 3 if a finding is this severe or more")
     add_fact_options(parser, "this report")
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
     if args.output == "":  # -o "$REPORT" with REPORT unset: not stdout, as if no --output were given
         parser.error("--output: an empty path")
+    if args.output == "-":  # stdout, as for most tools; ./- names a file of that name
+        args.output = None
     if args.output:
         _check_writable(args.output)  # before minutes of analysis, not after
         _check_not_read(args.output, args.run)
