@@ -273,7 +273,8 @@ def _write_whole(path: str, text: str) -> None:
 
 def _check_writable(path: str) -> None:
     """A one-line error now if the report could not be written to ``path`` later."""
-    folder = os.path.dirname(os.path.abspath(path))
+    # a link is written through: its target's folder (a dangling link's too) must be there
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     if os.path.isdir(path):
         raise RLScopeError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder):
