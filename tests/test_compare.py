@@ -528,3 +528,28 @@ def test_other_of_a_run_without_a_step_timer_is_n_a_not_zero(tmp_path, capsys):
         "B's steps are 10 s slower than A's (+8%);"
         " A's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
+
+
+def test_a_phase_timed_only_before_the_recent_steps_is_n_a_there(tmp_path, capsys):
+    # both 140 s steps of gen 100 and update 30 over 8 steps (recent: the last 2); A timed ref (8 s)
+    # in its first 2 steps only, B in every step: A's recent ref is unmeasured (in its 10 s of
+    # other), not 0 s, so no ref +8 s
+    runs = []
+    for name, ref_steps in (("a", range(2)), ("b", range(8))):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(8):
+                ref = {"timing_s/ref": 8.0} if step in ref_steps else {}
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0} | ref)
+    assert main(["diagnose", runs[0], "--format", "json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert phases["logged"] == ["gen", "ref", "update_actor"]
+    assert phases["logged_recent"] == ["gen", "update_actor"]
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 2.0))
+    assert (
+        out["explanations"][0]
+        == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
+    )

@@ -48,7 +48,7 @@ def _steps(doc: dict[str, Any]) -> str | None:
 
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
-    """Recent mean seconds of the phases the run timed, ``other`` and ``step_s``: an untimed
+    """Recent mean seconds of the phases the run timed in its recent steps, ``other`` and ``step_s``: an untimed
     phase's zero is no measurement, so it is left out (shown as n/a); so is ``other`` where no
     recent step has a step timer (the step is then the phases' sum, and other 0 by definition)."""
     rows = _get(doc, "phases", "seconds_per_step") or []
@@ -56,7 +56,9 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
         return {}
     recent = rows[len(rows) - _recent_count(len(rows)) :]
     summed = _get(doc, "headline", "step_s_basis") == "sum of stage timers"
-    logged = {*(_get(doc, "phases", "logged") or []), "step_s", *(() if summed else ("other",))}
+    timed = _get(doc, "phases", "logged_recent")  # timed in the steps the means are taken over
+    timed = _get(doc, "phases", "logged") if timed is None else timed
+    logged = {*(timed or []), "step_s", *(() if summed else ("other",))}
     keys = [k for k in recent[0] if k in logged]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
 

@@ -201,6 +201,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "seconds_per_step": d.anatomy.seconds.rename(columns={"step": "step_s"}),
             "recent_shares": _recent_shares(d.anatomy.seconds),
             "logged": list(d.anatomy.logged),
+            "logged_recent": list(d.anatomy.logged_recent),
         },
         "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
         "mfu": {
