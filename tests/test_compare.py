@@ -553,3 +553,16 @@ def test_a_phase_timed_only_before_the_recent_steps_is_n_a_there(tmp_path, capsy
         out["explanations"][0]
         == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
     )
+
+
+def test_a_run_of_no_training_steps_has_0_steps_not_n_a(tmp_path, capsys):
+    # A logged a validation only (no training step), B 4 steps: A's count is known, and it is 0
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with Recorder(runs[0], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
+    with Recorder(runs[1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["steps (recent)"] == ("0", "4 (1)")

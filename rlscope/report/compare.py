@@ -42,9 +42,12 @@ def _recent_count(steps: int) -> int:
 
 
 def _steps(doc: dict[str, Any]) -> str | None:
-    """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)"."""
+    """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)";
+    "0" for a run of no training step (a validation only)."""
     n = _get(doc, "run", "steps")
-    return f"{n} ({_recent_count(n)})" if n else None
+    if n is None:
+        return None
+    return f"{n} ({_recent_count(n)})" if n else "0"
 
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
