@@ -566,3 +566,21 @@ def test_a_run_of_no_training_steps_has_0_steps_not_n_a(tmp_path, capsys):
     assert main(["compare", *runs, "--format", "json"]) == 0
     rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["steps (recent)"] == ("0", "4 (1)")
+
+
+def test_generation_a_run_did_not_time_is_n_a_not_0(tmp_path, capsys):
+    # A times update_actor (30 s) of 140 s steps and no gen: its generation is unmeasured (in its
+    # other), not 0 s and 0% of the step; B times gen 100 s of its 140 s steps
+    runs = []
+    for name, gen in (("a", {}), ("b", {"timing_s/gen": 100.0})):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/update_actor": 30.0, "timing_s/step": 140.0} | gen)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["generation"] == (None, pytest.approx(100.0))
+    assert rows["generation / step"] == (None, pytest.approx(100 / 140))
+    assert main(["diagnose", runs[0]]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("generation ")]
+    assert line.split(None, 1)[1].strip() == "n/a (no generation timer, timing_s/gen, in the recent steps)"
