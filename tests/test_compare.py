@@ -289,11 +289,12 @@ def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
         rec.log_trajectories(0, [{"traj_id": str(i), "finish_time": float(i + 1)} for i in range(10)])
     assert main(["compare", untimed, timed, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
-        "A has no step timers (timing_s/*): its steps cannot be compared"
+        "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
     )
     assert main(["compare", untimed, untimed, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
-        "neither run has step timers (timing_s/*): their steps cannot be compared"
+        "neither run has training-step timers (timing_s/* other than testing and save_checkpoint):"
+        " their steps cannot be compared"
     )
 
 
@@ -584,3 +585,15 @@ def test_generation_a_run_did_not_time_is_n_a_not_0(tmp_path, capsys):
     assert main(["diagnose", runs[0]]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("generation ")]
     assert line.split(None, 1)[1].strip() == "n/a (no generation timer, timing_s/gen, in the recent steps)"
+
+
+def test_a_run_of_validations_only_is_not_said_to_have_no_timers(tmp_path, capsys):
+    # A timed a validation (timing_s/testing) and no training step: it has timers, none of a step
+    timed = _run(tmp_path, "timed", gen=100.0, tail_share=0.2)
+    validated = str(tmp_path / "validated")
+    with Recorder(validated, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
+    assert main(["compare", validated, timed, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
+    )

@@ -211,10 +211,12 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     out: list[str] = []
     sa, sb = ha["step_s"], hb["step_s"]
     untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
+    # a run may have timed its validations or checkpoints only: none of those make a training step
+    timers = "training-step timers (timing_s/* other than testing and save_checkpoint)"
     if len(untimed) == 2:
-        out.append("neither run has step timers (timing_s/*): their steps cannot be compared")
+        out.append(f"neither run has {timers}: their steps cannot be compared")
     elif untimed:
-        out.append(f"{untimed[0]} has no step timers (timing_s/*): its steps cannot be compared")
+        out.append(f"{untimed[0]} has no {timers}: its steps cannot be compared")
     if sa and sb:
         delta = sb - sa
         word = "slower" if delta > 0 else "faster"
