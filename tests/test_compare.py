@@ -597,3 +597,14 @@ def test_a_run_of_validations_only_is_not_said_to_have_no_timers(tmp_path, capsy
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
         "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
     )
+
+
+def test_control_characters_in_a_path_do_not_reach_the_terminal_on_stderr(tmp_path, capsys):
+    # the same-run warning and a one-line error name the path: an escape in it is written out
+    run = _run(tmp_path, "ev\x1b[31mil", gen=100.0, tail_share=0.2)
+    assert main(["compare", run, run, "--format", "json"]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "ev\\x1b[31mil" in err
+    assert main(["compare", run + "\x1b[2J", run]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.endswith("il\\x1b[2J: no such run directory or log file\n")
