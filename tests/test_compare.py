@@ -176,9 +176,11 @@ def test_a_step_time_summed_from_stage_timers_is_said_to_be_a_lower_bound(tmp_pa
     rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
     assert rows["step time"] == pytest.approx((100.0, 80.0))
     assert rows["step time from"] == ("step timer", "sum of stage timers")
-    # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be faster
+    # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be
+    # faster, and B's other is unmeasured (n/a), not 0 s, so the 20 s is no phase's
+    assert rows["other"] == (pytest.approx(20.0), None)
     assert out["explanations"][0] == (
-        "B's steps are 20 s faster than A's (-20%): other -20 s; "
+        "B's steps are 20 s faster than A's (-20%); "
         "B's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
 
@@ -287,11 +289,12 @@ def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
         rec.log_trajectories(0, [{"traj_id": str(i), "finish_time": float(i + 1)} for i in range(10)])
     assert main(["compare", untimed, timed, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
-        "A has no step timers (timing_s/*): its steps cannot be compared"
+        "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
     )
     assert main(["compare", untimed, untimed, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["explanations"][0] == (
-        "neither run has step timers (timing_s/*): their steps cannot be compared"
+        "neither run has training-step timers (timing_s/* other than testing and save_checkpoint):"
+        " their steps cannot be compared"
     )
 
 
@@ -447,3 +450,161 @@ def test_a_phase_one_run_never_timed_is_n_a_not_zero(tmp_path, capsys):
     assert main(["compare", *runs]) == 0
     (ref_row,) = [line for line in capsys.readouterr().out.splitlines() if "│   ref " in line]
     assert ref_row.split("│")[2].strip() == "n/a"
+
+
+def test_the_wait_for_samples_of_a_run_whose_generation_is_beside_the_step_is_a_phase(tmp_path, capsys):
+    # one-step overlap, no wait timer: gen 200 s beside the step, update 30 s of a 50 s (A) or 60 s
+    # (B) step timer; the 20 s and 30 s no trainer timer holds are waiting for samples (up to the
+    # rollout's 200 s), a measurement of the step timer, not an untimed 0
+    runs = []
+    for name, step_s in (("a", 50.0), ("b", 60.0)):
+        runs.append(str(tmp_path / name))
+        meta = {"gpu": {"type": "H100", "count": 8}, "topology": "one_step_overlap", "split": "6:2"}
+        with Recorder(runs[-1], meta=meta) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 200.0, "timing_s/update_actor": 30.0, "timing_s/step": step_s})
+    assert main(["diagnose", runs[0], "--format", "json"]) == 0
+    assert "waiting" in json.loads(capsys.readouterr().out)["phases"]["logged"]
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["waiting"] == pytest.approx((20.0, 30.0)) and "other" not in rows  # 0 s in both: no row
+    assert out["explanations"][0] == (
+        "B's steps are 10 s slower than A's (+20%): waiting +10 s"
+        " (generation runs beside the step in A and B: not counted in it)"
+    )
+
+
+def test_generation_beside_the_step_in_one_run_only_is_not_said_untimed(tmp_path, capsys):
+    # both runs time gen (100 s) and update_actor (30 s); A's gen is inside its 130 s step, B's
+    # (one-step overlap) beside its 30 s step: gen is timed in both, and the 100 s the steps differ
+    # by is A's gen
+    runs = []
+    for name, meta, step_s in (
+        ("a", {"topology": "colocated"}, 130.0),
+        ("b", {"topology": "one_step_overlap", "split": "6:2"}, 30.0),
+    ):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}} | meta) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": step_s})
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "B's steps are 100 s faster than A's (-77%)"
+        " (generation runs beside the step in B: not counted in it, while A's 100 s of gen is)"
+    )
+
+
+def test_steps_that_take_as_long_with_phases_that_moved_are_not_said_faster(tmp_path, capsys):
+    # both 140 s steps of gen 100 and update 30; B also times ref (8 s) in every other step, out of
+    # its other: over B's last 2 of 8 steps ref is 4 s a step and other 6 s, A's other 10 s
+    runs = []
+    for name, steps in (("a", 4), ("b", 8)):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(steps):
+                ref = {"timing_s/ref": 8.0} if name == "b" and step % 2 else {}
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0} | ref)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "B's steps take as long as A's (140 s against 140 s): other -4 s (ref timed in B only)"
+    )
+
+
+def test_other_of_a_run_without_a_step_timer_is_n_a_not_zero(tmp_path, capsys):
+    # A times gen 100 + update 30 and no step (its step is their 130 s sum, a lower bound); B's
+    # step timer holds 140 s, 10 s in no stage timer: A's other is unmeasured, not 0 s, so the 10 s
+    # the steps differ by is no phase's
+    runs = []
+    for name, step in (("a", {}), ("b", {"timing_s/step": 140.0})):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for i in range(4):
+                rec.log_step(i, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0} | step)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["other"] == (None, pytest.approx(10.0))
+    assert out["explanations"][0] == (
+        "B's steps are 10 s slower than A's (+8%);"
+        " A's step time is the sum of its stage timers (no timing_s/step), a lower bound"
+    )
+
+
+def test_a_phase_timed_only_before_the_recent_steps_is_n_a_there(tmp_path, capsys):
+    # both 140 s steps of gen 100 and update 30 over 8 steps (recent: the last 2); A timed ref (8 s)
+    # in its first 2 steps only, B in every step: A's recent ref is unmeasured (in its 10 s of
+    # other), not 0 s, so no ref +8 s
+    runs = []
+    for name, ref_steps in (("a", range(2)), ("b", range(8))):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(8):
+                ref = {"timing_s/ref": 8.0} if step in ref_steps else {}
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0} | ref)
+    assert main(["diagnose", runs[0], "--format", "json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert phases["logged"] == ["gen", "ref", "update_actor"]
+    assert phases["logged_recent"] == ["gen", "update_actor"]
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 2.0))
+    assert (
+        out["explanations"][0]
+        == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
+    )
+
+
+def test_a_run_of_no_training_steps_has_0_steps_not_n_a(tmp_path, capsys):
+    # A logged a validation only (no training step), B 4 steps: A's count is known, and it is 0
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with Recorder(runs[0], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
+    with Recorder(runs[1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["steps (recent)"] == ("0", "4 (1)")
+
+
+def test_generation_a_run_did_not_time_is_n_a_not_0(tmp_path, capsys):
+    # A times update_actor (30 s) of 140 s steps and no gen: its generation is unmeasured (in its
+    # other), not 0 s and 0% of the step; B times gen 100 s of its 140 s steps
+    runs = []
+    for name, gen in (("a", {}), ("b", {"timing_s/gen": 100.0})):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+            for step in range(4):
+                rec.log_step(step, {"timing_s/update_actor": 30.0, "timing_s/step": 140.0} | gen)
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["generation"] == (None, pytest.approx(100.0))
+    assert rows["generation / step"] == (None, pytest.approx(100 / 140))
+    assert main(["diagnose", runs[0]]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("generation ")]
+    assert line.split(None, 1)[1].strip() == "n/a (no generation timer, timing_s/gen, in the recent steps)"
+
+
+def test_a_run_of_validations_only_is_not_said_to_have_no_timers(tmp_path, capsys):
+    # A timed a validation (timing_s/testing) and no training step: it has timers, none of a step
+    timed = _run(tmp_path, "timed", gen=100.0, tail_share=0.2)
+    validated = str(tmp_path / "validated")
+    with Recorder(validated, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
+    assert main(["compare", validated, timed, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+        "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
+    )
+
+
+def test_control_characters_in_a_path_do_not_reach_the_terminal_on_stderr(tmp_path, capsys):
+    # the same-run warning and a one-line error name the path: an escape in it is written out
+    run = _run(tmp_path, "ev\x1b[31mil", gen=100.0, tail_share=0.2)
+    assert main(["compare", run, run, "--format", "json"]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "ev\\x1b[31mil" in err
+    assert main(["compare", run + "\x1b[2J", run]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.endswith("il\\x1b[2J: no such run directory or log file\n")

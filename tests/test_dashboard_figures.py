@@ -1080,3 +1080,18 @@ def test_live_attempts_agree_with_a_fresh_read_of_the_run(tmp_path):
         assert list(view.lengths.index) == [2] and view._wide.loc[1, "timing_s/step"] == 11.0
         assert view._wide.loc[2, "actor/loss"] == 1.0 and view._wide.loc[2, "actor/lr"] == 0.5
     pd.testing.assert_frame_equal(live._wide, fresh._wide, check_like=True)
+
+
+def test_the_generation_card_of_a_run_without_a_gen_timer_is_unknown(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import overview
+
+    # update_actor 30 s of 140 s steps and no timing_s/gen: generation is unmeasured, not 0% of the step
+    path = tmp_path / "run"
+    with Recorder(path, meta=META, flush_interval=3600) as rec:
+        for step in range(1, 5):
+            rec.log_step(step, {"timing_s/update_actor": 30.0, "timing_s/step": 140.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    shown = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
+    assert shown["step time (last 1 steps)"] == "140 s"
+    assert shown["generation / step (last 1 steps)"] == "-"

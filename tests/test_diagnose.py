@@ -914,3 +914,25 @@ def test_the_progress_bar_is_drawn_on_stderr_not_into_the_report(capsys, monkeyp
     assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith('{"schema": "rlscope.diagnose/1"') and "analysing" in err
+
+
+def test_an_output_of_a_dash_is_stdout(tmp_path, capsys, monkeypatch):
+    # -o - is standard output, as for most tools: no file named "-" left in the working folder
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["steps"] == 30
+    assert not (tmp_path / "-").exists()
+
+
+def test_an_output_link_into_a_missing_folder_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
+    import rlscope.analyzers
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("analysed although the report could not be written")
+
+    monkeypatch.setattr(rlscope.analyzers, "analyze_run", never)
+    # a link whose target's folder is gone: the report is written through it, to a folder that is not there
+    link = tmp_path / "report.json"
+    link.symlink_to(tmp_path / "gone" / "report.json")
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--output", str(link)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot write {link}: no such directory {tmp_path / 'gone'}\n"

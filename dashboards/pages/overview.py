@@ -76,6 +76,8 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         if not d.anatomy.seconds.empty:
             now = recent(d.anatomy.seconds).mean()
             step_s, gen = float(now["step"]), float(now["gen"] / now["step"]) if now["step"] > 0 else math.nan
+            if "gen" not in d.anatomy.logged_recent:  # not timed: its time, if any, is in other, not 0%
+                gen = math.nan
         tail, mfu = d.longtail.tail_share, d.mfu.mfu
         found = d.findings
         counts = " · ".join(f"{sum(f.severity is s for f in found)} {s.value}" for s in reversed(Severity))

@@ -151,8 +151,10 @@ class AnatomyResult:
     ``slope_per_step``. ``step_timer``: whether ``timing_s/step`` was logged. ``timed``: index
     step, whether its ``step`` is that timer (else the sum of its stage timers).
     ``overlapped``: generation ran beside the step (see the module docstring). ``logged``: the
-    phases a timer of the run measured in some training step; the others' zero seconds are no
-    measurement (their time, if any, is in ``other``).
+    phases a timer of the run measured in some training step (``waiting`` too when generation is
+    overlapped and a step has a step timer: the time no trainer timer holds is measured as
+    waiting); the others' zero seconds are no measurement (their time, if any, is in ``other``).
+    ``logged_recent``: the same over the last quarter of steps, which the headline's means take.
     """
 
     seconds: pd.DataFrame
@@ -163,6 +165,7 @@ class AnatomyResult:
     findings: list[Finding] = field(default_factory=list)
     timed: pd.Series = field(default_factory=lambda: pd.Series(dtype=bool))
     logged: tuple[str, ...] = ()
+    logged_recent: tuple[str, ...] = ()
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResult:
@@ -185,13 +188,28 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     timer = frames.steps[f"{_PREFIX}step"].reindex(seconds.index) if step_timer else None
     timed = timer > 0 if timer is not None else pd.Series(False, index=seconds.index)  # NaN: not timed
     trained = frames.steps.loc[seconds.index]
-    logged = tuple(p for p, names in _phase_timers(trained).items() if names and trained[names].notna().any(axis=None))
-    result = AnatomyResult(seconds, shares, table, step_timer, overlapped, timed=timed, logged=logged)
+    logged = _logged(trained, timed, overlapped)
+    last = _logged(recent(trained), recent(timed), overlapped) if len(trained) else ()
+    result = AnatomyResult(
+        seconds, shares, table, step_timer, overlapped, timed=timed, logged=logged, logged_recent=last
+    )
     if not seconds.empty:
         result.findings.extend(_findings(result))
         if step_timer:
             result.findings.extend(_overlapping_timers(seconds, frames.steps[f"{_PREFIX}step"], overlapped))
     return result
+
+
+def _logged(trained: pd.DataFrame, timed: pd.Series, overlapped: bool) -> tuple[str, ...]:
+    """The phases a timer measured in some of the steps ``trained`` (wide), whose step timers
+    are ``timed``; waiting beside an overlapped rollout is also the step timer's time no trainer
+    timer holds."""
+    waited = overlapped and bool(timed.any())
+    return tuple(
+        p
+        for p, names in _phase_timers(trained).items()
+        if (names and trained[names].notna().any(axis=None)) or (p == "waiting" and waited)
+    )
 
 
 def _share_trend(seconds: pd.DataFrame, shares: pd.Series) -> Trend:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +41,16 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+# Unicode's Cc but line breaks and tabs: a path or a string from the data in a message cannot
+# drive the terminal (recolour it, clear it), and a message's own lines stay lines
+_DRIVES_TERMINAL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _plain(text: str) -> str:
+    """``text`` with the control characters that drive a terminal written out (``\\x1b``)."""
+    return _DRIVES_TERMINAL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 class _StderrLines(logging.Handler):
     """``rlscope: warning: ...`` on whatever ``sys.stderr`` is when a record is emitted; a record
     logged with an exception (a dashboard page that failed, say) carries its traceback below."""
@@ -47,7 +58,7 @@ class _StderrLines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             trace = f"{logging.Formatter().formatException(record.exc_info)}\n" if record.exc_info else ""
-            sys.stderr.write(f"rlscope: {record.levelname.lower()}: {record.getMessage()}\n{trace}")
+            sys.stderr.write(f"rlscope: {record.levelname.lower()}: {_plain(record.getMessage())}\n{trace}")
         except Exception:  # noqa: BLE001 - logging must never raise
             self.handleError(record)
 
@@ -98,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(COMMANDS[name][0])  # Ctrl-C while importing is an interrupt too
         return int(module.main(rest))
     except RLScopeError as exc:
-        print(f"rlscope: {exc}", file=sys.stderr)
+        print(f"rlscope: {_plain(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("rlscope: interrupted", file=sys.stderr)

@@ -149,13 +149,17 @@ def main(argv: Sequence[str]) -> int:
     parser = parser_for("diagnose", __doc__)
     parser.add_argument("run", metavar="RUN")
     parser.add_argument("--format", choices=["text", "markdown", "html", "json"], default="text")
-    parser.add_argument("--output", "-o", metavar="FILE", help="write the report here instead of stdout")
+    parser.add_argument(
+        "--output", "-o", metavar="FILE", help="write the report here instead of stdout (-: stdout, as without)"
+    )
     parser.add_argument("--fail-on", choices=["warn", "critical"], help="exit 3 if a finding is this severe or more")
     add_fact_options(parser, "this report")
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
     if args.output == "":  # -o "$REPORT" with REPORT unset: not stdout, as if no --output were given
         parser.error("--output: an empty path")
+    if args.output == "-":  # stdout, as for most tools; ./- names a file of that name
+        args.output = None
     if args.output:
         _check_writable(args.output)  # before minutes of analysis, not after
         _check_not_read(args.output, args.run)
@@ -269,7 +273,8 @@ def _write_whole(path: str, text: str) -> None:
 
 def _check_writable(path: str) -> None:
     """A one-line error now if the report could not be written to ``path`` later."""
-    folder = os.path.dirname(os.path.abspath(path))
+    # a link is written through: its target's folder (a dangling link's too) must be there
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     if os.path.isdir(path):
         raise RLScopeError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder):

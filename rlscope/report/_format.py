@@ -71,6 +71,8 @@ def generation(head: dict[str, Any]) -> str:
     """Generation's part of the step; when it runs beside the step (one-step overlap, async), a
     share of the step would exceed 100%, so its seconds per batch are set against the step."""
     share, step, seconds = head["generation_share"], head["step_s"], head.get("generation_s")
+    if share is None and step:  # steps, but none of the recent ones timed generation
+        return "n/a (no generation timer, timing_s/gen, in the recent steps)"
     if not head.get("generation_overlapped") or seconds is None or not step:
         return f"{pct(share)} of each step"
     return f"{secs(seconds)} per batch, beside the step ({seconds / step:.1f}x its length)"

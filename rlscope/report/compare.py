@@ -42,19 +42,26 @@ def _recent_count(steps: int) -> int:
 
 
 def _steps(doc: dict[str, Any]) -> str | None:
-    """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)"."""
+    """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)";
+    "0" for a run of no training step (a validation only)."""
     n = _get(doc, "run", "steps")
-    return f"{n} ({_recent_count(n)})" if n else None
+    if n is None:
+        return None
+    return f"{n} ({_recent_count(n)})" if n else "0"
 
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
-    """Recent mean seconds of the phases the run timed, ``other`` and ``step_s``: an untimed
-    phase's zero is no measurement, so it is left out (shown as n/a)."""
+    """Recent mean seconds of the phases the run timed in its recent steps, ``other`` and ``step_s``: an untimed
+    phase's zero is no measurement, so it is left out (shown as n/a); so is ``other`` where no
+    recent step has a step timer (the step is then the phases' sum, and other 0 by definition)."""
     rows = _get(doc, "phases", "seconds_per_step") or []
     if not rows:
         return {}
     recent = rows[len(rows) - _recent_count(len(rows)) :]
-    logged = {*(_get(doc, "phases", "logged") or []), "other", "step_s"}
+    summed = _get(doc, "headline", "step_s_basis") == "sum of stage timers"
+    timed = _get(doc, "phases", "logged_recent")  # timed in the steps the means are taken over
+    timed = _get(doc, "phases", "logged") if timed is None else timed
+    logged = {*(timed or []), "step_s", *(() if summed else ("other",))}
     keys = [k for k in recent[0] if k in logged]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
 
@@ -204,10 +211,12 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     out: list[str] = []
     sa, sb = ha["step_s"], hb["step_s"]
     untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
+    # a run may have timed its validations or checkpoints only: none of those make a training step
+    timers = "training-step timers (timing_s/* other than testing and save_checkpoint)"
     if len(untimed) == 2:
-        out.append("neither run has step timers (timing_s/*): their steps cannot be compared")
+        out.append(f"neither run has {timers}: their steps cannot be compared")
     elif untimed:
-        out.append(f"{untimed[0]} has no step timers (timing_s/*): its steps cannot be compared")
+        out.append(f"{untimed[0]} has no {timers}: its steps cannot be compared")
     if sa and sb:
         delta = sb - sa
         word = "slower" if delta > 0 else "faster"
@@ -223,15 +232,24 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             if phase != "step_s" and abs(d) >= _MIN_PHASE_S:
                 parts.append(f"{phase} {signed_secs(d)}")
         detail = f": {', '.join(parts[:4])}" if parts else ""
-        for name, mine, theirs in (("A", inside_a, inside_b), ("B", inside_b, inside_a)):
-            alone = sorted(p for p in mine if p not in theirs and mine[p] >= _MIN_PHASE_S)
+        for name, mine, theirs in (("A", inside_a, pb), ("B", inside_b, pa_)):
+            # timed in one run only (gen beside the other's step is timed there too)
+            # (other is no timer: where one run lacks it, the lower-bound clause says why)
+            alone = sorted(p for p in mine if p not in theirs and p != "other" and mine[p] >= _MIN_PHASE_S)
             if alone:  # the other run's time for them, if any, is in its other
                 detail += f" ({', '.join(alone)} timed in {name} only)"
         bounds = _lower_bounds(ha, hb)
         if beside:
-            detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it)"
-        if abs(delta) < _SAME_STEP * sa and not parts:
-            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){bounds}")
+            # with one run's generation beside its step, the other's is in its step: part of the difference
+            within = [
+                f"{name}'s {secs(mine['gen'])} of gen"
+                for name, mine in (("A", inside_a), ("B", inside_b))
+                if len(beside) == 1 and mine.get("gen", 0.0) >= _MIN_PHASE_S
+            ]
+            while_ = f", while {within[0]} is" if within else ""
+            detail += f" (generation runs beside the step in {' and '.join(beside)}: not counted in it{while_})"
+        if abs(delta) < _SAME_STEP * sa:  # within the margin: neither faster nor slower, whatever moved inside
+            out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){detail}{bounds}")
         else:
             out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
     setup = _setup(a, b)

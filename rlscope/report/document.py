@@ -140,7 +140,9 @@ def _recent_shares(seconds: pd.DataFrame) -> pd.Series | dict[str, float]:
 def _headline(d: Diagnosis) -> dict[str, Any]:
     seconds = d.anatomy.seconds
     step_s = float(recent(seconds["step"]).mean()) if "step" in seconds else math.nan
-    gen_s = float(recent(seconds["gen"]).mean()) if "gen" in seconds else math.nan
+    # generation no recent step timed is unmeasured (its time, if any, is in other), not 0 s
+    timed_gen = "gen" in seconds and "gen" in d.anatomy.logged_recent
+    gen_s = float(recent(seconds["gen"]).mean()) if timed_gen else math.nan
     # the ratio of the two means shown beside it (as the generation-dominates finding and the
     # dashboard take it), not a mean of per-step ratios that those two numbers would not give
     gen_share = gen_s / step_s if step_s > 0 else math.nan
@@ -201,6 +203,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "seconds_per_step": d.anatomy.seconds.rename(columns={"step": "step_s"}),
             "recent_shares": _recent_shares(d.anatomy.seconds),
             "logged": list(d.anatomy.logged),
+            "logged_recent": list(d.anatomy.logged_recent),
         },
         "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
         "mfu": {
