@@ -794,6 +794,52 @@ def test_segments_are_written_in_bounded_batches(tmp_path):
     assert summary.steps == 100 and summary.renamed == {"timing/step": "timing_s/step"}
 
 
+def _interrupt_at_line(filename: str, at: int):
+    """A trace function raising KeyboardInterrupt before the ``at``-th line run in ``filename``,
+    as a signal handler would there."""
+    lines = 0
+
+    def tracer(frame, event, arg):
+        if Path(frame.f_code.co_filename).resolve() != Path(filename).resolve():
+            return None
+
+        def line(frame, event, arg):
+            nonlocal lines
+            if event == "line":
+                lines += 1
+                if lines == at:
+                    raise KeyboardInterrupt
+            return line
+
+        return line
+
+    return tracer
+
+
+def test_an_interrupt_inside_a_record_leaves_that_record_out_whole(tmp_path):
+    # Ctrl-C or SIGTERM raised between any two lines of a record's write (a followed file; a
+    # second signal on a followed pipe): the close writes the records before it, and that record
+    # whole or not at all; columns of unequal length failed the close, all buffered rows lost
+    for at in range(1, 500):  # the record's write has far fewer lines
+        sink = StepSink(tmp_path / f"run{at}", importer="verl-log", sources=["x"])
+        sink.add(1, {"a/b": 1.0, "a/c": 2.0})
+        sys.settrace(_interrupt_at_line(sys.modules[StepSink.__module__].__file__, at))
+        try:
+            sink.add(2, {"a/b": 3.0, "a/c": 4.0, "a/d": 5.0})
+            done = True
+        except KeyboardInterrupt:
+            done = False
+        finally:
+            sys.settrace(None)
+        sink.close(interrupted=True)
+        rows = steps(tmp_path / f"run{at}").groupby("step").size().to_dict()
+        assert rows in ({1: 2}, {1: 2, 2: 3}), (at, rows)
+        if done:  # not interrupted: the whole record written
+            assert rows == {1: 2, 2: 3}
+            return
+    raise AssertionError("the record's write was interrupted at every line")
+
+
 # -- verl file logger, W&B CSV --------------------------------------------------------------
 
 

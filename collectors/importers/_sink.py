@@ -242,13 +242,14 @@ class StepSink:
         self._rows(step, attempt, named, when)
 
     def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:
-        cols = self._cols
-        for key, value in named.items():
-            cols["step"].append(step)
-            cols["attempt"].append(attempt)
-            cols["time"].append(when)
-            cols["key"].append(key)
-            cols["value"].append(value)
+        cols, count = self._cols, len(named)
+        # a column at a time, each in one call: an interrupt (Ctrl-C, SIGTERM) between two of
+        # them leaves the record in some columns only, and ``flush`` leaves it out whole
+        cols["step"].extend([step] * count)
+        cols["attempt"].extend([attempt] * count)
+        cols["time"].extend([when] * count)
+        cols["key"].extend(named.keys())
+        cols["value"].extend(named.values())
         self._keys.update(named)
         self.summary.values += len(named)
         if len(cols["step"]) >= self._flush_rows:
@@ -273,7 +274,10 @@ class StepSink:
     def flush(self) -> None:
         """Write buffered rows as one segment (and meta.json before the first one)."""
         self._last_flush = time.monotonic()
-        if not self._cols["step"]:
+        whole = min(map(len, self._cols.values()))  # fewer: a record an interrupt cut short
+        for values in self._cols.values():
+            del values[whole:]
+        if not whole:
             return
         if self._seq == 0:
             self._write_meta()
