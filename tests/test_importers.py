@@ -1218,6 +1218,54 @@ def test_a_signal_on_a_quiet_pipe_stops_at_once(tmp_path, how, followed):
     assert b"2 steps (1..2)" in out and b"stopped by interrupt" in out
 
 
+# the CLI, sending itself SIGTERM once, in the middle of an import of pandas' compiled modules
+# that the import's first write makes (through pyarrow), if it makes one
+_SIGTERM_IN_THE_FIRST_WRITES_IMPORT = """
+import os, signal, sys
+
+class Finder:
+    fired = False
+
+    def find_spec(self, name, path=None, target=None):
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != "flush":
+            frame = frame.f_back
+        if frame is not None and name in ("pandas._libs.interval", "pandas._libs.tslibs") and not Finder.fired:
+            Finder.fired = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, Finder())
+from rlscope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_during_the_first_write_of_a_followed_pipe_stops_it_cleanly(tmp_path):
+    # the first write of a quiet followed pipe (2 s in) imported pandas through pyarrow: a signal
+    # in the middle of that import left pandas half imported, and the close failed on it (exit 1,
+    # a traceback, no summary); it is imported before the input is read
+    run = tmp_path / "run"
+    args = [sys.executable, "-c", _SIGTERM_IN_THE_FIRST_WRITES_IMPORT, "import", "verl-log", "-", "--out", str(run)]
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen(
+        [*args, "--follow", "--poll", "0.05"], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        os.write(write_end, b"".join(b"step:%d - a/b:%d\n" % (step, step) for step in range(1, 7)))
+        deadline = time.monotonic() + 20
+        while child.poll() is None and not list(run.glob("steps/*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if child.poll() is None:  # the first write made no such import: a signal after it
+            child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert child.returncode == 0 and err == b"", err[-600:]
+    assert b"6 steps (1..6)" in out and b"stopped by interrupt; everything read so far was written" in out
+
+
 def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
     # ``rlscope import verl-log - --follow < train.log`` reads it to its end and then what is
     # appended, as ``rlscope import verl-log train.log --follow`` does; a file's end is not a pipe's

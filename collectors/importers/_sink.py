@@ -152,6 +152,10 @@ class StepSink:
         flush_rows: int = 50_000,
         flush_interval: float = 2.0,
     ):
+        # pyarrow imports pandas at the first write, seconds into a followed import: Ctrl-C or
+        # SIGTERM in the middle of it left pandas half imported, and the close then failed on it
+        import pandas  # noqa: F401
+
         self._loc = locate(run_dir)
         self._check_target()
         self._made_dir = self._loc.fs.get_file_info(self._loc.path).type == pafs.FileType.NotFound
