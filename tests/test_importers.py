@@ -1012,6 +1012,9 @@ def test_follow_on_stdin_ends_cleanly_while_the_pipe_is_open(tmp_path, ending):
     child.stdin.write(b"step:3 - timing_s/step:13.0 - a/")  # the job is writing this line
     child.stdin.flush()
     if ending == "sigterm":
+        deadline = time.monotonic() + 20  # a child slow to start (a loaded machine) has its handler once it reads
+        while _unread(child.stdin.fileno()) and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(1.5)
         child.send_signal(signal.SIGTERM)
     try:
@@ -1070,6 +1073,9 @@ def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
             time.sleep(0.2)
         writer.write(b"step:6 - timing_s/step:16.0 - a/")
         writer.flush()
+        deadline = time.monotonic() + 20  # a child slow to start (a loaded machine) has its handler once it reads
+        while _unread(writer.fileno()) and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(0.5)
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=30)
