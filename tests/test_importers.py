@@ -1087,6 +1087,22 @@ def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
     assert b"6 steps (1..6)" in out and b"'a/', may be cut off" in out
 
 
+def test_a_followed_fifo_ends_the_import_when_its_writer_closes_it(tmp_path):
+    # as docs/collectors.md says: a pipe's end is the input's end (it was "Illegal seek", exit 1)
+    fifo = tmp_path / "live.fifo"
+    os.mkfifo(fifo)
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", str(fifo), "--out", str(tmp_path / "run")]
+    child = subprocess.Popen([*args, "--follow", "--poll", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with open(fifo, "wb") as writer:  # waits for the import to open it
+            writer.write(b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0\n")
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0 and err == b"" and b"2 steps (1..2)" in out and b"stopped" not in out
+
+
 def _import_args(tmp_path: Path, *more: str, sources: tuple[str, ...] = ("-",)) -> list[str]:
     """``rlscope import verl-log SOURCES --out RUN --follow`` and ``more``, as a child runs it."""
     args = [sys.executable, "-m", "rlscope", "import", "verl-log", *sources, "--out", str(tmp_path / "run")]
