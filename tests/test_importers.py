@@ -794,13 +794,14 @@ def test_segments_are_written_in_bounded_batches(tmp_path):
     assert summary.steps == 100 and summary.renamed == {"timing/step": "timing_s/step"}
 
 
-def _interrupt_at_line(filename: str, at: int):
-    """A trace function raising KeyboardInterrupt before the ``at``-th line run in ``filename``,
-    as a signal handler would there."""
+def _interrupt_at_line(at: int, *modules: str):
+    """A trace function raising KeyboardInterrupt before the ``at``-th line run in the files of
+    ``modules``, as a signal handler would there."""
+    files = {Path(sys.modules[name].__file__).resolve() for name in modules}
     lines = 0
 
     def tracer(frame, event, arg):
-        if Path(frame.f_code.co_filename).resolve() != Path(filename).resolve():
+        if Path(frame.f_code.co_filename).resolve() not in files:
             return None
 
         def line(frame, event, arg):
@@ -823,7 +824,7 @@ def test_an_interrupt_inside_a_record_leaves_that_record_out_whole(tmp_path):
     for at in range(1, 500):  # the record's write has far fewer lines
         sink = StepSink(tmp_path / f"run{at}", importer="verl-log", sources=["x"])
         sink.add(1, {"a/b": 1.0, "a/c": 2.0})
-        sys.settrace(_interrupt_at_line(sys.modules[StepSink.__module__].__file__, at))
+        sys.settrace(_interrupt_at_line(at, StepSink.__module__))
         try:
             sink.add(2, {"a/b": 3.0, "a/c": 4.0, "a/d": 5.0})
             done = True
@@ -838,6 +839,37 @@ def test_an_interrupt_inside_a_record_leaves_that_record_out_whole(tmp_path):
             assert rows == {1: 2, 2: 3}
             return
     raise AssertionError("the record's write was interrupted at every line")
+
+
+def test_an_interrupt_during_a_write_leaves_each_row_written_once(tmp_path):
+    # Ctrl-C or SIGTERM raised between any two lines of a segment's write (a quiet followed
+    # pipe's periodic write; a second signal): the close writes the rows the write did not, and
+    # not again those it did (an interrupt after the segment's rename wrote them twice)
+    for at in range(1, 500):  # a write has far fewer lines
+        sink = StepSink(tmp_path / f"run{at}", importer="verl-log", sources=["x"])
+        sink.add(1, {"a/b": 1.0, "a/c": 2.0})
+        sink.flush()
+        sink.add(2, {"a/b": 3.0, "a/c": 4.0})
+        sys.settrace(_interrupt_at_line(at, StepSink.__module__, "rlscope.trace.store"))
+        try:
+            sink.flush()
+            done = True
+        except KeyboardInterrupt:
+            done = False
+        finally:
+            sys.settrace(None)
+        summary = sink.close(interrupted=True)
+        df = steps(tmp_path / f"run{at}")
+        assert sorted(zip(df.step, df.key, df.value, strict=True)) == [
+            (1, "a/b", 1.0),
+            (1, "a/c", 2.0),
+            (2, "a/b", 3.0),
+            (2, "a/c", 4.0),
+        ], at
+        assert summary.values == 4
+        if done:
+            return
+    raise AssertionError("the write was interrupted at every line")
 
 
 # -- verl file logger, W&B CSV --------------------------------------------------------------

@@ -32,6 +32,7 @@ from rlscope.trace.store import (
     merge_meta,
     meta_to_extend,
     new_writer_id,
+    segment_name,
     write_atomic_bytes,
     write_meta,
     write_segment,
@@ -299,12 +300,29 @@ class StepSink:
         self._seq += 1
         try:
             write_segment(self._loc, "steps", table, writer_id=self._writer, seq=self._seq)
+            self._written()
         except OSError as exc:
             raise self._cannot_write(exc) from None
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: after the segment's rename, its rows are written
+            if self._cols["step"] and self._segment_written(self._seq):
+                self._written()  # and not to be written again by the close
+            raise
+
+    def _written(self) -> None:
+        """The buffered rows are in a segment: no longer buffered."""
         top = max(self._cols["step"])
         self._written_to = top if self._written_to is None else max(self._written_to, top)
         for values in self._cols.values():
             values.clear()
+
+    def _segment_written(self, seq: int) -> bool:
+        """Whether this import's segment ``seq`` is in the steps table."""
+        ending = segment_name(self._writer, seq).split("-", 2)[2]  # part-<time>-<seq>-<writer>.parquet
+        folder = pafs.FileSelector(self._loc.join("steps"), allow_not_found=True)
+        try:
+            return any(info.base_name.endswith(f"-{ending}") for info in self._loc.fs.get_file_info(folder))
+        except OSError:  # cannot tell: written again rather than lost
+            return False
 
     def _cannot_write(self, exc: OSError) -> RunDirError:
         """A one-line error naming the run directory and what of the import it holds (an
