@@ -794,6 +794,84 @@ def test_segments_are_written_in_bounded_batches(tmp_path):
     assert summary.steps == 100 and summary.renamed == {"timing/step": "timing_s/step"}
 
 
+def _interrupt_at_line(at: int, *modules: str):
+    """A trace function raising KeyboardInterrupt before the ``at``-th line run in the files of
+    ``modules``, as a signal handler would there."""
+    files = {Path(sys.modules[name].__file__).resolve() for name in modules}
+    lines = 0
+
+    def tracer(frame, event, arg):
+        if Path(frame.f_code.co_filename).resolve() not in files:
+            return None
+
+        def line(frame, event, arg):
+            nonlocal lines
+            if event == "line":
+                lines += 1
+                if lines == at:
+                    raise KeyboardInterrupt
+            return line
+
+        return line
+
+    return tracer
+
+
+def test_an_interrupt_inside_a_record_leaves_that_record_out_whole(tmp_path):
+    # Ctrl-C or SIGTERM raised between any two lines of a record's write (a followed file; a
+    # second signal on a followed pipe): the close writes the records before it, and that record
+    # whole or not at all; columns of unequal length failed the close, all buffered rows lost
+    for at in range(1, 500):  # the record's write has far fewer lines
+        sink = StepSink(tmp_path / f"run{at}", importer="verl-log", sources=["x"])
+        sink.add(1, {"a/b": 1.0, "a/c": 2.0})
+        sys.settrace(_interrupt_at_line(at, StepSink.__module__))
+        try:
+            sink.add(2, {"a/b": 3.0, "a/c": 4.0, "a/d": 5.0})
+            done = True
+        except KeyboardInterrupt:
+            done = False
+        finally:
+            sys.settrace(None)
+        sink.close(interrupted=True)
+        rows = steps(tmp_path / f"run{at}").groupby("step").size().to_dict()
+        assert rows in ({1: 2}, {1: 2, 2: 3}), (at, rows)
+        if done:  # not interrupted: the whole record written
+            assert rows == {1: 2, 2: 3}
+            return
+    raise AssertionError("the record's write was interrupted at every line")
+
+
+def test_an_interrupt_during_a_write_leaves_each_row_written_once(tmp_path):
+    # Ctrl-C or SIGTERM raised between any two lines of a segment's write (a quiet followed
+    # pipe's periodic write; a second signal): the close writes the rows the write did not, and
+    # not again those it did (an interrupt after the segment's rename wrote them twice)
+    for at in range(1, 500):  # a write has far fewer lines
+        sink = StepSink(tmp_path / f"run{at}", importer="verl-log", sources=["x"])
+        sink.add(1, {"a/b": 1.0, "a/c": 2.0})
+        sink.flush()
+        sink.add(2, {"a/b": 3.0, "a/c": 4.0})
+        sys.settrace(_interrupt_at_line(at, StepSink.__module__, "rlscope.trace.store"))
+        try:
+            sink.flush()
+            done = True
+        except KeyboardInterrupt:
+            done = False
+        finally:
+            sys.settrace(None)
+        summary = sink.close(interrupted=True)
+        df = steps(tmp_path / f"run{at}")
+        assert sorted(zip(df.step, df.key, df.value, strict=True)) == [
+            (1, "a/b", 1.0),
+            (1, "a/c", 2.0),
+            (2, "a/b", 3.0),
+            (2, "a/c", 4.0),
+        ], at
+        assert summary.values == 4
+        if done:
+            return
+    raise AssertionError("the write was interrupted at every line")
+
+
 # -- verl file logger, W&B CSV --------------------------------------------------------------
 
 
@@ -966,6 +1044,9 @@ def test_follow_on_stdin_ends_cleanly_while_the_pipe_is_open(tmp_path, ending):
     child.stdin.write(b"step:3 - timing_s/step:13.0 - a/")  # the job is writing this line
     child.stdin.flush()
     if ending == "sigterm":
+        deadline = time.monotonic() + 20  # a child slow to start (a loaded machine) has its handler once it reads
+        while _unread(child.stdin.fileno()) and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(1.5)
         child.send_signal(signal.SIGTERM)
     try:
@@ -1024,6 +1105,9 @@ def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
             time.sleep(0.2)
         writer.write(b"step:6 - timing_s/step:16.0 - a/")
         writer.flush()
+        deadline = time.monotonic() + 20  # a child slow to start (a loaded machine) has its handler once it reads
+        while _unread(writer.fileno()) and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(0.5)
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=30)
@@ -1033,6 +1117,22 @@ def test_a_signal_before_the_first_8_kib_keeps_what_was_read(tmp_path, source):
     # waiting for its end
     assert child.returncode == 0 and err == b""
     assert b"6 steps (1..6)" in out and b"'a/', may be cut off" in out
+
+
+def test_a_followed_fifo_ends_the_import_when_its_writer_closes_it(tmp_path):
+    # as docs/collectors.md says: a pipe's end is the input's end (it was "Illegal seek", exit 1)
+    fifo = tmp_path / "live.fifo"
+    os.mkfifo(fifo)
+    args = [sys.executable, "-m", "rlscope", "import", "verl-log", str(fifo), "--out", str(tmp_path / "run")]
+    child = subprocess.Popen([*args, "--follow", "--poll", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with open(fifo, "wb") as writer:  # waits for the import to open it
+            writer.write(b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0\n")
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0 and err == b"" and b"2 steps (1..2)" in out and b"stopped" not in out
 
 
 def _import_args(tmp_path: Path, *more: str, sources: tuple[str, ...] = ("-",)) -> list[str]:
@@ -1172,26 +1272,73 @@ def test_a_signal_on_a_quiet_pipe_stops_at_once(tmp_path, how, followed):
     assert b"2 steps (1..2)" in out and b"stopped by interrupt" in out
 
 
+# the CLI, sending itself SIGTERM once, in the middle of an import of pandas' compiled modules
+# that the import's first write makes (through pyarrow), if it makes one
+_SIGTERM_IN_THE_FIRST_WRITES_IMPORT = """
+import os, signal, sys
+
+class Finder:
+    fired = False
+
+    def find_spec(self, name, path=None, target=None):
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != "flush":
+            frame = frame.f_back
+        if frame is not None and name in ("pandas._libs.interval", "pandas._libs.tslibs") and not Finder.fired:
+            Finder.fired = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, Finder())
+from rlscope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_during_the_first_write_of_a_followed_pipe_stops_it_cleanly(tmp_path):
+    # the first write of a quiet followed pipe (2 s in) imported pandas through pyarrow: a signal
+    # in the middle of that import left pandas half imported, and the close failed on it (exit 1,
+    # a traceback, no summary); it is imported before the input is read
+    run = tmp_path / "run"
+    args = [sys.executable, "-c", _SIGTERM_IN_THE_FIRST_WRITES_IMPORT, "import", "verl-log", "-", "--out", str(run)]
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen(
+        [*args, "--follow", "--poll", "0.05"], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        os.write(write_end, b"".join(b"step:%d - a/b:%d\n" % (step, step) for step in range(1, 7)))
+        deadline = time.monotonic() + 20
+        while child.poll() is None and not list(run.glob("steps/*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if child.poll() is None:  # the first write made no such import: a signal after it
+            child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert child.returncode == 0 and err == b"", err[-600:]
+    assert b"6 steps (1..6)" in out and b"stopped by interrupt; everything read so far was written" in out
+
+
 def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
     # ``rlscope import verl-log - --follow < train.log`` reads it to its end and then what is
     # appended, as ``rlscope import verl-log train.log --follow`` does; a file's end is not a pipe's
     log = tmp_path / "train.log"
     log.write_text("step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0\n")
 
-    def read_to(fd: int, size: int) -> None:  # the child shares the file's offset with us
-        deadline = time.monotonic() + 10
-        while os.lseek(fd, 0, os.SEEK_CUR) < size and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # and has imported what it read
+    def written(segments: int) -> None:  # the child imported what it read, up to its end: it writes then
+        deadline = time.monotonic() + 20
+        while len(list(tmp_path.glob("run/steps/*.parquet"))) < segments and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     with open(log, "rb") as stdin:
         child = subprocess.Popen(
             _import_args(tmp_path, "--poll", "0.05"), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        read_to(stdin.fileno(), log.stat().st_size)
+        written(1)  # not on the file's offset: the child reads it all before its import starts (a slow machine)
         with open(log, "a") as fh:
             fh.write("step:3 - timing_s/step:13.0\n")
-        read_to(stdin.fileno(), log.stat().st_size)
+        written(2)
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=30)
     assert child.returncode == 0 and err == b"" and b"3 steps (1..3)" in out and b"stopped by interrupt" in out

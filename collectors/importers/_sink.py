@@ -32,6 +32,7 @@ from rlscope.trace.store import (
     merge_meta,
     meta_to_extend,
     new_writer_id,
+    segment_name,
     write_atomic_bytes,
     write_meta,
     write_segment,
@@ -152,6 +153,10 @@ class StepSink:
         flush_rows: int = 50_000,
         flush_interval: float = 2.0,
     ):
+        # pyarrow imports pandas at the first write, seconds into a followed import: Ctrl-C or
+        # SIGTERM in the middle of it left pandas half imported, and the close then failed on it
+        import pandas  # noqa: F401
+
         self._loc = locate(run_dir)
         self._check_target()
         self._made_dir = self._loc.fs.get_file_info(self._loc.path).type == pafs.FileType.NotFound
@@ -242,13 +247,14 @@ class StepSink:
         self._rows(step, attempt, named, when)
 
     def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:
-        cols = self._cols
-        for key, value in named.items():
-            cols["step"].append(step)
-            cols["attempt"].append(attempt)
-            cols["time"].append(when)
-            cols["key"].append(key)
-            cols["value"].append(value)
+        cols, count = self._cols, len(named)
+        # a column at a time, each in one call: an interrupt (Ctrl-C, SIGTERM) between two of
+        # them leaves the record in some columns only, and ``flush`` leaves it out whole
+        cols["step"].extend([step] * count)
+        cols["attempt"].extend([attempt] * count)
+        cols["time"].extend([when] * count)
+        cols["key"].extend(named.keys())
+        cols["value"].extend(named.values())
         self._keys.update(named)
         self.summary.values += len(named)
         if len(cols["step"]) >= self._flush_rows:
@@ -273,7 +279,10 @@ class StepSink:
     def flush(self) -> None:
         """Write buffered rows as one segment (and meta.json before the first one)."""
         self._last_flush = time.monotonic()
-        if not self._cols["step"]:
+        whole = min(map(len, self._cols.values()))  # fewer: a record an interrupt cut short
+        for values in self._cols.values():
+            del values[whole:]
+        if not whole:
             return
         if self._seq == 0:
             self._write_meta()
@@ -291,12 +300,29 @@ class StepSink:
         self._seq += 1
         try:
             write_segment(self._loc, "steps", table, writer_id=self._writer, seq=self._seq)
+            self._written()
         except OSError as exc:
             raise self._cannot_write(exc) from None
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: after the segment's rename, its rows are written
+            if self._cols["step"] and self._segment_written(self._seq):
+                self._written()  # and not to be written again by the close
+            raise
+
+    def _written(self) -> None:
+        """The buffered rows are in a segment: no longer buffered."""
         top = max(self._cols["step"])
         self._written_to = top if self._written_to is None else max(self._written_to, top)
         for values in self._cols.values():
             values.clear()
+
+    def _segment_written(self, seq: int) -> bool:
+        """Whether this import's segment ``seq`` is in the steps table."""
+        ending = segment_name(self._writer, seq).split("-", 2)[2]  # part-<time>-<seq>-<writer>.parquet
+        folder = pafs.FileSelector(self._loc.join("steps"), allow_not_found=True)
+        try:
+            return any(info.base_name.endswith(f"-{ending}") for info in self._loc.fs.get_file_info(folder))
+        except OSError:  # cannot tell: written again rather than lost
+            return False
 
     def _cannot_write(self, exc: OSError) -> RunDirError:
         """A one-line error naming the run directory and what of the import it holds (an
