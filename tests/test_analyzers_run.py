@@ -345,6 +345,19 @@ def test_mfu_needs_model_and_gpus(tmp_path):
     assert r.per_step.empty and r.findings == []
 
 
+def test_mfu_without_step_timers_says_so(tmp_path):
+    # every fact and the tokens, but no step timed: MFU (FLOPs over GPU-seconds) has no seconds
+    tokens = {"perf/total_num_tokens": EIGHT_B_STEP["perf/total_num_tokens"]}
+    r = mfu.analyze(make_run(tmp_path / "untimed", H100_64, dict.fromkeys(range(4), tokens)))
+    assert math.isnan(r.mfu) and r.missing == (
+        "training-step timers (timing_s/* other than testing and save_checkpoint)",
+    )
+    # timers and tokens, but never in the same step
+    apart = {0: tokens, 1: {"timing_s/step": 810.0, "timing_s/gen": 602.0}}
+    r = mfu.analyze(make_run(tmp_path / "apart", H100_64, apart))
+    assert math.isnan(r.mfu) and r.missing == ("tokens per step in the steps that have timers",)
+
+
 # -- topology --------------------------------------------------------------------------
 
 

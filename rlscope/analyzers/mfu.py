@@ -242,7 +242,7 @@ def analyze(
     facts = frames.facts
     tokens = tokens_per_step(frames)
     steps = anatomy.seconds.index.intersection(tokens.index)
-    missing = _missing(frames, tokens)
+    missing = _missing(frames, tokens, anatomy.seconds.index)
     if missing or steps.empty:
         return MFUResult(
             pd.DataFrame(), math.nan, pd.Series(math.nan, index=list(CAUSES)), pd.DataFrame(), missing=missing
@@ -294,8 +294,9 @@ def analyze(
     return result
 
 
-def _missing(frames: RunFrames, tokens: pd.Series) -> tuple[str, ...]:
-    """The facts MFU needs that the run does not state, named as the options that give them."""
+def _missing(frames: RunFrames, tokens: pd.Series, timed: pd.Index) -> tuple[str, ...]:
+    """The facts MFU needs that the run does not state, named as the options that give them, or
+    as what the run would have to log (``timed``: the steps with training-step timers)."""
     facts = frames.facts
     out = []
     if not facts.n_gpus:
@@ -311,6 +312,10 @@ def _missing(frames: RunFrames, tokens: pd.Series) -> tuple[str, ...]:
             if lengths
             else "tokens per step (perf/total_num_tokens or trajectory token counts)"
         )
+    if timed.empty:
+        out.append("training-step timers (timing_s/* other than testing and save_checkpoint)")
+    elif not tokens.empty and timed.intersection(tokens.index).empty:
+        out.append("tokens per step in the steps that have timers")
     return tuple(out)
 
 
