@@ -431,22 +431,37 @@ def test_runs_of_other_batch_shapes_are_said_not_to_be_like_for_like(tmp_path, c
     assert (run["batch_size"], run["group_size"]) == (64, 8)
 
 
+H100_8 = {"gpu": {"type": "H100", "count": 8}}
+GEN_UPDATE = {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0}
+
+
+def _timed_runs(tmp_path, a: list[dict], b: list[dict], meta_a: dict | None = None, meta_b: dict | None = None):
+    """Runs ``a`` and ``b`` on 8 H100s (and ``meta_*``), step i logging the i-th dict of metrics."""
+    runs = []
+    for name, steps, meta in (("a", a, meta_a), ("b", b, meta_b)):
+        runs.append(str(tmp_path / name))
+        with Recorder(runs[-1], meta=H100_8 | (meta or {})) as rec:
+            for step, metrics in enumerate(steps):
+                rec.log_step(step, metrics)
+    return runs
+
+
+def _compared(capsys, runs: list[str]) -> tuple[dict[str, tuple], list[str]]:
+    """``rlscope compare A B --format json``: its rows by measure (indent stripped), its explanations."""
+    assert main(["compare", *runs, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    return {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}, out["explanations"]
+
+
 def test_a_phase_one_run_never_timed_is_n_a_not_zero(tmp_path, capsys):
     # A times gen 100 + update 30 of a 140 s step (10 s in no timer); B also times ref (8 s) of
     # a 148 s step, so gen and update_actor are alike and ref is B's alone: A's ref time, if any,
     # is inside A's 10 s of other, not 0 s
-    runs = []
-    for name, ref in (("a", None), ("b", 8.0)):
-        timers = {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0 + (ref or 0.0)}
-        runs.append(str(tmp_path / name))
-        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-            for step in range(4):
-                rec.log_step(step, timers | ({"timing_s/ref": ref} if ref else {}))
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    a = [GEN_UPDATE | {"timing_s/step": 140.0}] * 4
+    runs = _timed_runs(tmp_path, a, [GEN_UPDATE | {"timing_s/ref": 8.0, "timing_s/step": 148.0}] * 4)
+    rows, explanations = _compared(capsys, runs)
     assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 10.0))
-    assert out["explanations"][0] == "B's steps are 8 s slower than A's (+6%) (ref timed in B only)"
+    assert explanations[0] == "B's steps are 8 s slower than A's (+6%) (ref timed in B only)"
     assert main(["compare", *runs]) == 0
     (ref_row,) = [line for line in capsys.readouterr().out.splitlines() if "│   ref " in line]
     assert ref_row.split("│")[2].strip() == "n/a"
@@ -456,20 +471,15 @@ def test_the_wait_for_samples_of_a_run_whose_generation_is_beside_the_step_is_a_
     # one-step overlap, no wait timer: gen 200 s beside the step, update 30 s of a 50 s (A) or 60 s
     # (B) step timer; the 20 s and 30 s no trainer timer holds are waiting for samples (up to the
     # rollout's 200 s), a measurement of the step timer, not an untimed 0
-    runs = []
-    for name, step_s in (("a", 50.0), ("b", 60.0)):
-        runs.append(str(tmp_path / name))
-        meta = {"gpu": {"type": "H100", "count": 8}, "topology": "one_step_overlap", "split": "6:2"}
-        with Recorder(runs[-1], meta=meta) as rec:
-            for step in range(4):
-                rec.log_step(step, {"timing_s/gen": 200.0, "timing_s/update_actor": 30.0, "timing_s/step": step_s})
+    overlap = {"topology": "one_step_overlap", "split": "6:2"}
+    timers = {"timing_s/gen": 200.0, "timing_s/update_actor": 30.0}
+    a, b = ([timers | {"timing_s/step": step_s}] * 4 for step_s in (50.0, 60.0))
+    runs = _timed_runs(tmp_path, a, b, overlap, overlap)
     assert main(["diagnose", runs[0], "--format", "json"]) == 0
     assert "waiting" in json.loads(capsys.readouterr().out)["phases"]["logged"]
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    rows, explanations = _compared(capsys, runs)
     assert rows["waiting"] == pytest.approx((20.0, 30.0)) and "other" not in rows  # 0 s in both: no row
-    assert out["explanations"][0] == (
+    assert explanations[0] == (
         "B's steps are 10 s slower than A's (+20%): waiting +10 s"
         " (generation runs beside the step in A and B: not counted in it)"
     )
@@ -479,17 +489,9 @@ def test_generation_beside_the_step_in_one_run_only_is_not_said_untimed(tmp_path
     # both runs time gen (100 s) and update_actor (30 s); A's gen is inside its 130 s step, B's
     # (one-step overlap) beside its 30 s step: gen is timed in both, and the 100 s the steps differ
     # by is A's gen
-    runs = []
-    for name, meta, step_s in (
-        ("a", {"topology": "colocated"}, 130.0),
-        ("b", {"topology": "one_step_overlap", "split": "6:2"}, 30.0),
-    ):
-        runs.append(str(tmp_path / name))
-        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}} | meta) as rec:
-            for step in range(4):
-                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": step_s})
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+    a, b = ([GEN_UPDATE | {"timing_s/step": step_s}] * 4 for step_s in (130.0, 30.0))
+    runs = _timed_runs(tmp_path, a, b, {"topology": "colocated"}, {"topology": "one_step_overlap", "split": "6:2"})
+    assert _compared(capsys, runs)[1][0] == (
         "B's steps are 100 s faster than A's (-77%)"
         " (generation runs beside the step in B: not counted in it, while A's 100 s of gen is)"
     )
@@ -498,15 +500,9 @@ def test_generation_beside_the_step_in_one_run_only_is_not_said_untimed(tmp_path
 def test_steps_that_take_as_long_with_phases_that_moved_are_not_said_faster(tmp_path, capsys):
     # both 140 s steps of gen 100 and update 30; B also times ref (8 s) in every other step, out of
     # its other: over B's last 2 of 8 steps ref is 4 s a step and other 6 s, A's other 10 s
-    runs = []
-    for name, steps in (("a", 4), ("b", 8)):
-        runs.append(str(tmp_path / name))
-        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-            for step in range(steps):
-                ref = {"timing_s/ref": 8.0} if name == "b" and step % 2 else {}
-                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0} | ref)
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+    step = GEN_UPDATE | {"timing_s/step": 140.0}
+    runs = _timed_runs(tmp_path, [step] * 4, [step | ({"timing_s/ref": 8.0} if i % 2 else {}) for i in range(8)])
+    assert _compared(capsys, runs)[1][0] == (
         "B's steps take as long as A's (140 s against 140 s): other -4 s (ref timed in B only)"
     )
 
@@ -515,17 +511,11 @@ def test_other_of_a_run_without_a_step_timer_is_n_a_not_zero(tmp_path, capsys):
     # A times gen 100 + update 30 and no step (its step is their 130 s sum, a lower bound); B's
     # step timer holds 140 s, 10 s in no stage timer: A's other is unmeasured, not 0 s, so the 10 s
     # the steps differ by is no phase's
-    runs = []
-    for name, step in (("a", {}), ("b", {"timing_s/step": 140.0})):
-        runs.append(str(tmp_path / name))
-        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-            for i in range(4):
-                rec.log_step(i, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0} | step)
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    rows, explanations = _compared(
+        capsys, _timed_runs(tmp_path, [GEN_UPDATE] * 4, [GEN_UPDATE | {"timing_s/step": 140.0}] * 4)
+    )
     assert rows["other"] == (None, pytest.approx(10.0))
-    assert out["explanations"][0] == (
+    assert explanations[0] == (
         "B's steps are 10 s slower than A's (+8%);"
         " A's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
@@ -535,51 +525,31 @@ def test_a_phase_timed_only_before_the_recent_steps_is_n_a_there(tmp_path, capsy
     # both 140 s steps of gen 100 and update 30 over 8 steps (recent: the last 2); A timed ref (8 s)
     # in its first 2 steps only, B in every step: A's recent ref is unmeasured (in its 10 s of
     # other), not 0 s, so no ref +8 s
-    runs = []
-    for name, ref_steps in (("a", range(2)), ("b", range(8))):
-        runs.append(str(tmp_path / name))
-        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-            for step in range(8):
-                ref = {"timing_s/ref": 8.0} if step in ref_steps else {}
-                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0} | ref)
+    step = GEN_UPDATE | {"timing_s/step": 140.0}
+    a = [step | ({"timing_s/ref": 8.0} if i < 2 else {}) for i in range(8)]
+    runs = _timed_runs(tmp_path, a, [step | {"timing_s/ref": 8.0}] * 8)
     assert main(["diagnose", runs[0], "--format", "json"]) == 0
     phases = json.loads(capsys.readouterr().out)["phases"]
     assert phases["logged"] == ["gen", "ref", "update_actor"]
     assert phases["logged_recent"] == ["gen", "update_actor"]
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in out["rows"]}
+    rows, explanations = _compared(capsys, runs)
     assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 2.0))
-    assert (
-        out["explanations"][0]
-        == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
-    )
+    assert explanations[0] == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
 
 
 def test_a_run_of_no_training_steps_has_0_steps_not_n_a(tmp_path, capsys):
     # A logged a validation only (no training step), B 4 steps: A's count is known, and it is 0
-    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
-    with Recorder(runs[0], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-        rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
-    with Recorder(runs[1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-        for step in range(4):
-            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 15.0})
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    validation = [{"val-core/acc": 0.3, "timing_s/testing": 20.0}]
+    rows, _ = _compared(capsys, _timed_runs(tmp_path, validation, [{"timing_s/gen": 10.0, "timing_s/step": 15.0}] * 4))
     assert rows["steps (recent)"] == ("0", "4 (1)")
 
 
 def test_generation_a_run_did_not_time_is_n_a_not_0(tmp_path, capsys):
     # A times update_actor (30 s) of 140 s steps and no gen: its generation is unmeasured (in its
     # other), not 0 s and 0% of the step; B times gen 100 s of its 140 s steps
-    runs = []
-    for name, gen in (("a", {}), ("b", {"timing_s/gen": 100.0})):
-        runs.append(str(tmp_path / name))
-        with Recorder(runs[-1], meta={"gpu": {"type": "H100", "count": 8}}) as rec:
-            for step in range(4):
-                rec.log_step(step, {"timing_s/update_actor": 30.0, "timing_s/step": 140.0} | gen)
-    assert main(["compare", *runs, "--format", "json"]) == 0
-    rows = {r["measure"].strip(): (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    a = [{"timing_s/update_actor": 30.0, "timing_s/step": 140.0}] * 4
+    runs = _timed_runs(tmp_path, a, [GEN_UPDATE | {"timing_s/step": 140.0}] * 4)
+    rows, _ = _compared(capsys, runs)
     assert rows["generation"] == (None, pytest.approx(100.0))
     assert rows["generation / step"] == (None, pytest.approx(100 / 140))
     assert main(["diagnose", runs[0]]) == 0
