@@ -1221,6 +1221,43 @@ def test_a_signal_on_a_busy_followed_pipe_imports_every_line_read(tmp_path, how)
     assert next_in_pipe == read + 1  # and none read that is not counted
 
 
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_on_a_busy_followed_file_imports_the_line_being_imported(tmp_path, how):
+    # a log growing faster than it is imported: the line being imported when the signal comes is
+    # finished, so the steps written are the lines the summary counts, none cut short
+    log, stop = tmp_path / "busy.log", threading.Event()
+
+    def grow() -> None:
+        with open(log, "a") as fh:
+            step = 0
+            while not stop.is_set() and step < 2_000_000:
+                fh.write("".join(f"step:{s} - timing_s/step:1.0 - a/b:{s}\n" for s in range(step + 1, step + 41)))
+                fh.flush()
+                step += 40
+
+    log.touch()
+    writer = threading.Thread(target=grow)
+    writer.start()
+    try:
+        child = subprocess.Popen(
+            _import_args(tmp_path, "--poll", "0.2", sources=(str(log),)), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "run" / "steps").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # under way: it wrote its first segment (its handlers are set)
+        time.sleep(0.3)
+        child.send_signal(how)
+        out, err = child.communicate(timeout=30)
+    finally:
+        stop.set()
+        writer.join()
+    assert child.returncode == 0 and err == b"", err
+    assert b"stopped by interrupt; everything read so far was written" in out
+    read, df = _lines_read(out), steps(tmp_path / "run")
+    assert read > 100 and sorted(set(df.step)) == list(range(1, read + 1))
+    assert len(df) == 2 * read and (df.attempt == 0).all()  # each line whole, once
+
+
 def test_a_second_signal_on_a_busy_followed_pipe_stops_at_once_keeping_what_was_imported(tmp_path):
     out, next_in_pipe, _ = _signal_busy_import(tmp_path, signal.SIGTERM, signal.SIGTERM, gap=0.002)
     assert b"stopped" in out and b"Traceback" not in out

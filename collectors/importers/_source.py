@@ -373,31 +373,46 @@ def _whole_cr_lines(piece: bytes) -> tuple[bytes, bytes]:
 
 
 def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None]:
-    """Pieces of the file, each a whole line or MAX_LINE_BYTES of one; ``None`` when idle."""
+    """Pieces of the file, each a whole line or MAX_LINE_BYTES of one; ``None`` when idle.
+
+    While a piece is imported, ``tail`` holds an interrupt until the next read (reading a file
+    never waits): raised in the middle, it would lose the line being imported."""
     partial, draining = b"", False
-    while True:
-        chunk = fh.readline(MAX_LINE_BYTES - len(partial))
-        if chunk:
-            if not partial and chunk.startswith(b"\0"):  # a hole, not the start of a line
-                chunk = chunk.lstrip(b"\0")
-                if not chunk:
-                    continue
-            partial += chunk
-            if partial.endswith(b"\n") or len(partial) >= MAX_LINE_BYTES:
-                whole, partial = _whole_cr_lines(partial)
-                yield whole
-            continue
-        if not follow or draining:
-            break
-        yield None
-        if os.fstat(fh.fileno()).st_size < fh.tell():  # truncated in place: start over
-            fh.seek(0)
-            partial = b""
-        try:
-            draining = not tail.wait()  # once told to stop, read what is there one last time
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
-            if partial:
-                yield partial
-            raise
+    guard = tail.follow  # only a followed import's interrupts are held (rlscope import --follow)
+    try:
+        while True:
+            try:
+                if guard:
+                    tail.release()  # one held while the last piece was imported stops here
+                chunk = fh.readline(MAX_LINE_BYTES - len(partial))
+            except KeyboardInterrupt:
+                if partial:
+                    yield partial
+                raise
+            if chunk:
+                if not partial and chunk.startswith(b"\0"):  # a hole, not the start of a line
+                    chunk = chunk.lstrip(b"\0")
+                    if not chunk:
+                        continue
+                partial += chunk
+                if partial.endswith(b"\n") or len(partial) >= MAX_LINE_BYTES:
+                    whole, partial = _whole_cr_lines(partial)
+                    tail.holding = guard
+                    yield whole
+                continue
+            if not follow or draining:
+                break
+            yield None
+            if os.fstat(fh.fileno()).st_size < fh.tell():  # truncated in place: start over
+                fh.seek(0)
+                partial = b""
+            try:
+                draining = not tail.wait()  # once told to stop, read what is there one last time
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
+                if partial:
+                    yield partial
+                raise
+    finally:
+        tail.holding = False
     if partial:
         yield partial

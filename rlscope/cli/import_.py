@@ -22,9 +22,9 @@ docs/run-directory.md) and wins over what it does; a value the analyzers would t
 --follow keeps reading the last SOURCE as it grows (like tail -f; "-" too, when it is a file:
 "- < train.log"), writing new steps every few seconds, until Ctrl-C or SIGTERM (a pipe: or
 its end), which end the import normally (exit 0); a line still being written then is read as
-a cut-off last line (its last field left out, and counted). Following a pipe ("-", <(cmd)),
-one that comes while the lines of the last read are imported waits for them (a fraction of a
-second), as one does for the final write; a second one stops at once.
+a cut-off last line (its last field left out, and counted). One that comes while a line of a
+followed file, or the lines of a followed pipe's ("-", <(cmd)) last read, are imported waits
+for them (a fraction of a second), as one does for the final write; a second one stops at once.
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
 cannot be read; without it such lines are skipped, and counted in the summary.
 """
