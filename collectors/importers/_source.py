@@ -43,8 +43,8 @@ class Tail:
     poll_interval: float = 0.5
     max_seconds: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    # while the lines of a followed pipe's last read are imported, or the import
-    # closes: an interrupt raised there would lose what was read, so one waits (``hold``)
+    # while the lines of a followed pipe's last read, or a followed file's line, are imported, or
+    # the import closes: an interrupt raised there would lose what was read, so one waits (``hold``)
     holding: bool = field(default=False, init=False)
     held: bool = field(default=False, init=False)
     interrupts: int = field(default=0, init=False)  # Ctrl-C and SIGTERM the CLI's handler passed to ``hold``

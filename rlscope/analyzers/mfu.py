@@ -225,7 +225,7 @@ class MFUResult:
     waterfall: pd.Series
     cross_check: pd.DataFrame
     findings: list[Finding] = field(default_factory=list)
-    missing: tuple[str, ...] = ()  # what MFU lacks, as the options of ``rlscope diagnose`` that give it
+    missing: tuple[str, ...] = ()  # what MFU lacks: the ``rlscope diagnose`` options that give it, or what to log
     tail_estimated: bool = False
     scaled: bool = False
 

@@ -98,13 +98,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         "Unix time at which the run logged a validation or checkpoint on its own (verl's val_before_train) with no "
         "training step logged since; absent once a step follows. The run-stalled rule times the first step after "
-        "it from here.",
+        "it from here, unless a job start is served.",
     ),
     MetricSpec(
         "rlscope_job_start_timestamp_seconds",
         "gauge",
-        "Unix time at which the run's current job started, while it has logged no step and no validation on its "
-        "own: the first job start (the jobs table: the verl hook's driver, Recorder.log_job_start) logged since the "
+        "Unix time at which a job that has logged no training step yet started: the first job start (the jobs table: the verl hook's driver, Recorder.log_job_start) logged since the "
         "run's last training step, unless that job validated after it; a second start without a training step "
         "keeps the first (a job that restarts again and again without a step, validating each time or not, "
         "does not move it); "
