@@ -356,6 +356,14 @@ def test_mfu_without_step_timers_says_so(tmp_path):
     apart = {0: tokens, 1: {"timing_s/step": 810.0, "timing_s/gen": 602.0}}
     r = mfu.analyze(make_run(tmp_path / "apart", H100_64, apart))
     assert math.isnan(r.mfu) and r.missing == ("tokens per step in the steps that have timers",)
+    # a step timer alone (or stage timers of 0 s): no stage is known to have computed, so no FLOPs, not 0%
+    computes = "a timer above zero of a stage that computes (timing_s/gen, old_log_prob, ref, update_actor)"
+    for name, timers in (
+        ("step-only", {"timing_s/step": 810.0}),
+        ("zeros", {"timing_s/gen": 0.0, "timing_s/step": 0.0}),
+    ):
+        r = mfu.analyze(make_run(tmp_path / name, H100_64, dict.fromkeys(range(4), tokens | timers)))
+        assert math.isnan(r.mfu) and r.missing == (computes,), name
 
 
 # -- topology --------------------------------------------------------------------------

@@ -242,7 +242,7 @@ def analyze(
     facts = frames.facts
     tokens = tokens_per_step(frames)
     steps = anatomy.seconds.index.intersection(tokens.index)
-    missing = _missing(frames, tokens, anatomy.seconds.index)
+    missing = _missing(frames, tokens, anatomy.seconds)
     if missing or steps.empty:
         return MFUResult(
             pd.DataFrame(), math.nan, pd.Series(math.nan, index=list(CAUSES)), pd.DataFrame(), missing=missing
@@ -294,9 +294,9 @@ def analyze(
     return result
 
 
-def _missing(frames: RunFrames, tokens: pd.Series, timed: pd.Index) -> tuple[str, ...]:
+def _missing(frames: RunFrames, tokens: pd.Series, seconds: pd.DataFrame) -> tuple[str, ...]:
     """The facts MFU needs that the run does not state, named as the options that give them, or
-    as what the run would have to log (``timed``: the steps with training-step timers)."""
+    as what the run would have to log (``seconds``: the step anatomy's phase seconds)."""
     facts = frames.facts
     out = []
     if not facts.n_gpus:
@@ -312,9 +312,13 @@ def _missing(frames: RunFrames, tokens: pd.Series, timed: pd.Index) -> tuple[str
             if lengths
             else "tokens per step (perf/total_num_tokens or trajectory token counts)"
         )
-    if timed.empty:
+    # FLOPs are counted for the stages that ran (a timer above zero): a step timer alone computed none
+    computing = seconds[[s for s in flops_per_token(1.0, 1.0) if s in seconds]].gt(0).any(axis=1)
+    if seconds.empty:
         out.append("training-step timers (timing_s/* other than testing and save_checkpoint)")
-    elif not tokens.empty and timed.intersection(tokens.index).empty:
+    elif not computing.any():
+        out.append("a timer above zero of a stage that computes (timing_s/gen, old_log_prob, ref, update_actor)")
+    elif not tokens.empty and seconds.index[computing].intersection(tokens.index).empty:
         out.append("tokens per step in the steps that have timers")
     return tuple(out)
 
