@@ -205,6 +205,17 @@ def test_runs_on_different_gpus_or_models_are_said_not_to_be_like_for_like(tmp_p
     ]
 
 
+def test_one_model_s_size_rounded_two_ways_is_like_for_like(tmp_path, capsys):
+    # 7.62e9 and 7.6e9 active parameters (0.3% apart) are one model stated two ways; 7e9 is another
+    step = [GEN_UPDATE | {"timing_s/step": 140.0}] * 4
+    for other, differs in ((7.6e9, False), (7e9, True)):
+        runs = _timed_runs(
+            tmp_path / str(other), step, step, {"model": {"active_params": 7.62e9}}, {"model": {"active_params": other}}
+        )
+        _, explanations = _compared(capsys, runs)
+        assert any(e.startswith("not like for like: model") for e in explanations) is differs, other
+
+
 def test_a_topology_change_to_a_run_without_a_split_is_said_whole(tmp_path, capsys):
     runs = []
     for name, meta in (("a", {"topology": "one_step_overlap", "split": "6:2"}), ("b", {"topology": "colocated"})):

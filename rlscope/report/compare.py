@@ -19,6 +19,7 @@ __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or changes meaning
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
+_SAME_PARAMS = 0.02  # active parameters within 2% of each other are one model's, rounded
 _RANK = {"info": 0, "warn": 1, "critical": 2}
 # what the runs ran, and on what, beside the model
 _SETUP = (
@@ -155,9 +156,13 @@ def _setup(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 
     def differ(key: str) -> bool:
         x, y = a["run"].get(key), b["run"].get(key)
-        if key == "gpu_type" and x is not None and y is not None:  # "H100", nvidia-smi's "NVIDIA H100 80GB HBM3"
+        if x is None or y is None:
+            return False
+        if key == "gpu_type":  # "H100", nvidia-smi's "NVIDIA H100 80GB HBM3"
             x, y = gpu_model(x) or x, gpu_model(y) or y
-        return x is not None and y is not None and x != y
+        if key == "active_params":  # one model's size stated two ways: 7.6e9, 7.62e9
+            return not math.isclose(x, y, rel_tol=_SAME_PARAMS)
+        return x != y
 
     changed = [f"{what} {a['run'][key]} -> {b['run'][key]}" for what, key in _SETUP if differ(key)]
     if differ("model") or differ("active_params"):  # one run's size unstated is no difference
