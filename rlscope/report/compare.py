@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlscope.advice.finding import Severity
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import gpu_model
 from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs
@@ -20,7 +21,6 @@ COMPARE_SCHEMA = "rlscope.compare/1"  # bumped when a field is renamed or change
 _MIN_PHASE_S = 0.5  # phase differences smaller than this are not worth a line
 _SAME_STEP = 0.005  # steps within 0.5% of each other take as long
 _SAME_PARAMS = 0.02  # active parameters within 2% of each other are one model's, rounded
-_RANK = {"info": 0, "warn": 1, "critical": 2}
 # what the runs ran, and on what, beside the model
 _SETUP = (
     ("GPUs", "gpu_count"),
@@ -282,9 +282,9 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         out.append(f"only A: {', '.join(sorted(ids_a - ids_b))}")
     for word, sign in (("more", 1), ("less", -1)):
         moved = [
-            f"{i} ({worst_a[i]} -> {worst_b[i]})"
+            f"{i} ({worst_a[i].value} -> {worst_b[i].value})"
             for i in sorted(ids_a & ids_b)
-            if sign * (_RANK[worst_b[i]] - _RANK[worst_a[i]]) > 0
+            if sign * (worst_b[i].rank - worst_a[i].rank) > 0
         ]
         if moved:
             out.append(f"{word} severe in B: {', '.join(moved)}")
@@ -293,10 +293,10 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     return out
 
 
-def _worst(doc: dict[str, Any]) -> dict[str, str]:
+def _worst(doc: dict[str, Any]) -> dict[str, Severity]:
     """Each finding id's most severe level in the run (a finding may be raised once per reward source)."""
-    worst: dict[str, str] = {}
+    worst: dict[str, Severity] = {}
     for f in doc["findings"]:
-        if _RANK[f["severity"]] > _RANK.get(worst.get(f["id"], ""), -1):
-            worst[f["id"]] = f["severity"]
+        severity = Severity(f["severity"])
+        worst[f["id"]] = max(worst.get(f["id"], severity), severity)
     return worst
