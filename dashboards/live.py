@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, usable_step_rows, wide_steps
 from rlscope.analyzers.staleness import verl_lags
-from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE, best_split
+from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE
 from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
@@ -589,13 +589,7 @@ class LiveRun:
             n = self.facts.n_gpus
             if len(todo) and n:
                 topology = self.facts.kind if self.facts.is_pooled else "async_streaming"
-                rows = {}
-                for step in todo:
-                    best = best_split(drift.model_of(models.loc[step], n), topology)
-                    rows[step] = (best.n_rollout, best.n_train, best.step_s, topology)
-                new = pd.DataFrame.from_dict(
-                    rows, orient="index", columns=["best_rollout", "best_train", "best_step_s", "topology"]
-                )
+                new = drift.best_per_step(models.loc[todo], n, topology).assign(topology=topology)
                 self._splits = _upsert(done, new.rename_axis("step"), new.index)
             return self._splits
 

@@ -165,6 +165,24 @@ def test_8b_separated_sync_best_split_is_not_the_balanced_one():
     assert (best.n_rollout, best.step_s) == (37, pytest.approx(1391.31, abs=0.01))
 
 
+def test_best_splits_of_many_steps_at_once():
+    # the 8B model's three pooled bests (46:18, 42:22, 37:27 above) and, on 3 GPUs with T_thr = T_t = 1,
+    # separated sync's tie: 3/1 + 3/2 = 3/2 + 3/1 = 4.5 at 1:2 and 2:1, where the fewer rollout GPUs win
+    for topo, want_r, want_s in (
+        ("one_step_overlap", 46, 761),
+        ("async_streaming", 42, 619),
+        ("separated_sync", 37, 1391.31),
+    ):
+        rollout, step_s = topology.best_splits([406, 1.0], [196, 0.0], [208, 1.0], [0.0, 0.0], 64, topo)
+        assert (rollout[0], step_s[0]) == (want_r, pytest.approx(want_s, abs=0.5))
+    rollout, step_s = topology.best_splits([406, 1.0], [196, 0.0], [208, 1.0], [0.0, 0.0], 3, "separated_sync")
+    assert (rollout[1], step_s[1]) == (1, 4.5)
+    with pytest.raises(ValueError, match="no split of 64 GPUs"):
+        topology.best_splits([math.nan], [0.0], [1.0], [0.0], 64, "async_streaming")
+    with pytest.raises(ValueError, match="cannot be split"):
+        topology.best_splits([1.0], [0.0], [1.0], [0.0], 1, "async_streaming")
+
+
 def test_8b_async_speedup():
     # f = 196 / 602; f * T_gen / (T_gen + T_t) = 196 / 810; 1 / (1 - 196/810) = 810 / 614 = 1.319 ("1.3x")
     got = topology.async_speedup(196 / 602, 602, 208)

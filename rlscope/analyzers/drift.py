@@ -30,13 +30,14 @@ from rlscope.analyzers.topology import (
     TopologyResult,
     async_throughput_s,
     best_split,
+    best_splits,
     idle_imbalance,
     step_time,
     unmodelled,
 )
 from rlscope.trace.reader import RunReader
 
-__all__ = ["DriftResult", "analyze", "model_of", "per_step_models"]
+__all__ = ["DriftResult", "analyze", "best_per_step", "model_of", "per_step_models"]
 
 
 @dataclass(frozen=True)
@@ -84,17 +85,14 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
 
 
-def _best(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:
-    """Each step's best split: ``best_rollout``, ``best_train`` and ``best_step_s`` (all floats)."""
-    splits = [best_split(model_of(row, n), topology) for _, row in models.iterrows()]
-    return pd.DataFrame(
-        {
-            "best_rollout": [float(s.n_rollout) for s in splits],
-            "best_train": [float(s.n_train) for s in splits],
-            "best_step_s": [s.step_s for s in splits],
-        },
-        index=models.index,
+def best_per_step(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:
+    """Each step's best split (rows of :func:`per_step_models`): ``best_rollout``, ``best_train``
+    and ``best_step_s`` (all floats)."""
+    n_rollout, step_s = best_splits(
+        models["t_thr_s"], models["t_tail_s"], models["t_train_s"], models["t_sync_s"], n, topology
     )
+    rollout = n_rollout.astype(float)
+    return pd.DataFrame({"best_rollout": rollout, "best_train": n - rollout, "best_step_s": step_s}, index=models.index)
 
 
 def analyze(
@@ -119,7 +117,7 @@ def analyze(
     models = per_step_models(frames, anatomy, tails) if n and n > 1 and not anatomy.seconds.empty else pd.DataFrame()
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)
-    per_step = models.join(_best(models, n, topology))
+    per_step = models.join(best_per_step(models, n, topology))
     first = float(early(per_step["best_rollout"]).mean())
     last = float(recent(per_step["best_rollout"]).mean())
     result = DriftResult(topology, per_step, first, last, n)

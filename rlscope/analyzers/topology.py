@@ -31,7 +31,9 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
@@ -62,6 +64,7 @@ __all__ = [
     "async_throughput_s",
     "balanced_ratio",
     "best_split",
+    "best_splits",
     "idle_imbalance",
     "measure",
     "overlap_bound",
@@ -116,13 +119,19 @@ def step_time(model: StepModel, topology: str, n_rollout: int | None = None) -> 
         raise ValueError(f"unknown topology {topology!r}; expected one of {', '.join(TOPOLOGIES)}")
     if n_rollout is None or not 0 < n_rollout < n:
         raise ValueError(f"{topology} needs 0 < n_rollout < {n}, got {n_rollout}")
-    gen = m.t_thr_s * n / n_rollout
-    train = m.t_train_s * n / (n - n_rollout)
+    return float(_pooled_step_s(topology, n, m.t_thr_s, m.t_tail_s, m.t_train_s, m.t_sync_s, n_rollout))
+
+
+def _pooled_step_s(topology: str, n: int, t_thr: Any, t_tail: Any, t_train: Any, t_sync: Any, n_rollout: Any) -> Any:
+    """The pooled topologies' step time (the module's formulas) on floats or on numpy arrays that
+    broadcast: one step at one split, or every step at every split at once."""
+    gen = t_thr * n / n_rollout
+    train = t_train * n / (n - n_rollout)
     if topology == "separated_sync":
-        return gen + m.t_tail_s + train + m.t_sync_s
+        return gen + t_tail + train + t_sync
     if topology == "one_step_overlap":
-        return max(gen + m.t_tail_s, train) + m.t_sync_s
-    return max(gen, train)
+        return np.maximum(gen + t_tail, train) + t_sync
+    return np.maximum(gen, train)
 
 
 def split_table(model: StepModel) -> pd.DataFrame:
@@ -137,17 +146,35 @@ def split_table(model: StepModel) -> pd.DataFrame:
 
 
 def best_split(model: StepModel, topology: str) -> Split:
-    """The integer split with the shortest predicted step (the fewest rollout GPUs on a tie).
+    """The integer split with the shortest predicted step (the fewest rollout GPUs on a tie)."""
+    m = model
+    n_rollout, step_s = best_splits([m.t_thr_s], [m.t_tail_s], [m.t_train_s], [m.t_sync_s], m.n_gpus, topology)
+    return Split(int(n_rollout[0]), m.n_gpus - int(n_rollout[0]), float(step_s[0]))
 
-    Walks the splits directly rather than through :func:`split_table`: drift asks once per step.
-    """
+
+def best_splits(
+    t_thr_s: Any, t_tail_s: Any, t_train_s: Any, t_sync_s: Any, n_gpus: int, topology: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`best_split` of many models at once (equal-length sequences of their inputs): each
+    one's best ``n_rollout`` and its step seconds. Every split of every model is one array, as
+    drift asks for a split per step."""
     if topology not in POOLED:
         raise KeyError(topology)
-    times = [(t, r) for r in range(1, model.n_gpus) if not math.isnan(t := step_time(model, topology, r))]
-    if not times:
-        raise ValueError(f"no split of {model.n_gpus} GPUs has a predicted {topology} step time")
-    step_s, n_r = min(times)
-    return Split(n_r, model.n_gpus - n_r, float(step_s))
+    if n_gpus < 2:
+        raise ValueError(f"{n_gpus} GPU(s) cannot be split into a rollout and a training pool")
+
+    def column(values: Any) -> np.ndarray:
+        return np.asarray(values, dtype=float)[:, None]
+
+    splits = np.arange(1, n_gpus)
+    times = _pooled_step_s(
+        topology, n_gpus, column(t_thr_s), column(t_tail_s), column(t_train_s), column(t_sync_s), splits
+    )
+    unknown = np.isnan(times)
+    if unknown.all(axis=1).any():
+        raise ValueError(f"no split of {n_gpus} GPUs has a predicted {topology} step time")
+    best = np.where(unknown, np.inf, times).argmin(axis=1)  # the first minimum: the fewest rollout GPUs
+    return splits[best], times[np.arange(len(times)), best]
 
 
 def balanced_ratio(t_gen_s: float, t_train_s: float) -> float:
