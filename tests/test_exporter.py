@@ -241,6 +241,17 @@ def test_a_validation_logged_alone_is_no_step(tmp_path):
         ({"timing/testing": 50.0, "timing_s/step": 0.0}, False),  # a step timer of 0 timed nothing
         ({"timing_s/testing": 50.0, "timing_s/step": 55.0}, True),  # a step that validated
         ({"timing_s/save_checkpoint": 20.0, "timing_s/gen": 100.0}, True),
+        # a validation profiled as verl profiles a step (marked_timer start_profile / stop_profile)
+        (
+            {
+                "val-core/gsm8k/reward/mean@1": 0.5,
+                "timing_s/start_profile": 0.01,
+                "timing_s/testing": 50.0,
+                "timing_s/stop_profile": 0.02,
+            },
+            False,
+        ),
+        ({"rollouter/validate_time": 42.0}, False),  # verl's fully async val_before_train logs it alone
     ],
 )
 def test_a_record_is_a_step_as_the_step_anatomy_counts_it(tmp_path, record, a_step):

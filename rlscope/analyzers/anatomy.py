@@ -6,8 +6,9 @@ spellings are canonicalised). Stages map to phases (:data:`PHASES`): ``gen`` (wi
 ``update_actor``; ``update_weights`` / ``param_sync`` / ``sync_rollout_weights`` are weight
 sync; ``switch`` / ``switch_to_rollout`` / ``switch_to_trainer`` are switching a pool between
 trainer and engine; ``wait*`` and ``switch_wait`` are waiting; ``testing`` is validation and
-``save_checkpoint`` checkpointing; a record with nothing but those two and no step timer (a
-validation logged on its own) is no training step and is left out. ``other`` is
+``save_checkpoint`` checkpointing; a record with nothing but those two, validation metrics and
+the profiling hooks' timers, and no step timer (a validation logged on its own) is no training
+step and is left out (:func:`makes_step`). ``other`` is
 ``timing_s/step`` minus the named phases (zero when there is no step timer, whose time is
 then the sum of the phases). Timers nested inside a stage (``generate_sequences``,
 ``reshard``) and unknown timers are not added, so nothing is counted twice; unknown time
@@ -38,7 +39,7 @@ from rlscope.advice.thresholds import (
     UNTRACKED_TIME_WARN,
 )
 from rlscope.analyzers._data import RunFrames, Trend, early, load, recent, trend
-from rlscope.collectors.verl_metrics import is_validation_key
+from rlscope.collectors.verl_metrics import STAGE_PHASES, is_validation_key
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GROUPS", "PHASES", "STEP_TIMER", "AnatomyResult", "analyze", "group_seconds", "makes_step", "phase_seconds"]
@@ -63,23 +64,31 @@ PHASES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("save_checkpoint",),
 }
 
-_NOT_A_STEP = ("validation", "checkpoint")  # phases that alone make no training step
-_NO_STEP_TIMERS = frozenset(_PREFIX + stage for phase in _NOT_A_STEP for stage in PHASES[phase])
+# Timers of stages that compute no part of a training step: validation, checkpointing, and the
+# profiling and dump hooks verl times around them (``STAGE_PHASES``'s other known stages).
+_NO_STEP_TIMERS = frozenset(
+    _PREFIX + stage for stage, phase in STAGE_PHASES.items() if phase in ("validation", "checkpoint", "other")
+)
+# verl's fully async trainer logs its rollouter's validation timer in a record of its own
+_NO_STEP_KEYS = frozenset({"rollouter/validate_time"})
 
 
 def makes_step(key: str, value: Any) -> Any:
     """Whether a step metric (canonical ``key`` and its ``value``, a number or a Series of them)
     shows that its record is a training step.
 
-    Validation metrics (``val-core/``, ...), the timers of validation and checkpointing
-    (``timing_s/testing``, ``timing_s/save_checkpoint``) and a step timer of zero or less (it
-    timed nothing) do not: a record of nothing else is a validation or a checkpoint logged on
-    its own (verl's ``val_before_train``, a resume's validation), no training step. Every other
-    metric does. The step anatomy and the exporter both count steps by this rule.
+    Validation metrics (``val-core/``, ..., the fully async rollouter's
+    ``rollouter/validate_time``), the timers of stages that compute nothing of a step
+    (``timing_s/testing``, ``merge_val``, ``save_checkpoint``, ``start_profile``,
+    ``stop_profile``, ``dump_rollout_generations``) and a step timer of zero or less (it timed
+    nothing) do not, whatever else of them a record holds: it is a validation or a checkpoint
+    logged on its own (verl's ``val_before_train``, a resume's validation, a trainer that
+    profiles its validation), no training step. Every other metric does (an unknown timer may
+    be a stage of the step). The step anatomy and the exporter both count steps by this rule.
     """
     if key == STEP_TIMER:
         return value > 0
-    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
+    return not (is_validation_key(key) or key in _NO_STEP_TIMERS or key in _NO_STEP_KEYS)
 
 
 # coarse groups the MFU waterfall and the topology model use; "rest" is everything else

@@ -433,7 +433,7 @@ class RunState:
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         self._run_clock = max(self._run_clock, float(when.max()))
         # a record (one log call: step, attempt, time) that shows no training step by the step
-        # anatomy's rule (validation metrics, validation or checkpoint timers alone) is none: verl's
+        # anatomy's rule (validation metrics, validation, checkpoint or profiling timers alone) is none: verl's
         # val_before_train logs one before the first step (and on a resume), so it neither moves
         # the last step and its time nor makes an interval of the median
         shows = np.array([anatomy.makes_step(name, 1.0) for name in names], dtype=bool)[key_index]  # step timer: below
