@@ -213,7 +213,8 @@ def _counts(doc: dict[str, Any]) -> str:
 
 def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
     ha, hb = a["headline"], b["headline"]
-    out: list[str] = []
+    setup = _setup(a, b)  # first: what differs beside the phases is read before the step difference
+    out: list[str] = [setup] if setup else []
     sa, sb = ha["step_s"], hb["step_s"]
     untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
     # a run may have timed its validations or checkpoints only: none of those make a training step
@@ -257,9 +258,6 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){detail}{bounds}")
         else:
             out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
-    setup = _setup(a, b)
-    if setup:
-        out.append(setup)
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
