@@ -614,3 +614,25 @@ def test_not_like_for_like_is_said_before_the_step_difference(tmp_path, capsys):
     explanations = _compared(capsys, runs)[1]
     assert explanations[0] == "not like for like: GPUs 8 -> 16"
     assert explanations[1].startswith("B's steps are 40 s slower than A's (+29%)")
+
+
+def test_a_phase_timed_in_some_recent_steps_is_the_mean_of_those(tmp_path, capsys):
+    # 140 s steps of gen 100 and update 30 over 8 steps (recent: the last 2); A times ref (8 s) in
+    # every step, B in every other: B's ref takes 8 s where timed (not 4 s), while per step its 8 s
+    # in 1 of 2 steps is 4 s, the rest of the other step in its other (10 s, else 2 s): per step B
+    # has ref 4 s less and other 4 s more than A, which add up to the steps' 0 s difference
+    step = GEN_UPDATE | {"timing_s/step": 140.0}
+    b = [step | ({"timing_s/ref": 8.0} if i % 2 else {}) for i in range(8)]
+    runs = _timed_runs(tmp_path, [step | {"timing_s/ref": 8.0}] * 8, b)
+    assert main(["diagnose", runs[1], "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["phases"]["timed_recent"] == {"gen": 2, "ref": 1, "update_actor": 2}
+    rows, explanations = _compared(capsys, runs)
+    assert rows["ref"] == pytest.approx((8.0, 8.0)) and rows["other"] == pytest.approx((2.0, 6.0))
+    assert (
+        _said(explanations, "B's steps") == "B's steps take as long as A's (140 s against 140 s): other +4 s, ref -4 s"
+    )
+    assert _said(explanations, "B timed") == (
+        "B timed ref in 1 of its 2 recent steps: the rows are the means of the steps that timed them,"
+        " the step difference counts 0 s in the others"
+    )
+    assert not [e for e in explanations if e.startswith("A timed")]

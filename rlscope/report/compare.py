@@ -52,7 +52,9 @@ def _steps(doc: dict[str, Any]) -> str | None:
 
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
-    """Recent mean seconds of the phases the run timed in its recent steps, ``other`` and ``step_s``: an untimed
+    """Mean seconds a recent step of the phases the run timed in its recent steps, ``other`` and ``step_s``,
+    a step that did not time a phase counting 0 s of it (its time, if any, is in that step's other): so
+    the phases and other add up to the step, and their differences to the step's. An untimed
     phase's zero is no measurement, so it is left out (shown as n/a); so is ``other`` where no
     recent step has a step timer (the step is then the phases' sum, and other 0 by definition)."""
     rows = _get(doc, "phases", "seconds_per_step") or []
@@ -65,6 +67,21 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     logged = {*(timed or []), "step_s", *(() if summed else ("other",))}
     keys = [k for k in recent[0] if k in logged]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
+
+
+def _partly_timed(doc: dict[str, Any]) -> dict[str, int]:
+    """The phases the run timed in some of its recent steps but not all, and in how many."""
+    n = _recent_count(_get(doc, "run", "steps") or 0)
+    counts = _get(doc, "phases", "timed_recent") or {}
+    return {p: k for p, k in counts.items() if 0 < k < n}
+
+
+def _timed_means(doc: dict[str, Any], per_step: dict[str, float]) -> dict[str, float]:
+    """The rows' phase seconds: a phase timed in some recent steps only is the mean of those steps,
+    what it takes when it is timed, not that spread over steps that did not time it."""
+    n = _recent_count(_get(doc, "run", "steps") or 0)
+    partly = _partly_timed(doc)
+    return {p: v * n / partly[p] if p in partly else v for p, v in per_step.items()}
 
 
 def _by_change(pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
@@ -110,9 +127,10 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
     pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
-    for phase in _by_change(pa_, pb):
-        if phase != "step_s" and (pa_.get(phase) or pb.get(phase)):
-            rows.append((f"  {phase}", "s", pa_.get(phase), pb.get(phase)))
+    ta, tb = _timed_means(a, pa_), _timed_means(b, pb)
+    for phase in _by_change(ta, tb):
+        if phase != "step_s" and (ta.get(phase) or tb.get(phase)):
+            rows.append((f"  {phase}", "s", ta.get(phase), tb.get(phase)))
     return {
         "schema": COMPARE_SCHEMA,
         "runs": [a["run"]["source"], b["run"]["source"]],
@@ -199,6 +217,22 @@ def _mfu_missing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [f"{name}'s whole-step MFU is n/a{need}" for name, need in needs.items() if need]
 
 
+def _partial_timing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Which phases a run timed in some of its recent steps only: the row is the mean of those
+    steps, while the step difference counts 0 s in the others (their time, if any, is in other)."""
+    out = []
+    for name, doc in (("A", a), ("B", b)):
+        partly = _partly_timed(doc)
+        if partly:
+            n = _recent_count(_get(doc, "run", "steps") or 0)
+            which = ", ".join(f"{p} in {k}" for p, k in sorted(partly.items()))
+            out.append(
+                f"{name} timed {which} of its {n} recent steps: the rows are the means of the steps that timed"
+                " them, the step difference counts 0 s in the others"
+            )
+    return out
+
+
 def _verdict(sa: float | None, sb: float | None) -> str:
     """B against A by step time, with the step sentence's 0.5% margin: within it they take as long."""
     if sa and sb and abs(sb - sa) < _SAME_STEP * sa:
@@ -258,6 +292,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){detail}{bounds}")
         else:
             out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
+    out.extend(_partial_timing(a, b))
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
