@@ -394,13 +394,13 @@ def test_a_run_without_mfu_is_told_what_it_needs(tmp_path, capsys):
     )
     samples = Path(__file__).resolve().parents[1] / "sample_traces"
     assert main(["compare", str(samples / "healthy-colocated"), str(log), "--format", "json"]) == 0
-    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "whole-step MFU" in s]
     assert said == [
         "B's whole-step MFU is n/a (needs --gpus; --gpu-type or --peak-tflops; --active-params; "
         '--meta \'{"batch_size": B, "group_size": G}\')'
     ]
     assert main(["compare", str(log), str(log), "--format", "json"]) == 0
-    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "whole-step MFU" in s]
     assert len(said) == 1 and said[0].startswith("neither run has a whole-step MFU (needs --gpus; ")
 
 
@@ -636,3 +636,33 @@ def test_a_phase_timed_in_some_recent_steps_is_the_mean_of_those(tmp_path, capsy
         " the step difference counts 0 s in the others"
     )
     assert not [e for e in explanations if e.startswith("A timed")]
+
+
+def test_a_finding_the_other_run_could_not_evaluate_is_said_so(tmp_path, capsys):
+    # the slowest 10% hold 35% of A's rollout (long-tail-dominates, warn); B has the same steps and
+    # either trajectories whose tail is 20% (judged: no finding) or none at all (not judged)
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.35)
+    clean = _run(tmp_path, "clean", gen=100.0, tail_share=0.2)
+    blind = _timed_runs(tmp_path, [], [GEN_UPDATE | {"timing_s/step": 130.0}] * 4)[1]
+    explanations = _compared(capsys, [a, clean])[1]
+    assert "long-tail-dominates" in _said(explanations, "only A: ").removeprefix("only A: ").split(", ")
+    assert not [e for e in explanations if "could not evaluate" in e]
+    explanations = _compared(capsys, [a, blind])[1]
+    assert not [e for e in explanations if e.startswith("only A: ") and "long-tail-dominates" in e]
+    assert _said(explanations, "only A, as B could not evaluate: ") == (
+        "only A, as B could not evaluate: long-tail-dominates (no tail: no trajectories or response lengths)"
+    )
+    explanations = _compared(capsys, [blind, a])[1]
+    assert (
+        "only B, as A could not evaluate: long-tail-dominates (no tail: no trajectories or response lengths)"
+        in explanations
+    )
+
+
+def test_every_finding_id_says_what_it_is_judged_from():
+    # a new finding id must name its evidence, or be said to rest on what the document does not show
+    from rlscope.advice.catalogue import CATALOGUE
+    from rlscope.report import compare
+
+    assert set(compare._JUDGED_FROM) | {"async-idle-imbalanced", "reward-no-signal"} == set(CATALOGUE)
+    assert set(compare._JUDGED_FROM.values()) == set(compare._EVIDENCE)

@@ -8,6 +8,7 @@ becomes "B is 120 s slower: generation +100 s, of which the tail +80 s".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rlscope.advice.finding import Severity
@@ -309,10 +310,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         out.append(" ".join(w for w in words if w))
     worst_a, worst_b = _worst(a), _worst(b)
     ids_a, ids_b = set(worst_a), set(worst_b)
-    if ids_b - ids_a:
-        out.append(f"only B: {', '.join(sorted(ids_b - ids_a))}")
-    if ids_a - ids_b:
-        out.append(f"only A: {', '.join(sorted(ids_a - ids_b))}")
+    out += _only("B", ids_b - ids_a, "A", a) + _only("A", ids_a - ids_b, "B", b)
     for word, sign in (("more", 1), ("less", -1)):
         moved = [
             f"{i} ({worst_a[i].value} -> {worst_b[i].value})"
@@ -323,6 +321,91 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             out.append(f"{word} severe in B: {', '.join(moved)}")
     for name, doc in (("A", a), ("B", b)):  # what diagnose lists under "Read with warnings"
         out += [f"{name} was read with a warning: {w}" for w in doc["run"].get("warnings") or []]
+    return out
+
+
+def _has_timer(phase: str, recent_only: bool = True) -> Callable[[dict[str, Any]], bool]:
+    """Whether a run timed ``phase`` (in its recent steps, as most findings judge it): 0 s untimed judge nothing."""
+    return lambda doc: phase in (_get(doc, "phases", "logged_recent" if recent_only else "logged") or [])
+
+
+# what a finding is judged from, as the diagnose document shows it: a run without it could not have
+# raised the finding, so its absence there is no clean bill (why, in brackets)
+_EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "timing_s/gen": (_has_timer("gen"), "no timing_s/gen in its recent steps"),
+    "timing_s/gen over the run": (_has_timer("gen", recent_only=False), "no timing_s/gen"),
+    "timing_s/step": (
+        lambda doc: _get(doc, "headline", "step_s_basis") in ("step timer", "mixed"),
+        "no timing_s/step",
+    ),
+    "switching": (_has_timer("switching"), "no switching timer in its recent steps"),
+    "tail": (
+        lambda doc: _get(doc, "headline", "tail_share") is not None,
+        "no tail: no trajectories or response lengths",
+    ),
+    "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
+    "verl mfu": (lambda doc: bool(_get(doc, "mfu", "cross_check")), "no verl perf/mfu to check"),
+    "what-if": (lambda doc: _get(doc, "topology", "missing") is None, "no topology what-if"),
+    "split drift": (lambda doc: bool(_get(doc, "split_drift", "per_step")), "no per-step split model"),
+    "engines": (lambda doc: _get(doc, "engines", "load_unit") is not None, "no engine column"),
+    "weight sync": (lambda doc: _get(doc, "weight_sync", "bubble") is not None, "no weight-sync bubble"),
+    "staleness": (lambda doc: _get(doc, "staleness", "source") is not None, "no policy versions"),
+    "rewards": (lambda doc: doc.get("rewards") is not None, "no reward columns"),
+    "gpu samples": (lambda doc: doc.get("gpu_idle") is not None, "no NVML samples"),
+    "log-probs": (lambda doc: doc.get("logprob_mismatch") is not None, "no log-prob data"),
+    "histograms": (
+        lambda doc: _get(doc, "logprob_mismatch", "source") == "histogram",
+        "no log-prob histograms",
+    ),
+}
+# each catalogued finding id's evidence; those judged from step metrics the document does not
+# show (verl's idle ratios, reward scalars) are left out: their absence is taken as it reads
+_JUDGED_FROM = {
+    "generation-dominates": "timing_s/gen",
+    "generation-share-growing": "timing_s/gen over the run",
+    "untracked-time": "timing_s/step",
+    "stage-timers-overlap": "timing_s/step",
+    "switching-costly": "switching",
+    "long-tail-dominates": "tail",
+    "long-tail-growing": "tail",
+    "mfu-waterfall": "mfu",
+    "mfu-impossible": "mfu",
+    "mfu-cross-check-mismatch": "verl mfu",
+    "split-imbalanced": "what-if",
+    "separated-sync": "what-if",
+    "async-recommended": "what-if",
+    "split-drift": "split drift",
+    "engine-imbalanced": "engines",
+    "sync-bubble": "weight sync",
+    "staleness-high": "staleness",
+    "staleness-unexplained": "staleness",
+    "stale-drop-length-bias": "staleness",
+    "reward-source-failing": "rewards",
+    "reward-source-zero-collapse": "rewards",
+    "gpu-idle-in-training": "gpu samples",
+    "logprob-mismatch-high": "log-probs",
+    "moe-routing-flips": "histograms",
+    "is-clip-high": "histograms",
+}
+
+
+def _unjudged(doc: dict[str, Any], finding_id: str) -> str | None:
+    """Why the run could not have raised ``finding_id``, or None where it could (or no one can tell)."""
+    evidence = _JUDGED_FROM.get(finding_id)
+    if evidence is None:
+        return None
+    has, lacking = _EVIDENCE[evidence]
+    return None if has(doc) else lacking
+
+
+def _only(name: str, ids: set[str], other: str, other_doc: dict[str, Any]) -> list[str]:
+    """The findings only run ``name`` has: those the other run was clean of, and those it could not evaluate."""
+    why = {i: _unjudged(other_doc, i) for i in sorted(ids)}
+    clean = [i for i, reason in why.items() if reason is None]
+    unjudged = [f"{i} ({reason})" for i, reason in why.items() if reason is not None]
+    out = [f"only {name}: {', '.join(clean)}"] if clean else []
+    if unjudged:
+        out.append(f"only {name}, as {other} could not evaluate: {', '.join(unjudged)}")
     return out
 
 
