@@ -27,6 +27,12 @@ def _run(tmp_path, name: str, gen: float, tail_share: float) -> str:
     return run
 
 
+def _said(explanations: list[str], start: str) -> str:
+    """The one explanation starting ``start``: where it stands among them is not what most tests check."""
+    (line,) = [e for e in explanations if e.startswith(start)]
+    return line
+
+
 def test_compare_explains_the_step_difference(tmp_path, capsys):
     a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)  # T_thr 80, T_tail 20
     b = _run(tmp_path, "b", gen=200.0, tail_share=0.5)  # T_thr 100, T_tail 100
@@ -40,8 +46,10 @@ def test_compare_explains_the_step_difference(tmp_path, capsys):
     assert rows["T_tail"] == pytest.approx((20.0, 100.0))
     assert rows["slowest-10% share of rollout"] == pytest.approx((0.2, 0.5))
     assert rows["tail measured from"] == ("trajectories", "trajectories")
-    assert out["explanations"][0] == "B's steps are 100 s slower than A's (+77%): gen +100 s"
-    assert out["explanations"][1].startswith("generation's throughput part changed +20 s and its tail +80 s")
+    assert _said(out["explanations"], "B's steps") == "B's steps are 100 s slower than A's (+77%): gen +100 s"
+    assert _said(out["explanations"], "generation's").startswith(
+        "generation's throughput part changed +20 s and its tail +80 s"
+    )
     assert main(["compare", a, b]) == 0
     assert "What differs" in capsys.readouterr().out
 
@@ -87,7 +95,8 @@ def test_two_equal_runs_are_said_to_take_as_long(tmp_path, capsys):
     a = _run(tmp_path, "a", gen=100.0, tail_share=0.2)
     assert main(["compare", a, a, "--format", "json"]) == 0
     assert (
-        json.loads(capsys.readouterr().out)["explanations"][0] == "B's steps take as long as A's (130 s against 130 s)"
+        _said(json.loads(capsys.readouterr().out)["explanations"], "B's steps")
+        == "B's steps take as long as A's (130 s against 130 s)"
     )
 
 
@@ -104,7 +113,10 @@ def test_short_steps_are_compared_by_their_ratio(tmp_path, capsys):
         )
         logs.append(str(log))
     assert main(["compare", *logs, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["explanations"][0] == "B's steps are 0.5 s slower than A's (+100%)"
+    assert (
+        _said(json.loads(capsys.readouterr().out)["explanations"], "B's steps")
+        == "B's steps are 0.5 s slower than A's (+100%)"
+    )
 
 
 def test_generation_beside_the_step_does_not_explain_its_time(tmp_path, capsys):
@@ -120,7 +132,7 @@ def test_generation_beside_the_step_does_not_explain_its_time(tmp_path, capsys):
         runs.append(run)
     assert main(["compare", *runs, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    first = out["explanations"][0]
+    first = _said(out["explanations"], "B's steps")
     assert first.startswith("B's steps are 20 s slower than A's (+67%): update_actor +20 s (")
     assert "gen" not in first.split("(")[1] and "beside the step in A and B" in first
     best = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}["best topology (what-if)"]
@@ -179,7 +191,7 @@ def test_a_step_time_summed_from_stage_timers_is_said_to_be_a_lower_bound(tmp_pa
     # B's 80 s leaves out what no stage timer held, as A's 20 s of "other": B is not known to be
     # faster, and B's other is unmeasured (n/a), not 0 s, so the 20 s is no phase's
     assert rows["other"] == (pytest.approx(20.0), None)
-    assert out["explanations"][0] == (
+    assert _said(out["explanations"], "B's steps") == (
         "B's steps are 20 s faster than A's (-20%); "
         "B's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
@@ -198,10 +210,11 @@ def test_runs_on_different_gpus_or_models_are_said_not_to_be_like_for_like(tmp_p
     out = json.loads(capsys.readouterr().out)
     rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
     assert rows["model"] == ("small (1.5B active)", "big (7.62B active)")
-    # same step time, but B does it with twice the GPUs, of another kind, on a model five times the size
+    # same step time, but B does it with twice the GPUs, of another kind, on a model five times the size:
+    # said first, so that the step difference is read knowing it
     assert out["explanations"][:2] == [
-        "B's steps take as long as A's (100 s against 100 s)",
         "not like for like: GPUs 8 -> 16, GPU type H100 -> A100, model small (1.5B active) -> big (7.62B active)",
+        "B's steps take as long as A's (100 s against 100 s)",
     ]
 
 
@@ -242,7 +255,7 @@ def test_mfu_is_judged_by_a_step_time_that_takes_as_long(tmp_path, capsys):
     assert main(["compare", *logs, "--format", "json", *facts, "--meta", '{"batch_size": 64, "group_size": 4}']) == 0
     out = json.loads(capsys.readouterr().out)["explanations"]
     # 64 x 4 sequences at 8 x 7.62e9 FLOPs a token on 16 x 20 TFLOP/s: 500 tokens in 100 s, 1000 in 99.9 s
-    assert out[0] == "B's steps take as long as A's (100 s against 100 s)"
+    assert _said(out, "B's steps") == "B's steps take as long as A's (100 s against 100 s)"
     assert "whole-step MFU 24.4% -> 48.8%; judge by step time: B takes as long" in out
 
 
@@ -287,7 +300,7 @@ def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)["explanations"]
     # A's estimate: the 90th percentile length 400 ln 10 = 921 of the longest 2000, so a tail of
     # 1 - 921 / 2000 = 54% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s)
-    assert out[1] == (
+    assert _said(out, "generation's") == (
         "generation's throughput part changed +33.9 s and its tail -33.9 s "
         "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
     )
@@ -299,11 +312,11 @@ def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
     with Recorder(untimed, meta={"gpu": {"type": "H100", "count": 8}}) as rec:  # trajectories, no step metrics
         rec.log_trajectories(0, [{"traj_id": str(i), "finish_time": float(i + 1)} for i in range(10)])
     assert main(["compare", untimed, timed, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+    assert _said(json.loads(capsys.readouterr().out)["explanations"], "A has no") == (
         "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
     )
     assert main(["compare", untimed, untimed, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+    assert _said(json.loads(capsys.readouterr().out)["explanations"], "neither run has training") == (
         "neither run has training-step timers (timing_s/* other than testing and save_checkpoint):"
         " their steps cannot be compared"
     )
@@ -370,7 +383,7 @@ def test_phases_that_changed_alike_come_in_the_same_order_every_time(tmp_path):
         )
         outputs.add(done.stdout)
     assert len(outputs) == 1
-    assert json.loads(outputs.pop())["explanations"][0].endswith(": old_log_prob +10 s, ref +10 s")
+    assert _said(json.loads(outputs.pop())["explanations"], "B's steps").endswith(": old_log_prob +10 s, ref +10 s")
 
 
 def test_a_run_without_mfu_is_told_what_it_needs(tmp_path, capsys):
@@ -381,13 +394,13 @@ def test_a_run_without_mfu_is_told_what_it_needs(tmp_path, capsys):
     )
     samples = Path(__file__).resolve().parents[1] / "sample_traces"
     assert main(["compare", str(samples / "healthy-colocated"), str(log), "--format", "json"]) == 0
-    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "whole-step MFU" in s]
     assert said == [
         "B's whole-step MFU is n/a (needs --gpus; --gpu-type or --peak-tflops; --active-params; "
         '--meta \'{"batch_size": B, "group_size": G}\')'
     ]
     assert main(["compare", str(log), str(log), "--format", "json"]) == 0
-    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "MFU" in s]
+    said = [s for s in json.loads(capsys.readouterr().out)["explanations"] if "whole-step MFU" in s]
     assert len(said) == 1 and said[0].startswith("neither run has a whole-step MFU (needs --gpus; ")
 
 
@@ -472,7 +485,7 @@ def test_a_phase_one_run_never_timed_is_n_a_not_zero(tmp_path, capsys):
     runs = _timed_runs(tmp_path, a, [GEN_UPDATE | {"timing_s/ref": 8.0, "timing_s/step": 148.0}] * 4)
     rows, explanations = _compared(capsys, runs)
     assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 10.0))
-    assert explanations[0] == "B's steps are 8 s slower than A's (+6%) (ref timed in B only)"
+    assert _said(explanations, "B's steps") == "B's steps are 8 s slower than A's (+6%) (ref timed in B only)"
     assert main(["compare", *runs]) == 0
     (ref_row,) = [line for line in capsys.readouterr().out.splitlines() if "│   ref " in line]
     assert ref_row.split("│")[2].strip() == "n/a"
@@ -490,7 +503,7 @@ def test_the_wait_for_samples_of_a_run_whose_generation_is_beside_the_step_is_a_
     assert "waiting" in json.loads(capsys.readouterr().out)["phases"]["logged"]
     rows, explanations = _compared(capsys, runs)
     assert rows["waiting"] == pytest.approx((20.0, 30.0)) and "other" not in rows  # 0 s in both: no row
-    assert explanations[0] == (
+    assert _said(explanations, "B's steps") == (
         "B's steps are 10 s slower than A's (+20%): waiting +10 s"
         " (generation runs beside the step in A and B: not counted in it)"
     )
@@ -502,7 +515,7 @@ def test_generation_beside_the_step_in_one_run_only_is_not_said_untimed(tmp_path
     # by is A's gen
     a, b = ([GEN_UPDATE | {"timing_s/step": step_s}] * 4 for step_s in (130.0, 30.0))
     runs = _timed_runs(tmp_path, a, b, {"topology": "colocated"}, {"topology": "one_step_overlap", "split": "6:2"})
-    assert _compared(capsys, runs)[1][0] == (
+    assert _said(_compared(capsys, runs)[1], "B's steps") == (
         "B's steps are 100 s faster than A's (-77%)"
         " (generation runs beside the step in B: not counted in it, while A's 100 s of gen is)"
     )
@@ -513,7 +526,7 @@ def test_steps_that_take_as_long_with_phases_that_moved_are_not_said_faster(tmp_
     # its other: over B's last 2 of 8 steps ref is 4 s a step and other 6 s, A's other 10 s
     step = GEN_UPDATE | {"timing_s/step": 140.0}
     runs = _timed_runs(tmp_path, [step] * 4, [step | ({"timing_s/ref": 8.0} if i % 2 else {}) for i in range(8)])
-    assert _compared(capsys, runs)[1][0] == (
+    assert _said(_compared(capsys, runs)[1], "B's steps") == (
         "B's steps take as long as A's (140 s against 140 s): other -4 s (ref timed in B only)"
     )
 
@@ -526,7 +539,7 @@ def test_other_of_a_run_without_a_step_timer_is_n_a_not_zero(tmp_path, capsys):
         capsys, _timed_runs(tmp_path, [GEN_UPDATE] * 4, [GEN_UPDATE | {"timing_s/step": 140.0}] * 4)
     )
     assert rows["other"] == (None, pytest.approx(10.0))
-    assert explanations[0] == (
+    assert _said(explanations, "B's steps") == (
         "B's steps are 10 s slower than A's (+8%);"
         " A's step time is the sum of its stage timers (no timing_s/step), a lower bound"
     )
@@ -545,7 +558,10 @@ def test_a_phase_timed_only_before_the_recent_steps_is_n_a_there(tmp_path, capsy
     assert phases["logged_recent"] == ["gen", "update_actor"]
     rows, explanations = _compared(capsys, runs)
     assert rows["ref"] == (None, pytest.approx(8.0)) and rows["other"] == pytest.approx((10.0, 2.0))
-    assert explanations[0] == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
+    assert (
+        _said(explanations, "B's steps")
+        == "B's steps take as long as A's (140 s against 140 s): other -8 s (ref timed in B only)"
+    )
 
 
 def test_a_run_of_no_training_steps_has_0_steps_not_n_a(tmp_path, capsys):
@@ -575,7 +591,7 @@ def test_a_run_of_validations_only_is_not_said_to_have_no_timers(tmp_path, capsy
     with Recorder(validated, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
         rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
     assert main(["compare", validated, timed, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["explanations"][0] == (
+    assert _said(json.loads(capsys.readouterr().out)["explanations"], "A has no") == (
         "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
     )
 
@@ -589,3 +605,64 @@ def test_control_characters_in_a_path_do_not_reach_the_terminal_on_stderr(tmp_pa
     assert main(["compare", run + "\x1b[2J", run]) == 1
     err = capsys.readouterr().err
     assert "\x1b" not in err and err.endswith("il\\x1b[2J: no such run directory or log file\n")
+
+
+def test_not_like_for_like_is_said_before_the_step_difference(tmp_path, capsys):
+    # B's steps are 40 s longer on twice the GPUs: the reader must know the runs differ before reading why
+    a, b = ([GEN_UPDATE | {"timing_s/step": step_s}] * 4 for step_s in (140.0, 180.0))
+    runs = _timed_runs(tmp_path, a, b, None, {"gpu": {"type": "H100", "count": 16}})
+    explanations = _compared(capsys, runs)[1]
+    assert explanations[0] == "not like for like: GPUs 8 -> 16"
+    assert explanations[1].startswith("B's steps are 40 s slower than A's (+29%)")
+
+
+def test_a_phase_timed_in_some_recent_steps_is_the_mean_of_those(tmp_path, capsys):
+    # 140 s steps of gen 100 and update 30 over 8 steps (recent: the last 2); A times ref (8 s) in
+    # every step, B in every other: B's ref takes 8 s where timed (not 4 s), while per step its 8 s
+    # in 1 of 2 steps is 4 s, the rest of the other step in its other (10 s, else 2 s): per step B
+    # has ref 4 s less and other 4 s more than A, which add up to the steps' 0 s difference
+    step = GEN_UPDATE | {"timing_s/step": 140.0}
+    b = [step | ({"timing_s/ref": 8.0} if i % 2 else {}) for i in range(8)]
+    runs = _timed_runs(tmp_path, [step | {"timing_s/ref": 8.0}] * 8, b)
+    assert main(["diagnose", runs[1], "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["phases"]["timed_recent"] == {"gen": 2, "ref": 1, "update_actor": 2}
+    rows, explanations = _compared(capsys, runs)
+    assert rows["ref"] == pytest.approx((8.0, 8.0)) and rows["other"] == pytest.approx((2.0, 6.0))
+    assert (
+        _said(explanations, "B's steps") == "B's steps take as long as A's (140 s against 140 s): other +4 s, ref -4 s"
+    )
+    assert _said(explanations, "B timed") == (
+        "B timed ref in 1 of its 2 recent steps: the rows are the means of the steps that timed them,"
+        " the step difference counts 0 s in the others"
+    )
+    assert not [e for e in explanations if e.startswith("A timed")]
+
+
+def test_a_finding_the_other_run_could_not_evaluate_is_said_so(tmp_path, capsys):
+    # the slowest 10% hold 35% of A's rollout (long-tail-dominates, warn); B has the same steps and
+    # either trajectories whose tail is 20% (judged: no finding) or none at all (not judged)
+    a = _run(tmp_path, "a", gen=100.0, tail_share=0.35)
+    clean = _run(tmp_path, "clean", gen=100.0, tail_share=0.2)
+    blind = _timed_runs(tmp_path, [], [GEN_UPDATE | {"timing_s/step": 130.0}] * 4)[1]
+    explanations = _compared(capsys, [a, clean])[1]
+    assert "long-tail-dominates" in _said(explanations, "only A: ").removeprefix("only A: ").split(", ")
+    assert not [e for e in explanations if "could not evaluate" in e]
+    explanations = _compared(capsys, [a, blind])[1]
+    assert not [e for e in explanations if e.startswith("only A: ") and "long-tail-dominates" in e]
+    assert _said(explanations, "only A, as B could not evaluate: ") == (
+        "only A, as B could not evaluate: long-tail-dominates (no tail: no trajectories or response lengths)"
+    )
+    explanations = _compared(capsys, [blind, a])[1]
+    assert (
+        "only B, as A could not evaluate: long-tail-dominates (no tail: no trajectories or response lengths)"
+        in explanations
+    )
+
+
+def test_every_finding_id_says_what_it_is_judged_from():
+    # a new finding id must name its evidence, or be said to rest on what the document does not show
+    from rlscope.advice.catalogue import CATALOGUE
+    from rlscope.report import compare
+
+    assert set(compare._JUDGED_FROM) | {"async-idle-imbalanced", "reward-no-signal"} == set(CATALOGUE)
+    assert set(compare._JUDGED_FROM.values()) == set(compare._EVIDENCE)

@@ -936,3 +936,18 @@ def test_an_output_link_into_a_missing_folder_is_refused_before_the_analysis(tmp
     link.symlink_to(tmp_path / "gone" / "report.json")
     assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--output", str(link)]) == 1
     assert capsys.readouterr().err == f"rlscope: cannot write {link}: no such directory {tmp_path / 'gone'}\n"
+
+
+def test_how_many_recent_steps_timed_each_phase_is_in_the_json(tmp_path, capsys):
+    # 8 steps (recent: the last 2), gen and update timed in each, ref in every other one (steps 1, 3, 5,
+    # 7: one of the recent two), a wait timer in step 0 only (not recent): ref's 0 s in step 6 is no measurement
+    run = str(tmp_path / "run")
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step in range(8):
+            metrics = {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 140.0}
+            metrics |= {"timing_s/ref": 8.0} if step % 2 else {}
+            metrics |= {} if step else {"timing_s/wait_prev_gen": 1.0}
+            rec.log_step(step, metrics)
+    _, doc = _run_json(capsys, run)
+    assert doc["phases"]["logged"] == ["gen", "ref", "update_actor", "waiting"]
+    assert doc["phases"]["timed_recent"] == {"gen": 2, "ref": 1, "update_actor": 2}

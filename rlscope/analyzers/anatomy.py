@@ -164,6 +164,8 @@ class AnatomyResult:
     overlapped and a step has a step timer: the time no trainer timer holds is measured as
     waiting); the others' zero seconds are no measurement (their time, if any, is in ``other``).
     ``logged_recent``: the same over the last quarter of steps, which the headline's means take.
+    ``timed_recent``: per phase of ``logged_recent``, how many of those steps timed it: a phase a
+    timer measured in some of them only has zero seconds in the rest that are no measurement.
     """
 
     seconds: pd.DataFrame
@@ -175,6 +177,7 @@ class AnatomyResult:
     timed: pd.Series = field(default_factory=lambda: pd.Series(dtype=bool))
     logged: tuple[str, ...] = ()
     logged_recent: tuple[str, ...] = ()
+    timed_recent: dict[str, int] = field(default_factory=dict)
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResult:
@@ -197,10 +200,18 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     timer = frames.steps[f"{_PREFIX}step"].reindex(seconds.index) if step_timer else None
     timed = timer > 0 if timer is not None else pd.Series(False, index=seconds.index)  # NaN: not timed
     trained = frames.steps.loc[seconds.index]
-    logged = _logged(trained, timed, overlapped)
-    last = _logged(recent(trained), recent(timed), overlapped) if len(trained) else ()
+    logged = tuple(_timed_steps(trained, timed, overlapped))
+    last = _timed_steps(recent(trained), recent(timed), overlapped) if len(trained) else {}
     result = AnatomyResult(
-        seconds, shares, table, step_timer, overlapped, timed=timed, logged=logged, logged_recent=last
+        seconds,
+        shares,
+        table,
+        step_timer,
+        overlapped,
+        timed=timed,
+        logged=logged,
+        logged_recent=tuple(last),
+        timed_recent=last,
     )
     if not seconds.empty:
         result.findings.extend(_findings(result))
@@ -209,16 +220,18 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     return result
 
 
-def _logged(trained: pd.DataFrame, timed: pd.Series, overlapped: bool) -> tuple[str, ...]:
+def _timed_steps(trained: pd.DataFrame, timed: pd.Series, overlapped: bool) -> dict[str, int]:
     """The phases a timer measured in some of the steps ``trained`` (wide), whose step timers
-    are ``timed``; waiting beside an overlapped rollout is also the step timer's time no trainer
-    timer holds."""
-    waited = overlapped and bool(timed.any())
-    return tuple(
-        p
-        for p, names in _phase_timers(trained).items()
-        if (names and trained[names].notna().any(axis=None)) or (p == "waiting" and waited)
-    )
+    are ``timed``, and in how many; waiting beside an overlapped rollout is also the step timer's
+    time no trainer timer holds."""
+    out: dict[str, int] = {}
+    for p, names in _phase_timers(trained).items():
+        measured = trained[names].notna().any(axis=1) if names else pd.Series(False, index=trained.index)
+        if p == "waiting" and overlapped:
+            measured |= timed.reindex(trained.index, fill_value=False)
+        if measured.any():
+            out[p] = int(measured.sum())
+    return out
 
 
 def _share_trend(seconds: pd.DataFrame, shares: pd.Series) -> Trend:

@@ -4,11 +4,12 @@ usage: rlscope compare RUN_A RUN_B [--format text|json]
                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 Each RUN is a run directory, or a verl console log or JSONL file (imported first).
-The explanation splits B's step-time difference into the phases (recent means) and the
-generation difference into throughput part and tail. It says where the runs are not like
-for like (GPU count or type, batch shape, model), where a step time is summed from the
-stage timers (a lower bound) or a tail estimated from response lengths, and which findings
-only one run has or are more or less severe in B.
+The explanation says first where the runs are not like for like (GPU count or type, batch
+shape, model), then splits B's step-time difference into the phases (recent means) and the
+generation difference into throughput part and tail. It says where a step time is summed
+from the stage timers (a lower bound), a tail estimated from response lengths, or a phase
+timed in some recent steps only, and which findings only one run has (or only one could
+evaluate) or are more or less severe in B.
 
 The hardware and model options are those of `rlscope diagnose` and apply to both runs,
 as when two logs of one job on the same GPUs are compared:

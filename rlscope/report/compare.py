@@ -8,6 +8,7 @@ becomes "B is 120 s slower: generation +100 s, of which the tail +80 s".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rlscope.advice.finding import Severity
@@ -52,7 +53,9 @@ def _steps(doc: dict[str, Any]) -> str | None:
 
 
 def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
-    """Recent mean seconds of the phases the run timed in its recent steps, ``other`` and ``step_s``: an untimed
+    """Mean seconds a recent step of the phases the run timed in its recent steps, ``other`` and ``step_s``,
+    a step that did not time a phase counting 0 s of it (its time, if any, is in that step's other): so
+    the phases and other add up to the step, and their differences to the step's. An untimed
     phase's zero is no measurement, so it is left out (shown as n/a); so is ``other`` where no
     recent step has a step timer (the step is then the phases' sum, and other 0 by definition)."""
     rows = _get(doc, "phases", "seconds_per_step") or []
@@ -65,6 +68,21 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     logged = {*(timed or []), "step_s", *(() if summed else ("other",))}
     keys = [k for k in recent[0] if k in logged]
     return {k: sum((r.get(k) or 0.0) for r in recent) / len(recent) for k in keys}
+
+
+def _partly_timed(doc: dict[str, Any]) -> dict[str, int]:
+    """The phases the run timed in some of its recent steps but not all, and in how many."""
+    n = _recent_count(_get(doc, "run", "steps") or 0)
+    counts = _get(doc, "phases", "timed_recent") or {}
+    return {p: k for p, k in counts.items() if 0 < k < n}
+
+
+def _timed_means(doc: dict[str, Any], per_step: dict[str, float]) -> dict[str, float]:
+    """The rows' phase seconds: a phase timed in some recent steps only is the mean of those steps,
+    what it takes when it is timed, not that spread over steps that did not time it."""
+    n = _recent_count(_get(doc, "run", "steps") or 0)
+    partly = _partly_timed(doc)
+    return {p: v * n / partly[p] if p in partly else v for p, v in per_step.items()}
 
 
 def _by_change(pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
@@ -110,9 +128,10 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("findings (critical/warn/info)", "", _counts(a), _counts(b)),
     ]
     pa_, pb = _recent_phase_seconds(a), _recent_phase_seconds(b)
-    for phase in _by_change(pa_, pb):
-        if phase != "step_s" and (pa_.get(phase) or pb.get(phase)):
-            rows.append((f"  {phase}", "s", pa_.get(phase), pb.get(phase)))
+    ta, tb = _timed_means(a, pa_), _timed_means(b, pb)
+    for phase in _by_change(ta, tb):
+        if phase != "step_s" and (ta.get(phase) or tb.get(phase)):
+            rows.append((f"  {phase}", "s", ta.get(phase), tb.get(phase)))
     return {
         "schema": COMPARE_SCHEMA,
         "runs": [a["run"]["source"], b["run"]["source"]],
@@ -199,6 +218,22 @@ def _mfu_missing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [f"{name}'s whole-step MFU is n/a{need}" for name, need in needs.items() if need]
 
 
+def _partial_timing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Which phases a run timed in some of its recent steps only: the row is the mean of those
+    steps, while the step difference counts 0 s in the others (their time, if any, is in other)."""
+    out = []
+    for name, doc in (("A", a), ("B", b)):
+        partly = _partly_timed(doc)
+        if partly:
+            n = _recent_count(_get(doc, "run", "steps") or 0)
+            which = ", ".join(f"{p} in {k}" for p, k in sorted(partly.items()))
+            out.append(
+                f"{name} timed {which} of its {n} recent steps: the rows are the means of the steps that timed"
+                " them, the step difference counts 0 s in the others"
+            )
+    return out
+
+
 def _verdict(sa: float | None, sb: float | None) -> str:
     """B against A by step time, with the step sentence's 0.5% margin: within it they take as long."""
     if sa and sb and abs(sb - sa) < _SAME_STEP * sa:
@@ -213,7 +248,8 @@ def _counts(doc: dict[str, Any]) -> str:
 
 def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: dict[str, float]) -> list[str]:
     ha, hb = a["headline"], b["headline"]
-    out: list[str] = []
+    setup = _setup(a, b)  # first: what differs beside the phases is read before the step difference
+    out: list[str] = [setup] if setup else []
     sa, sb = ha["step_s"], hb["step_s"]
     untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
     # a run may have timed its validations or checkpoints only: none of those make a training step
@@ -257,9 +293,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             out.append(f"B's steps take as long as A's ({secs(sa)} against {secs(sb)}){detail}{bounds}")
         else:
             out.append(f"B's steps are {secs(abs(delta))} {word} than A's ({sb / sa - 1:+.0%}){detail}{bounds}")
-    setup = _setup(a, b)
-    if setup:
-        out.append(setup)
+    out.extend(_partial_timing(a, b))
     if ha["t_tail_s"] is not None and hb["t_tail_s"] is not None and ha["t_thr_s"] and hb["t_thr_s"]:
         dtail, dthr = hb["t_tail_s"] - ha["t_tail_s"], hb["t_thr_s"] - ha["t_thr_s"]
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
@@ -276,10 +310,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         out.append(" ".join(w for w in words if w))
     worst_a, worst_b = _worst(a), _worst(b)
     ids_a, ids_b = set(worst_a), set(worst_b)
-    if ids_b - ids_a:
-        out.append(f"only B: {', '.join(sorted(ids_b - ids_a))}")
-    if ids_a - ids_b:
-        out.append(f"only A: {', '.join(sorted(ids_a - ids_b))}")
+    out += _only("B", ids_b - ids_a, "A", a) + _only("A", ids_a - ids_b, "B", b)
     for word, sign in (("more", 1), ("less", -1)):
         moved = [
             f"{i} ({worst_a[i].value} -> {worst_b[i].value})"
@@ -290,6 +321,91 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
             out.append(f"{word} severe in B: {', '.join(moved)}")
     for name, doc in (("A", a), ("B", b)):  # what diagnose lists under "Read with warnings"
         out += [f"{name} was read with a warning: {w}" for w in doc["run"].get("warnings") or []]
+    return out
+
+
+def _has_timer(phase: str, recent_only: bool = True) -> Callable[[dict[str, Any]], bool]:
+    """Whether a run timed ``phase`` (in its recent steps, as most findings judge it): 0 s untimed judge nothing."""
+    return lambda doc: phase in (_get(doc, "phases", "logged_recent" if recent_only else "logged") or [])
+
+
+# what a finding is judged from, as the diagnose document shows it: a run without it could not have
+# raised the finding, so its absence there is no clean bill (why, in brackets)
+_EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "timing_s/gen": (_has_timer("gen"), "no timing_s/gen in its recent steps"),
+    "timing_s/gen over the run": (_has_timer("gen", recent_only=False), "no timing_s/gen"),
+    "timing_s/step": (
+        lambda doc: _get(doc, "headline", "step_s_basis") in ("step timer", "mixed"),
+        "no timing_s/step",
+    ),
+    "switching": (_has_timer("switching"), "no switching timer in its recent steps"),
+    "tail": (
+        lambda doc: _get(doc, "headline", "tail_share") is not None,
+        "no tail: no trajectories or response lengths",
+    ),
+    "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
+    "verl mfu": (lambda doc: bool(_get(doc, "mfu", "cross_check")), "no verl perf/mfu to check"),
+    "what-if": (lambda doc: _get(doc, "topology", "missing") is None, "no topology what-if"),
+    "split drift": (lambda doc: bool(_get(doc, "split_drift", "per_step")), "no per-step split model"),
+    "engines": (lambda doc: _get(doc, "engines", "load_unit") is not None, "no engine column"),
+    "weight sync": (lambda doc: _get(doc, "weight_sync", "bubble") is not None, "no weight-sync bubble"),
+    "staleness": (lambda doc: _get(doc, "staleness", "source") is not None, "no policy versions"),
+    "rewards": (lambda doc: doc.get("rewards") is not None, "no reward columns"),
+    "gpu samples": (lambda doc: doc.get("gpu_idle") is not None, "no NVML samples"),
+    "log-probs": (lambda doc: doc.get("logprob_mismatch") is not None, "no log-prob data"),
+    "histograms": (
+        lambda doc: _get(doc, "logprob_mismatch", "source") == "histogram",
+        "no log-prob histograms",
+    ),
+}
+# each catalogued finding id's evidence; those judged from step metrics the document does not
+# show (verl's idle ratios, reward scalars) are left out: their absence is taken as it reads
+_JUDGED_FROM = {
+    "generation-dominates": "timing_s/gen",
+    "generation-share-growing": "timing_s/gen over the run",
+    "untracked-time": "timing_s/step",
+    "stage-timers-overlap": "timing_s/step",
+    "switching-costly": "switching",
+    "long-tail-dominates": "tail",
+    "long-tail-growing": "tail",
+    "mfu-waterfall": "mfu",
+    "mfu-impossible": "mfu",
+    "mfu-cross-check-mismatch": "verl mfu",
+    "split-imbalanced": "what-if",
+    "separated-sync": "what-if",
+    "async-recommended": "what-if",
+    "split-drift": "split drift",
+    "engine-imbalanced": "engines",
+    "sync-bubble": "weight sync",
+    "staleness-high": "staleness",
+    "staleness-unexplained": "staleness",
+    "stale-drop-length-bias": "staleness",
+    "reward-source-failing": "rewards",
+    "reward-source-zero-collapse": "rewards",
+    "gpu-idle-in-training": "gpu samples",
+    "logprob-mismatch-high": "log-probs",
+    "moe-routing-flips": "histograms",
+    "is-clip-high": "histograms",
+}
+
+
+def _unjudged(doc: dict[str, Any], finding_id: str) -> str | None:
+    """Why the run could not have raised ``finding_id``, or None where it could (or no one can tell)."""
+    evidence = _JUDGED_FROM.get(finding_id)
+    if evidence is None:
+        return None
+    has, lacking = _EVIDENCE[evidence]
+    return None if has(doc) else lacking
+
+
+def _only(name: str, ids: set[str], other: str, other_doc: dict[str, Any]) -> list[str]:
+    """The findings only run ``name`` has: those the other run was clean of, and those it could not evaluate."""
+    why = {i: _unjudged(other_doc, i) for i in sorted(ids)}
+    clean = [i for i, reason in why.items() if reason is None]
+    unjudged = [f"{i} ({reason})" for i, reason in why.items() if reason is not None]
+    out = [f"only {name}: {', '.join(clean)}"] if clean else []
+    if unjudged:
+        out.append(f"only {name}, as {other} could not evaluate: {', '.join(unjudged)}")
     return out
 
 

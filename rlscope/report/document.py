@@ -204,6 +204,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "recent_shares": _recent_shares(d.anatomy.seconds),
             "logged": list(d.anatomy.logged),
             "logged_recent": list(d.anatomy.logged_recent),
+            "timed_recent": d.anatomy.timed_recent,
         },
         "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
         "mfu": {
