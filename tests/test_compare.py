@@ -666,3 +666,34 @@ def test_every_finding_id_says_what_it_is_judged_from():
 
     assert set(compare._JUDGED_FROM) | {"async-idle-imbalanced", "reward-no-signal"} == set(CATALOGUE)
     assert set(compare._JUDGED_FROM.values()) == set(compare._EVIDENCE)
+
+
+def _long_tail_run(tmp_path, name: str, meta: dict) -> str:
+    """4 steps of 200 s generation (its slowest 10% half of it) and a 30 s update: a run on
+    more than one GPU whose what-if finds async streaming worth it (async-recommended)."""
+    run = str(tmp_path / name)
+    with Recorder(run, meta=meta) as rec:
+        for step in range(4):
+            rec.log_step(step, {"timing_s/gen": 200.0, "timing_s/update_actor": 30.0, "timing_s/step": 230.0})
+            finish = [100.0 * (i + 1) / 9 for i in range(9)] + [200.0]
+            rec.log_trajectories(step, [{"traj_id": str(i), "finish_time": f} for i, f in enumerate(finish)])
+    return run
+
+
+def test_a_topology_finding_is_judged_by_what_the_run_could_model(tmp_path, capsys):
+    # one GPU cannot be split: the what-if has no async_streaming row, so async-recommended was not
+    # judged there, though the run has a model (topology.missing null)
+    eight = _long_tail_run(tmp_path, "eight", H100_8)
+    one = _long_tail_run(tmp_path, "one", {"gpu": {"type": "H100", "count": 1}})
+    explanations = _compared(capsys, [eight, one])[1]
+    assert "async-recommended" in _said(explanations, "only A, as B could not evaluate: ")
+    assert not [e for e in explanations if e.startswith("only A: ")]
+    # a colocated run (no topology in meta.json) is never separated_sync: clean of separated-sync,
+    # with or without a what-if (this one has no GPU count, so none)
+    bare = _long_tail_run(tmp_path, "bare", {})
+    separated = _long_tail_run(
+        tmp_path, "separated", H100_8 | {"topology": "separated_sync", "split": {"rollout": 4, "train": 4}}
+    )
+    explanations = _compared(capsys, [bare, separated])[1]
+    assert "separated-sync" in _said(explanations, "only B: ").removeprefix("only B: ").split(", ")
+    assert "separated-sync" not in _said(explanations, "only B, as A could not evaluate: ")

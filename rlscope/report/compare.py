@@ -329,6 +329,18 @@ def _has_timer(phase: str, recent_only: bool = True) -> Callable[[dict[str, Any]
     return lambda doc: phase in (_get(doc, "phases", "logged_recent" if recent_only else "logged") or [])
 
 
+def _pooled_what_if(kinds: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a run could judge a finding of runs of topology ``kinds`` on pools of a known split:
+    one of another topology is clean of it; one of them needs the what-if and its split."""
+
+    def judged(doc: dict[str, Any]) -> bool:
+        if _get(doc, "run", "topology") not in kinds:
+            return True
+        return _get(doc, "topology", "missing") is None and _get(doc, "run", "split") is not None
+
+    return judged
+
+
 # what a finding is judged from, as the diagnose document shows it: a run without it could not have
 # raised the finding, so its absence there is no clean bill (why, in brackets)
 _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
@@ -345,7 +357,22 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
     ),
     "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
     "verl mfu": (lambda doc: bool(_get(doc, "mfu", "cross_check")), "no verl perf/mfu to check"),
-    "what-if": (lambda doc: _get(doc, "topology", "missing") is None, "no topology what-if"),
+    # split-imbalanced and separated-sync are of runs on separate pools of a known split: a run on
+    # shared GPUs (colocated, colocate_async), or not separated_sync, is clean of them with no what-if
+    "split what-if": (
+        _pooled_what_if(("one_step_overlap", "separated_sync", "async_streaming")),
+        "no topology what-if of its split",
+    ),
+    "separated what-if": (_pooled_what_if(("separated_sync",)), "no topology what-if of its split"),
+    # async-recommended is of a run not yet async, judged against the async_streaming what-if row,
+    # which a run without a model, or on one GPU (which cannot be split), lacks
+    "async what-if": (
+        lambda doc: (
+            _get(doc, "run", "topology") == "async_streaming"
+            or any(r.get("topology") == "async_streaming" for r in _get(doc, "topology", "what_if") or [])
+        ),
+        "no async_streaming what-if: no topology model, or one GPU",
+    ),
     "split drift": (lambda doc: bool(_get(doc, "split_drift", "per_step")), "no per-step split model"),
     "engines": (lambda doc: _get(doc, "engines", "load_unit") is not None, "no engine column"),
     "weight sync": (lambda doc: _get(doc, "weight_sync", "bubble") is not None, "no weight-sync bubble"),
@@ -371,9 +398,9 @@ _JUDGED_FROM = {
     "mfu-waterfall": "mfu",
     "mfu-impossible": "mfu",
     "mfu-cross-check-mismatch": "verl mfu",
-    "split-imbalanced": "what-if",
-    "separated-sync": "what-if",
-    "async-recommended": "what-if",
+    "split-imbalanced": "split what-if",
+    "separated-sync": "separated what-if",
+    "async-recommended": "async what-if",
     "split-drift": "split drift",
     "engine-imbalanced": "engines",
     "sync-bubble": "weight sync",
