@@ -697,3 +697,34 @@ def test_a_topology_finding_is_judged_by_what_the_run_could_model(tmp_path, caps
     explanations = _compared(capsys, [bare, separated])[1]
     assert "separated-sync" in _said(explanations, "only B: ").removeprefix("only B: ").split(", ")
     assert "separated-sync" not in _said(explanations, "only B, as A could not evaluate: ")
+
+
+def test_a_run_with_verl_lag_means_only_could_not_evaluate_staleness(tmp_path, capsys):
+    # A's samples are 6 versions stale (p90 6, past the 4 of staleness-high); B logs only verl's
+    # per-step lag mean and max, which the document shows (staleness.source "verl") but no
+    # staleness finding is judged from
+    a = str(tmp_path / "a")
+    with Recorder(a, meta=H100_8) as rec:
+        for step in range(4):
+            rec.log_step(step, GEN_UPDATE | {"timing_s/step": 130.0})
+            rec.log_trajectories(
+                step,
+                [
+                    {
+                        "traj_id": str(i),
+                        "finish_time": 10.0 + i,
+                        "trainer_version": step + 6,
+                        "policy_version_start": step,
+                    }
+                    for i in range(10)
+                ],
+            )
+    lag = "training/off_policy/trajectory_staleness_worst/"
+    b = _timed_runs(
+        tmp_path / "b", [], [GEN_UPDATE | {"timing_s/step": 130.0, lag + "mean": 6.0, lag + "max": 6.0}] * 4
+    )[1]
+    explanations = _compared(capsys, [a, b])[1]
+    assert not [e for e in explanations if e.startswith("only A: ") and "staleness-high" in e]
+    assert "staleness-high (no trajectories' policy versions)" in _said(
+        explanations, "only A, as B could not evaluate: "
+    )

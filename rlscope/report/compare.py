@@ -376,7 +376,11 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
     "split drift": (lambda doc: bool(_get(doc, "split_drift", "per_step")), "no per-step split model"),
     "engines": (lambda doc: _get(doc, "engines", "load_unit") is not None, "no engine column"),
     "weight sync": (lambda doc: _get(doc, "weight_sync", "bubble") is not None, "no weight-sync bubble"),
-    "staleness": (lambda doc: _get(doc, "staleness", "source") is not None, "no policy versions"),
+    # verl's per-step lag means (source "verl") are shown, but no staleness finding is judged from them
+    "staleness": (
+        lambda doc: _get(doc, "staleness", "source") == "trajectories",
+        "no trajectories' policy versions",
+    ),
     "rewards": (lambda doc: doc.get("rewards") is not None, "no reward columns"),
     "gpu samples": (lambda doc: doc.get("gpu_idle") is not None, "no NVML samples"),
     "log-probs": (lambda doc: doc.get("logprob_mismatch") is not None, "no log-prob data"),
