@@ -1173,14 +1173,16 @@ def _left_in_pipe(read_end: int, writer: threading.Thread) -> bytes:
         time.sleep(0 if chunk else 0.01)
 
 
-def _signal_busy_import(tmp_path: Path, *signals: signal.Signals, gap: float = 0.0, **popen) -> tuple[bytes, int, int]:
-    """Import a pipe that a job floods with step lines, send ``signals`` (``gap`` seconds apart)
-    once it is under way; the import's output, the first step it left in the pipe and the last
-    step written to the pipe before the first signal (an import it stopped read no further)."""
+def _signal_busy_import(
+    tmp_path: Path, *signals: signal.Signals, gap: float = 0.0, sources: tuple[str, ...] = ("-",), **popen
+) -> tuple[bytes, int, int]:
+    """Import a pipe that a job floods with step lines (standard input, the first of ``sources``),
+    send ``signals`` (``gap`` seconds apart) once it is under way; the import's output, the first
+    step it left in the pipe and the last step written to the pipe before the first signal (an
+    import it stopped read no further)."""
     read_end, write_end = os.pipe()
-    child = subprocess.Popen(
-        _import_args(tmp_path, "--poll", "0.2"), stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen
-    )
+    args = _import_args(tmp_path, "--poll", "0.2", sources=sources)
+    child = subprocess.Popen(args, stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
     stop, written = threading.Event(), [0]
     writer = threading.Thread(target=_flood, args=(write_end, stop, written))
     writer.start()
@@ -1208,11 +1210,15 @@ def _lines_read(out: bytes) -> int:
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_a_signal_on_a_busy_followed_pipe_imports_every_line_read(tmp_path, how):
+@pytest.mark.parametrize("followed", [True, False], ids=["followed", "before-a-followed-file"])
+def test_a_signal_on_a_busy_pipe_imports_every_line_read(tmp_path, how, followed):
     # a job that never stops writing: the lines the import took from the pipe but had not parsed
     # when the signal came are imported too, so the steps written are those the summary counts
-    # and the pipe goes on with the next one
-    out, next_in_pipe, _ = _signal_busy_import(tmp_path, how)
+    # and the pipe goes on with the next one; so too for a pipe read (to its end) before the
+    # file that is followed, which the signal stops the import before
+    later = tmp_path / "later.log"
+    later.write_text("step:900000 - timing_s/step:1.0 - a/b:0\n")
+    out, next_in_pipe, _ = _signal_busy_import(tmp_path, how, sources=("-",) if followed else ("-", str(later)))
     read = _lines_read(out)
     assert b"stopped by interrupt; everything read so far was written" in out
     df = steps(tmp_path / "run")
@@ -1355,6 +1361,52 @@ def test_a_signal_during_the_first_write_of_a_followed_pipe_stops_it_cleanly(tmp
         os.close(read_end)
     assert child.returncode == 0 and err == b"", err[-600:]
     assert b"6 steps (1..6)" in out and b"stopped by interrupt; everything read so far was written" in out
+
+
+# the CLI, sending itself SIGTERM as the import of step 2 begins: a signal that comes there
+_SIGTERM_AS_STEP_2_IS_IMPORTED = """
+import os, signal, sys
+from rlscope.collectors.importers import StepSink
+
+add = StepSink.add
+
+def add_signalled(self, step, metrics, **kw):
+    if step == 2 and not add_signalled.fired:
+        add_signalled.fired = True
+        os.kill(os.getpid(), signal.SIGTERM)
+    return add(self, step, metrics, **kw)
+
+add_signalled.fired = False
+StepSink.add = add_signalled
+from rlscope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("source", ["file", "pipe"])
+@pytest.mark.parametrize("end", ["\n", ""], ids=["whole", "cut-off"])
+def test_a_signal_while_the_last_line_read_is_imported_waits_for_it(tmp_path, source, end):
+    # the last line read is imported when the input goes quiet (whole), or, cut off, once
+    # --max-seconds ends the follow: a signal then waits for its import (step 2 is written)
+    text = b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0 - a/b:2.0" + end.encode()
+    log = tmp_path / "x.log"
+    log.write_bytes(text)
+    run = tmp_path / "run"
+    where = "-" if source == "pipe" else str(log)
+    args = [sys.executable, "-c", _SIGTERM_AS_STEP_2_IS_IMPORTED, "import", "verl-log", where, "--out", str(run)]
+    args += ["--follow", "--poll", "0.05", "--max-seconds", "1"]
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if source == "pipe":
+        child.stdin.write(text)  # and left open: --max-seconds ends the follow
+        child.stdin.flush()
+    try:
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 0 and err == b"", err[-600:]
+    df = steps(run)
+    assert sorted(set(df.step)) == [1, 2] and value(df, 2, "timing_s/step") == 12.0
+    assert ("a/b" in set(df[df.step == 2].key)) == bool(end)  # cut off: its last field is left out
 
 
 def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
