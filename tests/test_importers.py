@@ -29,6 +29,7 @@ import pytest
 from rlscope import RunReader
 from rlscope.cli import main as cli
 from rlscope.collectors.importers import (
+    ImportSummary,
     StepSink,
     Tail,
     import_tensorboard,
@@ -66,6 +67,14 @@ def value(df: pd.DataFrame, step: int, key: str, attempt: int = 0) -> float:
     rows = df[(df.step == step) & (df.key == key) & (df.attempt == attempt)]
     assert len(rows) == 1, f"step {step} attempt {attempt} {key}: {len(rows)} rows"
     return float(rows.value.iloc[0])
+
+
+def import_lines(tmp_path: Path, *lines: str) -> tuple[ImportSummary, pd.DataFrame]:
+    """Import ``lines`` as one verl console log, strictly: the summary and the steps written."""
+    log = tmp_path / "console.log"
+    log.write_text("".join(f"{line}\n" for line in lines))
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    return summary, steps(tmp_path / "run")
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -426,14 +435,12 @@ def test_verl_0_1_final_validation_goes_under_the_step_that_logs_it(tmp_path):
     # verl <= 0.2 and TinyZero raise global_steps, print the final validation, then log it at the
     # next step: the value belongs to step 3 alone, not also to step 2 (which did not validate);
     # the console line rounds to 3 decimals, the printed dict keeps its digits
-    log = tmp_path / "fin.log"
-    log.write_text(
-        "(main_task pid=1) step:2 - timing_s/gen:5.041 - timing_s/step:8.858 - critic/score/mean:0.035\n"
-        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"\n"
-        "(main_task pid=1) step:3 - val/test_score/countdown:0.039\n"
+    summary, df = import_lines(
+        tmp_path,
+        "(main_task pid=1) step:2 - timing_s/gen:5.041 - timing_s/step:8.858 - critic/score/mean:0.035",
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"",
+        "(main_task pid=1) step:3 - val/test_score/countdown:0.039",
     )
-    summary = import_verl_log([log], tmp_path / "run", strict=True)
-    df = steps(tmp_path / "run")
     assert df[df.key == "val/test_score/countdown"][["step", "value"]].values.tolist() == [[3, 0.0390625]]
     assert summary.restarts == 0 and summary.skipped == {"duplicate_of_step_line": 1}
 
@@ -519,29 +526,25 @@ def test_a_stamped_config_dump_keeps_its_indentation(tmp_path, stamp):
 def test_a_final_validation_a_later_line_does_not_repeat_stays_at_the_last_step(tmp_path):
     # a validation-only line that repeats none of the dict is another validation, not the dict's
     # own line: no phantom restart at step 5
-    log = tmp_path / "jump.log"
-    log.write_text(
-        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.02\n"
-        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.035\n"
-        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.3125}\"\n"
-        "(main_task pid=1) step:5 - val/test_score/countdown:0.9\n"
+    summary, df = import_lines(
+        tmp_path,
+        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.02",
+        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.035",
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.3125}\"",
+        "(main_task pid=1) step:5 - val/test_score/countdown:0.9",
     )
-    summary = import_verl_log([log], tmp_path / "run", strict=True)
-    df = steps(tmp_path / "run")
     val = df[df.key == "val/test_score/countdown"]
     assert val[["step", "attempt", "value"]].values.tolist() == [[2, 0, 0.3125], [5, 0, 0.9]]
     assert summary.restarts == 0
 
 
 def test_printed_dicts_without_console_step_lines(tmp_path):
-    log = tmp_path / "wandb_only.log"
-    log.write_text(
-        "(TaskRunner pid=1) ('Initial validation metrics: {\\'val-core/a/acc/mean@1\\': 0.5}')\n"
-        "(TaskRunner pid=1) \"Final validation metrics: {'val-core/a/acc/mean@1': 0.9}\"\n"
-        "(TaskRunner pid=1) {'val-core/b/acc/mean@1': 0.25,\n"
+    summary, df = import_lines(
+        tmp_path,
+        "(TaskRunner pid=1) ('Initial validation metrics: {\\'val-core/a/acc/mean@1\\': 0.5}')",
+        "(TaskRunner pid=1) \"Final validation metrics: {'val-core/a/acc/mean@1': 0.9}\"",
+        "(TaskRunner pid=1) {'val-core/b/acc/mean@1': 0.25,",
     )
-    summary = import_verl_log([log], tmp_path / "run", strict=True)
-    df = steps(tmp_path / "run")
     assert value(df, 0, "val-core/a/acc/mean@1") == 0.5 and len(df) == 1
     assert summary.skipped == {"dict_without_step": 1, "unterminated_block": 1}
 
