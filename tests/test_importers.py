@@ -29,6 +29,7 @@ import pytest
 from rlscope import RunReader
 from rlscope.cli import main as cli
 from rlscope.collectors.importers import (
+    ImportSummary,
     StepSink,
     Tail,
     import_tensorboard,
@@ -66,6 +67,14 @@ def value(df: pd.DataFrame, step: int, key: str, attempt: int = 0) -> float:
     rows = df[(df.step == step) & (df.key == key) & (df.attempt == attempt)]
     assert len(rows) == 1, f"step {step} attempt {attempt} {key}: {len(rows)} rows"
     return float(rows.value.iloc[0])
+
+
+def import_lines(tmp_path: Path, *lines: str) -> tuple[ImportSummary, pd.DataFrame]:
+    """Import ``lines`` as one verl console log, strictly: the summary and the steps written."""
+    log = tmp_path / "console.log"
+    log.write_text("".join(f"{line}\n" for line in lines))
+    summary = import_verl_log([log], tmp_path / "run", strict=True)
+    return summary, steps(tmp_path / "run")
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -426,14 +435,12 @@ def test_verl_0_1_final_validation_goes_under_the_step_that_logs_it(tmp_path):
     # verl <= 0.2 and TinyZero raise global_steps, print the final validation, then log it at the
     # next step: the value belongs to step 3 alone, not also to step 2 (which did not validate);
     # the console line rounds to 3 decimals, the printed dict keeps its digits
-    log = tmp_path / "fin.log"
-    log.write_text(
-        "(main_task pid=1) step:2 - timing_s/gen:5.041 - timing_s/step:8.858 - critic/score/mean:0.035\n"
-        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"\n"
-        "(main_task pid=1) step:3 - val/test_score/countdown:0.039\n"
+    summary, df = import_lines(
+        tmp_path,
+        "(main_task pid=1) step:2 - timing_s/gen:5.041 - timing_s/step:8.858 - critic/score/mean:0.035",
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"",
+        "(main_task pid=1) step:3 - val/test_score/countdown:0.039",
     )
-    summary = import_verl_log([log], tmp_path / "run", strict=True)
-    df = steps(tmp_path / "run")
     assert df[df.key == "val/test_score/countdown"][["step", "value"]].values.tolist() == [[3, 0.0390625]]
     assert summary.restarts == 0 and summary.skipped == {"duplicate_of_step_line": 1}
 
@@ -519,29 +526,25 @@ def test_a_stamped_config_dump_keeps_its_indentation(tmp_path, stamp):
 def test_a_final_validation_a_later_line_does_not_repeat_stays_at_the_last_step(tmp_path):
     # a validation-only line that repeats none of the dict is another validation, not the dict's
     # own line: no phantom restart at step 5
-    log = tmp_path / "jump.log"
-    log.write_text(
-        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.02\n"
-        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.035\n"
-        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.3125}\"\n"
-        "(main_task pid=1) step:5 - val/test_score/countdown:0.9\n"
+    summary, df = import_lines(
+        tmp_path,
+        "(main_task pid=1) step:1 - timing_s/step:8.0 - critic/score/mean:0.02",
+        "(main_task pid=1) step:2 - timing_s/step:8.5 - critic/score/mean:0.035",
+        "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.3125}\"",
+        "(main_task pid=1) step:5 - val/test_score/countdown:0.9",
     )
-    summary = import_verl_log([log], tmp_path / "run", strict=True)
-    df = steps(tmp_path / "run")
     val = df[df.key == "val/test_score/countdown"]
     assert val[["step", "attempt", "value"]].values.tolist() == [[2, 0, 0.3125], [5, 0, 0.9]]
     assert summary.restarts == 0
 
 
 def test_printed_dicts_without_console_step_lines(tmp_path):
-    log = tmp_path / "wandb_only.log"
-    log.write_text(
-        "(TaskRunner pid=1) ('Initial validation metrics: {\\'val-core/a/acc/mean@1\\': 0.5}')\n"
-        "(TaskRunner pid=1) \"Final validation metrics: {'val-core/a/acc/mean@1': 0.9}\"\n"
-        "(TaskRunner pid=1) {'val-core/b/acc/mean@1': 0.25,\n"
+    summary, df = import_lines(
+        tmp_path,
+        "(TaskRunner pid=1) ('Initial validation metrics: {\\'val-core/a/acc/mean@1\\': 0.5}')",
+        "(TaskRunner pid=1) \"Final validation metrics: {'val-core/a/acc/mean@1': 0.9}\"",
+        "(TaskRunner pid=1) {'val-core/b/acc/mean@1': 0.25,",
     )
-    summary = import_verl_log([log], tmp_path / "run", strict=True)
-    df = steps(tmp_path / "run")
     assert value(df, 0, "val-core/a/acc/mean@1") == 0.5 and len(df) == 1
     assert summary.skipped == {"dict_without_step": 1, "unterminated_block": 1}
 
@@ -1173,14 +1176,16 @@ def _left_in_pipe(read_end: int, writer: threading.Thread) -> bytes:
         time.sleep(0 if chunk else 0.01)
 
 
-def _signal_busy_import(tmp_path: Path, *signals: signal.Signals, gap: float = 0.0, **popen) -> tuple[bytes, int, int]:
-    """Import a pipe that a job floods with step lines, send ``signals`` (``gap`` seconds apart)
-    once it is under way; the import's output, the first step it left in the pipe and the last
-    step written to the pipe before the first signal (an import it stopped read no further)."""
+def _signal_busy_import(
+    tmp_path: Path, *signals: signal.Signals, gap: float = 0.0, sources: tuple[str, ...] = ("-",), **popen
+) -> tuple[bytes, int, int]:
+    """Import a pipe that a job floods with step lines (standard input, the first of ``sources``),
+    send ``signals`` (``gap`` seconds apart) once it is under way; the import's output, the first
+    step it left in the pipe and the last step written to the pipe before the first signal (an
+    import it stopped read no further)."""
     read_end, write_end = os.pipe()
-    child = subprocess.Popen(
-        _import_args(tmp_path, "--poll", "0.2"), stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen
-    )
+    args = _import_args(tmp_path, "--poll", "0.2", sources=sources)
+    child = subprocess.Popen(args, stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
     stop, written = threading.Event(), [0]
     writer = threading.Thread(target=_flood, args=(write_end, stop, written))
     writer.start()
@@ -1208,11 +1213,15 @@ def _lines_read(out: bytes) -> int:
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_a_signal_on_a_busy_followed_pipe_imports_every_line_read(tmp_path, how):
+@pytest.mark.parametrize("followed", [True, False], ids=["followed", "before-a-followed-file"])
+def test_a_signal_on_a_busy_pipe_imports_every_line_read(tmp_path, how, followed):
     # a job that never stops writing: the lines the import took from the pipe but had not parsed
     # when the signal came are imported too, so the steps written are those the summary counts
-    # and the pipe goes on with the next one
-    out, next_in_pipe, _ = _signal_busy_import(tmp_path, how)
+    # and the pipe goes on with the next one; so too for a pipe read (to its end) before the
+    # file that is followed, which the signal stops the import before
+    later = tmp_path / "later.log"
+    later.write_text("step:900000 - timing_s/step:1.0 - a/b:0\n")
+    out, next_in_pipe, _ = _signal_busy_import(tmp_path, how, sources=("-",) if followed else ("-", str(later)))
     read = _lines_read(out)
     assert b"stopped by interrupt; everything read so far was written" in out
     df = steps(tmp_path / "run")
@@ -1270,14 +1279,16 @@ def test_a_second_signal_on_a_busy_followed_pipe_stops_at_once_keeping_what_was_
     assert 0 < len(rows) <= _lines_read(out) < next_in_pipe
 
 
-def test_an_ignored_ctrl_c_stays_ignored_while_following(tmp_path):
-    # a job started with "&" by a script ignores SIGINT: so does its import; SIGTERM still stops it
-    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
-    out, next_in_pipe, at_sigint = _signal_busy_import(
-        tmp_path, signal.SIGINT, signal.SIGTERM, gap=1.0, preexec_fn=ignore
-    )
+@pytest.mark.parametrize(
+    ("ignored", "other"), [(signal.SIGINT, signal.SIGTERM), (signal.SIGTERM, signal.SIGINT)], ids=["sigint", "sigterm"]
+)
+def test_an_ignored_signal_stays_ignored_while_following(tmp_path, ignored, other):
+    # a job started with "&" by a script ignores SIGINT, and a parent may start one ignoring
+    # SIGTERM: so does its import; the other signal still stops it
+    ignore = lambda: signal.signal(ignored, signal.SIG_IGN)  # noqa: E731
+    out, next_in_pipe, at_ignored = _signal_busy_import(tmp_path, ignored, other, gap=1.0, preexec_fn=ignore)
     read = _lines_read(out)
-    assert read > at_sigint  # it went on reading after SIGINT
+    assert read > at_ignored  # it went on reading after the ignored signal
     assert b"stopped by interrupt" in out and next_in_pipe == read + 1
     assert sorted(set(steps(tmp_path / "run").step)) == list(range(1, read + 1))
 
@@ -1355,6 +1366,52 @@ def test_a_signal_during_the_first_write_of_a_followed_pipe_stops_it_cleanly(tmp
         os.close(read_end)
     assert child.returncode == 0 and err == b"", err[-600:]
     assert b"6 steps (1..6)" in out and b"stopped by interrupt; everything read so far was written" in out
+
+
+# the CLI, sending itself SIGTERM as the import of step 2 begins: a signal that comes there
+_SIGTERM_AS_STEP_2_IS_IMPORTED = """
+import os, signal, sys
+from rlscope.collectors.importers import StepSink
+
+add = StepSink.add
+
+def add_signalled(self, step, metrics, **kw):
+    if step == 2 and not add_signalled.fired:
+        add_signalled.fired = True
+        os.kill(os.getpid(), signal.SIGTERM)
+    return add(self, step, metrics, **kw)
+
+add_signalled.fired = False
+StepSink.add = add_signalled
+from rlscope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("source", ["file", "pipe"])
+@pytest.mark.parametrize("end", ["\n", ""], ids=["whole", "cut-off"])
+def test_a_signal_while_the_last_line_read_is_imported_waits_for_it(tmp_path, source, end):
+    # the last line read is imported when the input goes quiet (whole), or, cut off, once
+    # --max-seconds ends the follow: a signal then waits for its import (step 2 is written)
+    text = b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0 - a/b:2.0" + end.encode()
+    log = tmp_path / "x.log"
+    log.write_bytes(text)
+    run = tmp_path / "run"
+    where = "-" if source == "pipe" else str(log)
+    args = [sys.executable, "-c", _SIGTERM_AS_STEP_2_IS_IMPORTED, "import", "verl-log", where, "--out", str(run)]
+    args += ["--follow", "--poll", "0.05", "--max-seconds", "1"]
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if source == "pipe":
+        child.stdin.write(text)  # and left open: --max-seconds ends the follow
+        child.stdin.flush()
+    try:
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 0 and err == b"", err[-600:]
+    df = steps(run)
+    assert sorted(set(df.step)) == [1, 2] and value(df, 2, "timing_s/step") == 12.0
+    assert ("a/b" in set(df[df.step == 2].key)) == bool(end)  # cut off: its last field is left out
 
 
 def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):

@@ -43,8 +43,9 @@ class Tail:
     poll_interval: float = 0.5
     max_seconds: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    # while the lines of a followed pipe's last read, or a followed file's line, are imported, or
-    # the import closes: an interrupt raised there would lose what was read, so one waits (``hold``)
+    # with --follow, from each read of any source until the next wait for input (the lines read
+    # are imported), and from the end of a source until the next is read or the import closes:
+    # an interrupt raised there would lose what was read, so one waits (``hold``)
     holding: bool = field(default=False, init=False)
     held: bool = field(default=False, init=False)
     interrupts: int = field(default=0, init=False)  # Ctrl-C and SIGTERM the CLI's handler passed to ``hold``
@@ -252,8 +253,12 @@ def _pipe_lines(stream: BinaryIO, name: str, decompress: str, tail: Tail, follow
     pieces = _Pieces()
     head: bytes | None = b""  # what was read before the input was judged; None once it is
     try:
-        # not followed: what the look at the input left buffered comes first
-        blocks = _followed(stream.fileno(), tail) if follow else iter(lambda: stream.read1(MAX_LINE_BYTES), b"")
+        if follow:
+            blocks = _followed(stream.fileno(), tail)
+        elif tail.follow:  # before the source followed: no look was made (nothing buffered), read held
+            blocks = _to_its_end(stream.fileno(), tail)
+        else:  # what the look at the input left buffered comes first
+            blocks = iter(lambda: stream.read1(MAX_LINE_BYTES), b"")
         for block in blocks:
             if head is not None:  # not judged yet
                 if block is not None:
@@ -291,6 +296,24 @@ def _judged(name: str, decompress: str, head: bytes, pieces: _Pieces) -> Iterato
     yield from pieces.add(head)
 
 
+def _to_its_end(fd: int, tail: Tail) -> Iterator[bytes]:
+    """Blocks read from ``fd`` until the input ends: a pipe read before the source that is
+    followed. ``tail`` holds an interrupt from a read until the next wait for input, as
+    :func:`_followed` does, and from the end on (the source's last lines are imported then)."""
+    try:
+        while True:
+            tail.release()
+            select.select([fd], [], [])  # a wait an interrupt ends at once
+            tail.holding = True  # before the read (which select says will not wait): the block is kept
+            block = os.read(fd, MAX_LINE_BYTES)
+            if not block:
+                return
+            yield block
+    except BaseException:
+        tail.holding = False
+        raise
+
+
 def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
     """Blocks read from ``fd`` as they come, ``None`` after a poll interval without any, until
     the input ends or ``tail`` says stop (then what is there is read one last time). Read in
@@ -298,7 +321,8 @@ def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
 
     From a read until the next wait for input, ``tail`` holds an interrupt: raised while the
     block's lines (hundreds, from a busy pipe) are parsed, it would lose those not yet parsed
-    and the one being parsed. It never waits on the input itself."""
+    and the one being parsed; so too after it ends (what is left, a cut-off line, is imported
+    then). It never waits on the input itself."""
     try:
         while True:
             tail.release()
@@ -309,6 +333,7 @@ def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
                     break
                 yield block
             elif not tail.should_stop():
+                tail.holding = True  # what the import does while it is quiet: the last line read's import
                 yield None
                 continue
             if tail.should_stop():  # checked after a read too: a busy pipe is never quiet
@@ -318,9 +343,10 @@ def _followed(fd: int, tail: Tail) -> Iterator[bytes | None]:
                     if block := os.read(fd, MAX_LINE_BYTES):
                         yield block
                 break
-        tail.release()
-    finally:
+        tail.holding = True  # the end: what is left (a cut-off line) is imported, and the import closes
+    except BaseException:
         tail.holding = False
+        raise
 
 
 _NOT_NUL = re.compile(rb"[^\0]")
@@ -402,17 +428,22 @@ def _file_lines(fh: BinaryIO, tail: Tail, follow: bool) -> Iterator[bytes | None
                 continue
             if not follow or draining:
                 break
+            tail.holding = guard  # what the import does while it is quiet: the last line read's import
             yield None
             if os.fstat(fh.fileno()).st_size < fh.tell():  # truncated in place: start over
                 fh.seek(0)
                 partial = b""
             try:
+                if guard:
+                    tail.release()
                 draining = not tail.wait()  # once told to stop, read what is there one last time
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM while following: the line begun is read as cut off
                 if partial:
                     yield partial
                 raise
-    finally:
+        tail.holding = guard  # the end: its cut-off line is imported, and the import closes (Tail.closing)
+        if partial:
+            yield partial
+    except BaseException:
         tail.holding = False
-    if partial:
-        yield partial
+        raise

@@ -22,9 +22,11 @@ docs/run-directory.md) and wins over what it does; a value the analyzers would t
 --follow keeps reading the last SOURCE as it grows (like tail -f; "-" too, when it is a file:
 "- < train.log"), writing new steps every few seconds, until Ctrl-C or SIGTERM (a pipe: or
 its end), which end the import normally (exit 0); a line still being written then is read as
-a cut-off last line (its last field left out, and counted). One that comes while a line of a
-followed file, or the lines of a followed pipe's ("-", <(cmd)) last read, are imported waits
-for them (a fraction of a second), as one does for the final write; a second one stops at once.
+a cut-off last line (its last field left out, and counted). One never waits for input, but
+waits for the import of the lines already read (a file's last line, a pipe's last read), for a
+write that makes (of up to 50,000 rows) and, at the end, for the final write: mostly a fraction
+of a second, seconds to a slow or remote RUN_DIR; a second one stops at once. A signal ignored
+when the import starts (Ctrl-C in a job started with "&") stays ignored.
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
 cannot be read; without it such lines are skipped, and counted in the summary.
 """
@@ -47,8 +49,9 @@ __all__ = ["main"]
 def _interrupts(tail: Tail) -> Iterator[None]:
     """Make SIGTERM stop a followed import like Ctrl-C does, and let either wait while the lines
     of a followed pipe's last read, or a followed file's line, are imported (``Tail.hold``), which an interrupt
-    raised in the middle would lose; a second one stops at once. Main thread only; a Ctrl-C
-    that is ignored (a job a script started with ``&``) or handled by someone else is left so."""
+    raised in the middle would lose; a second one stops at once. Main thread only; a signal
+    that is ignored (Ctrl-C in a job a script started with ``&``; SIGTERM, by the parent's
+    choice), or a Ctrl-C handled by someone else, is left so."""
     if not tail.follow or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -57,7 +60,7 @@ def _interrupts(tail: Tail) -> Iterator[None]:
         if not tail.hold():
             raise KeyboardInterrupt
 
-    signals = [signal.SIGTERM]
+    signals = [signal.SIGTERM] if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN else []
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signals.append(signal.SIGINT)
     previous = {sig: signal.signal(sig, interrupt) for sig in signals}
