@@ -39,6 +39,7 @@ from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
+from rlscope.exporter._state import _SourceRewards
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 from rlscope.trace.simulator import simulate
 from rlscope.trace.store import write_segment
@@ -586,6 +587,31 @@ def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_
     assert redo[17][2] == 1.0
     # the baseline: steps 1-15 and the redone 17-20, all half zeros (16 held out with the collapse)
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
+@pytest.mark.parametrize("scored", [10, 0])
+def test_a_resume_takes_out_of_a_source_s_baseline_only_what_went_into_it(scored):
+    # a source scored on even steps only: 2-10 leave the window (into the baseline), 12-20 are in it;
+    # samples of step 11, scored half zeros, are read late (a late writer); the run then resumes from
+    # the checkpoint of step 10, so 11-20 are the crashed attempt's. The baseline is steps 2-10 again:
+    # 5 steps with scores, 5 x `scored` samples, half of them zeros (with scored=0, all errors: none)
+    rewards = _SourceRewards()
+
+    def counts(n: int, ok: int) -> np.ndarray:  # [trajectories, scored, reward sum, zeros, errors]
+        return np.array([n, ok, ok / 2, ok / 2, n - ok], dtype=float)
+
+    for step in range(2, 21, 2):
+        rewards.add(step, counts(10, scored))
+    rewards.add(11, counts(4, 4))
+    rewards.forget(set(range(11, 21)))
+    assert rewards.base_steps == (5 if scored else 0)
+    assert rewards.base_scored == 5 * scored
+    assert rewards.base_zeros == 5 * scored / 2
+    # the redo: 11 and 12-20 again, 10 steps with scores half zeros; 11 leaves the window and is counted
+    for step in range(11, 21):
+        rewards.add(step, counts(10, 10))
+    assert rewards.base_steps == (5 if scored else 0) + 5
+    assert rewards.gauges(0)["rlscope_reward_zero_ratio_baseline"] == 0.5
 
 
 def test_a_source_of_few_samples_a_step_holds_no_chance_zero_steps_out_of_its_baseline(tmp_path):

@@ -125,11 +125,15 @@ class _SourceRewards:
             if not held:
                 self._to_baseline(counts, new_step=old[1] <= 0 < old[1] + counts[1])
             self.left[step] = (old + counts, held)
-        else:  # older than the window: into the baseline, as diagnose counts it; no new step (a step
-            # this old had most likely scored before, and counting each late piece again would serve
-            # a baseline of too few steps; a step that had not is left uncounted, which only delays it)
-            self._to_baseline(counts, new_step=False)
-            if self.left and step > min(self.left):
+        else:  # older than the window: into the baseline, as diagnose counts it. A step among those
+            # that left last, not one of them, never was in the window (or was forgotten): it is no
+            # step of the baseline yet, so it is one now, and is kept with them, so that forget()
+            # takes out of the baseline exactly what went in. An older one is no new step (it had
+            # most likely scored before, and counting each late piece again would serve a baseline
+            # of more steps than it has; one that had not is left uncounted, which only delays it)
+            among = bool(self.left) and step > min(self.left)
+            self._to_baseline(counts, new_step=among and counts[1] > 0)
+            if among:
                 self._keep_left(step, counts.copy(), held=False)
         while len(self.recent) > REWARD_WINDOW_STEPS:
             oldest = min(self.recent)
