@@ -286,12 +286,15 @@ def test_a_run_without_a_jobs_table_starts_when_meta_json_was_written_until_its_
     assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
 
 
-def test_a_jobs_table_with_no_time_leaves_a_first_step_timed_from_meta_json(tmp_path):
-    # a job start logged with no time (NaN) says nothing of when the job started: a run that hangs
-    # in its first step is still timed from when meta.json was written (two hours ago), not never
+@pytest.mark.parametrize("bad", [math.nan, time.time() * 1000], ids=["nan", "milliseconds"])
+def test_a_jobs_table_with_no_time_leaves_a_first_step_timed_from_meta_json(tmp_path, bad):
+    # a job start written with no time (NaN), or in the future (milliseconds), by a writer other than
+    # the Recorder (which records its call's time instead) says nothing of when the job started: a run
+    # that hangs in its first step is still timed from when meta.json was written (two hours ago), not never
     path, written = tmp_path / "run", time.time() - 7200
-    with Recorder(path, {"topology": "colocated"}) as rec:
-        rec.log_job_start(math.nan)
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_jobs(path, [bad], 0)
     os.utime(path / "meta.json", (written, written))
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == pytest.approx(written)
@@ -341,6 +344,24 @@ def test_a_resumed_job_is_timed_from_its_first_start_since_the_last_step(tmp_pat
     assert _value(registry, "rlscope_last_step") == 8.0
     _write_jobs(path, [t0 + 4000, t0 + 3300], 5)  # and an older one read late
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 4000
+
+
+def test_a_job_start_in_the_future_holds_off_no_alert(tmp_path):
+    # steps 1-10 a minute apart, the last 10 minutes ago; a writer logs its job's start in milliseconds,
+    # another on a host an hour ahead: served, either would stop the stall clock (now - start < 0) and
+    # the GPU-idle alert until a step came after it (milliseconds: never)
+    path, now = tmp_path / "run", time.time()
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    t0 = now - 1200
+    _write_steps(path, [(s, 0, t0 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    _write_jobs(path, [now * 1000, now + 3600], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 600
+    # a start up to a minute ahead (clock skew) is served; the future ones still count for nothing
+    _write_jobs(path, [now + 30], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == now + 30
 
 
 def test_a_job_start_before_its_validation_leaves_the_clock_to_it_until_the_job_restarts(tmp_path):

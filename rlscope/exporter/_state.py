@@ -38,7 +38,7 @@ from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
-from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
+from rlscope.trace.schema import JOB_START_SKEW_SECONDS, LOGPROB_BIN_EDGES, STEPS, whole_histograms
 from rlscope.trace.store import META_FILE, read_meta, require_directory
 
 __all__ = [
@@ -265,7 +265,7 @@ class RunState:
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
         self._job_starts: list[float] = []  # the first job starts logged since the last training step
-        self._jobs_logged = False  # the run has a jobs table: meta.json's time is no job's start
+        self._first_job = math.inf  # the earliest job start read: from then meta.json's time is no job's start
         self._meta_time = math.nan  # when meta.json was last written: every process's Recorder writes it
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
@@ -399,19 +399,23 @@ class RunState:
         after it (-inf before either)."""
         return max(self._trained(), self._validated)
 
-    def _job_start(self) -> float:
+    def _job_start(self, now: float) -> float:
         """When the job that has logged no step yet started: the first job start logged since the
         run's last training step, unless that job's own validation came after it. A later start (a
         driver that restarts again and again without a step) does not restart the stall clock,
         nor does the validation each restart may log (verl's ``val_before_train``): two starts
-        without a training step between them are a job that failed once already. NaN when there
-        is none. A run without a jobs table (an older rlscope's) has meta.json's time instead,
-        before its first step or validation only: every process's Recorder rewrites meta.json as
-        it opens, so after a step it would restart the clock of a run whose actors crash-loop."""
-        if self._jobs_logged:
-            starts = self._job_starts
-            return starts[0] if len(starts) > 1 or (starts and starts[0] > self._validated) else math.nan
-        return self._meta_time if self._progress() == -math.inf else math.nan
+        without a training step between them are a job that failed once already. A start later
+        than ``now`` (the scrape) by more than ``JOB_START_SKEW_SECONDS`` is a wrong clock: it
+        counts only once ``now`` gets there, as it would hold the stall and GPU-idle alerts off
+        until then. NaN when there is none. A run without a jobs table (an older rlscope's) has
+        meta.json's time instead, before its first step or validation only: every process's
+        Recorder rewrites meta.json as it opens, so after a step it would restart the clock of a
+        run whose actors crash-loop."""
+        latest = now + JOB_START_SKEW_SECONDS
+        if self._first_job > latest:
+            return self._meta_time if self._progress() == -math.inf else math.nan
+        starts = [t for t in self._job_starts if t <= latest]
+        return starts[0] if len(starts) > 1 or (starts and starts[0] > self._validated) else math.nan
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -596,14 +600,15 @@ class RunState:
     def _ingest_jobs(self, rows: pa.Table) -> None:
         """Keep the job starts logged since the run's last training step (the first
         ``_RECORDS``: a job restarting more often without a step is timed from its first). A start
-        with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table."""
+        with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table
+        (nor is one of none but starts in the future, until they are served: see :meth:`_job_start`)."""
         if rows.num_rows == 0:
             return
         when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
         when = when[np.isfinite(when)]
         if when.size == 0:
             return
-        self._jobs_logged = True
+        self._first_job = min(self._first_job, float(when.min()))
         later = when[when > self._trained()]
         self._job_starts = sorted([*self._job_starts, *later.tolist()])[:_RECORDS]
 
@@ -780,7 +785,7 @@ class RunState:
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
         if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
             out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
-        started = self._job_start()
+        started = self._job_start(time.time())
         if math.isfinite(started):
             out.append(("rlscope_job_start_timestamp_seconds", (), started))
         median = self._median_step_seconds()
