@@ -364,6 +364,59 @@ def test_a_job_start_in_the_future_holds_off_no_alert(tmp_path):
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == now + 30
 
 
+def test_a_relaunch_long_after_a_stalled_job_gets_its_own_clock_a_crash_loop_keeps_its_first(tmp_path):
+    # steps of 60 s (limit of a job with no step: max(1 h, 4 x 60 s) = 1 h; a relaunch gap of 1 h and
+    # twice the alert's 5 minutes = 70 min); after the last step a job starts at t0 and never steps
+    path, t0 = tmp_path / "run", time.time() - 8 * 3600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 - 660 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    registry, _ = _registry(path)
+    served = []
+    # a crash loop restarting every 20 minutes, then every 65 (slow restarts, still under 70 min): one clock
+    for seq, start in enumerate((0, 1200, 2400, 3600, 7500, 11400), 1):
+        _write_jobs(path, [t0 + start], seq)
+        served.append(_value(registry, "rlscope_job_start_timestamp_seconds"))
+    assert served == [t0] * 6
+    # the job is left stalled (paged); relaunched 71 minutes after the last start: its own clock
+    _write_jobs(path, [t0 + 11400 + 4260], 7)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 15660
+    # which its own restarts keep (its warm-up crashed twice), as a fresh exporter serves it too
+    _write_jobs(path, [t0 + 15660 + 600, t0 + 15660 + 1200], 8)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 15660
+    assert _value(_registry(path)[0], "rlscope_job_start_timestamp_seconds") == t0 + 15660
+
+
+def test_a_relaunch_after_a_crash_loop_of_hundreds_of_restarts_gets_its_own_clock(tmp_path):
+    # after the last step a driver restarts every 10 s for an hour (360 starts, more than are kept),
+    # stalls; 2 hours after its last restart it is relaunched
+    path, t0 = tmp_path / "run", time.time() - 8 * 3600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 - 660 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    registry, _ = _registry(path)
+    _write_jobs(path, [t0 + 10.0 * i for i in range(360)], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0
+    relaunch = t0 + 3590 + 7200
+    _write_jobs(path, [relaunch], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == relaunch
+    assert _value(_registry(path)[0], "rlscope_job_start_timestamp_seconds") == relaunch
+
+
+def test_a_run_of_long_steps_relaunches_on_its_own_limit(tmp_path):
+    # steps of 40 minutes: a job with no step is stalled after 4 x 40 min = 160 min, so a start 2 h
+    # after the one before is a restart of the same stalled attempt, 171 minutes a relaunch
+    path, t0 = tmp_path / "run", time.time() - 8 * 3600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 - 2400 * (4 - s), "timing_s/step", 2400.0) for s in range(1, 4)], 1)
+    registry, _ = _registry(path)
+    _write_jobs(path, [t0 + 60, t0 + 60 + 7200], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 60
+    _write_jobs(path, [t0 + 60 + 7200 + 171 * 60], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 60 + 7200 + 171 * 60
+
+
 def test_a_job_start_before_its_validation_leaves_the_clock_to_it_until_the_job_restarts(tmp_path):
     # a resume with val_before_train: the job starts, then validates the checkpoint step on its own
     path, t0 = tmp_path / "run", time.time() - 7200

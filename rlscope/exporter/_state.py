@@ -69,6 +69,15 @@ _RECORDS = 256  # the newest step records (log calls) kept to tell when the run 
 _LOGPROB_ROWS = 1024  # rows of the histogram's step kept apart (to leave out a crashed attempt's)
 GPU_STALE_SECONDS = 300.0
 
+# The stall rule as rules/ sets it (a test keeps them equal): a job that has logged no step is
+# stalled after the first-step limit, or factor x the run's median step where longer, and the
+# alert fires 5 minutes on. A job start more than that limit and twice the alert's "for" after
+# the one before it begins a new stall clock (a relaunch after a stall): the job before had been
+# stalled for longer than the alert takes to fire, evaluated each minute, so it paged.
+STALL_FIRST_STEP_SECONDS = 3600.0
+STALL_STEP_FACTOR = 4.0
+STALL_FOR_SECONDS = 300.0
+
 # Label caps: beyond these, new values share the "__other__" label.
 MAX_SOURCES = 50
 MAX_ERROR_CODES = 20
@@ -404,18 +413,35 @@ class RunState:
         run's last training step, unless that job's own validation came after it. A later start (a
         driver that restarts again and again without a step) does not restart the stall clock,
         nor does the validation each restart may log (verl's ``val_before_train``): two starts
-        without a training step between them are a job that failed once already. A start later
-        than ``now`` (the scrape) by more than ``JOB_START_SKEW_SECONDS`` is a wrong clock: it
-        counts only once ``now`` gets there, as it would hold the stall and GPU-idle alerts off
-        until then. NaN when there is none. A run without a jobs table (an older rlscope's) has
-        meta.json's time instead, before its first step or validation only: every process's
-        Recorder rewrites meta.json as it opens, so after a step it would restart the clock of a
-        run whose actors crash-loop."""
+        without a training step between them are a job that failed once already. Unless it comes
+        more than the relaunch gap (:meth:`_relaunch_seconds`) after the start before it: the
+        jobs before had been stalled long enough to page, and this one (a relaunch) gets its own
+        clock. A start later than ``now`` (the scrape) by more than ``JOB_START_SKEW_SECONDS`` is
+        a wrong clock: it counts only once ``now`` gets there, as it would hold the stall and
+        GPU-idle alerts off until then. NaN when there is none. A run without a jobs table (an
+        older rlscope's) has meta.json's time instead, before its first step or validation only:
+        every process's Recorder rewrites meta.json as it opens, so after a step it would restart
+        the clock of a run whose actors crash-loop."""
         latest = now + JOB_START_SKEW_SECONDS
         if self._first_job > latest:
             return self._meta_time if self._progress() == -math.inf else math.nan
         starts = [t for t in self._job_starts if t <= latest]
+        gap = self._relaunch_seconds()
+        first = max((i for i in range(1, len(starts)) if starts[i] - starts[i - 1] > gap), default=0)
+        starts = starts[first:]
         return starts[0] if len(starts) > 1 or (starts and starts[0] > self._validated) else math.nan
+
+    def _relaunch_seconds(self) -> float:
+        """How long after the job start before it a start begins a new stall clock: the stall limit
+        of a job that has logged no step (the first-step limit, or the run's own where longer) and
+        twice the alert's ``for``, so that the job before had been firing a while."""
+        median = self._median_step_seconds()
+        limit = (
+            STALL_FIRST_STEP_SECONDS
+            if math.isnan(median)
+            else max(STALL_FIRST_STEP_SECONDS, STALL_STEP_FACTOR * median)
+        )
+        return limit + 2 * STALL_FOR_SECONDS
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -598,9 +624,9 @@ class RunState:
             del self._gpus[key]
 
     def _ingest_jobs(self, rows: pa.Table) -> None:
-        """Keep the job starts logged since the run's last training step (the first
-        ``_RECORDS``: a job restarting more often without a step is timed from its first). A start
-        with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table
+        """Keep the job starts logged since the run's last training step (``_RECORDS`` of them: a
+        job restarting more often without a step keeps those that tell where a new stall clock
+        begins, see :func:`_thin_starts`). A start with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table
         (nor is one of none but starts in the future, until they are served: see :meth:`_job_start`)."""
         if rows.num_rows == 0:
             return
@@ -610,7 +636,10 @@ class RunState:
             return
         self._first_job = min(self._first_job, float(when.min()))
         later = when[when > self._trained()]
-        self._job_starts = sorted([*self._job_starts, *later.tolist()])[:_RECORDS]
+        starts = sorted([*self._job_starts, *later.tolist()])
+        if len(starts) > _RECORDS:
+            starts = _thin_starts(starts, STALL_FIRST_STEP_SECONDS + 2 * STALL_FOR_SECONDS)[-_RECORDS:]
+        self._job_starts = starts
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
         rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
@@ -864,6 +893,17 @@ def _capped(raw: pd.Series, cap: LabelCap) -> pd.Series:
     """Labels for a column of raw values, each distinct value sanitised and capped once."""
     raw = raw.astype(object).where(raw.notna(), "")
     return raw.map({value: cap(value) for value in raw.unique()})
+
+
+def _thin_starts(starts: list[float], gap: float) -> list[float]:
+    """``starts`` (sorted) without each one whose neighbours left are ``gap`` apart or less: no
+    relaunch gap is shorter, so the same starts begin a new stall clock without it, and the first
+    and last of each clock's starts are kept."""
+    kept = starts[:1]
+    for i in range(1, len(starts) - 1):
+        if starts[i + 1] - kept[-1] > gap:
+            kept.append(starts[i])
+    return kept + starts[1:][-1:]
 
 
 def _keep_last(by_step: dict[int, Any], n: int) -> None:
