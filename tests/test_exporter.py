@@ -39,6 +39,7 @@ from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
+from rlscope.exporter._state import _SourceRewards
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 from rlscope.trace.simulator import simulate
 from rlscope.trace.store import write_segment
@@ -296,12 +297,15 @@ def test_a_run_without_a_jobs_table_starts_when_meta_json_was_written_until_its_
     assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
 
 
-def test_a_jobs_table_with_no_time_leaves_a_first_step_timed_from_meta_json(tmp_path):
-    # a job start logged with no time (NaN) says nothing of when the job started: a run that hangs
-    # in its first step is still timed from when meta.json was written (two hours ago), not never
+@pytest.mark.parametrize("bad", [math.nan, time.time() * 1000], ids=["nan", "milliseconds"])
+def test_a_jobs_table_with_no_time_leaves_a_first_step_timed_from_meta_json(tmp_path, bad):
+    # a job start written with no time (NaN), or in the future (milliseconds), by a writer other than
+    # the Recorder (which records its call's time instead) says nothing of when the job started: a run
+    # that hangs in its first step is still timed from when meta.json was written (two hours ago), not never
     path, written = tmp_path / "run", time.time() - 7200
-    with Recorder(path, {"topology": "colocated"}) as rec:
-        rec.log_job_start(math.nan)
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_jobs(path, [bad], 0)
     os.utime(path / "meta.json", (written, written))
     registry, _ = _registry(path)
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == pytest.approx(written)
@@ -351,6 +355,77 @@ def test_a_resumed_job_is_timed_from_its_first_start_since_the_last_step(tmp_pat
     assert _value(registry, "rlscope_last_step") == 8.0
     _write_jobs(path, [t0 + 4000, t0 + 3300], 5)  # and an older one read late
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 4000
+
+
+def test_a_job_start_in_the_future_holds_off_no_alert(tmp_path):
+    # steps 1-10 a minute apart, the last 10 minutes ago; a writer logs its job's start in milliseconds,
+    # another on a host an hour ahead: served, either would stop the stall clock (now - start < 0) and
+    # the GPU-idle alert until a step came after it (milliseconds: never)
+    path, now = tmp_path / "run", time.time()
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    t0 = now - 1200
+    _write_steps(path, [(s, 0, t0 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    _write_jobs(path, [now * 1000, now + 3600], 1)
+    registry, _ = _registry(path)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") is None
+    assert _value(registry, "rlscope_last_step_timestamp_seconds") == t0 + 600
+    # a start up to a minute ahead (clock skew) is served; the future ones still count for nothing
+    _write_jobs(path, [now + 30], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == now + 30
+
+
+def test_a_relaunch_long_after_a_stalled_job_gets_its_own_clock_a_crash_loop_keeps_its_first(tmp_path):
+    # steps of 60 s (limit of a job with no step: max(1 h, 4 x 60 s) = 1 h; a relaunch gap of 1 h and
+    # twice the alert's 5 minutes = 70 min); after the last step a job starts at t0 and never steps
+    path, t0 = tmp_path / "run", time.time() - 8 * 3600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 - 660 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    registry, _ = _registry(path)
+    served = []
+    # a crash loop restarting every 20 minutes, then every 65 (slow restarts, still under 70 min): one clock
+    for seq, start in enumerate((0, 1200, 2400, 3600, 7500, 11400), 1):
+        _write_jobs(path, [t0 + start], seq)
+        served.append(_value(registry, "rlscope_job_start_timestamp_seconds"))
+    assert served == [t0] * 6
+    # the job is left stalled (paged); relaunched 71 minutes after the last start: its own clock
+    _write_jobs(path, [t0 + 11400 + 4260], 7)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 15660
+    # which its own restarts keep (its warm-up crashed twice), as a fresh exporter serves it too
+    _write_jobs(path, [t0 + 15660 + 600, t0 + 15660 + 1200], 8)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 15660
+    assert _value(_registry(path)[0], "rlscope_job_start_timestamp_seconds") == t0 + 15660
+
+
+def test_a_relaunch_after_a_crash_loop_of_hundreds_of_restarts_gets_its_own_clock(tmp_path):
+    # after the last step a driver restarts every 10 s for an hour (360 starts, more than are kept),
+    # stalls; 2 hours after its last restart it is relaunched
+    path, t0 = tmp_path / "run", time.time() - 8 * 3600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 - 660 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    registry, _ = _registry(path)
+    _write_jobs(path, [t0 + 10.0 * i for i in range(360)], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0
+    relaunch = t0 + 3590 + 7200
+    _write_jobs(path, [relaunch], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == relaunch
+    assert _value(_registry(path)[0], "rlscope_job_start_timestamp_seconds") == relaunch
+
+
+def test_a_run_of_long_steps_relaunches_on_its_own_limit(tmp_path):
+    # steps of 40 minutes: a job with no step is stalled after 4 x 40 min = 160 min, so a start 2 h
+    # after the one before is a restart of the same stalled attempt, 171 minutes a relaunch
+    path, t0 = tmp_path / "run", time.time() - 8 * 3600
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, t0 - 2400 * (4 - s), "timing_s/step", 2400.0) for s in range(1, 4)], 1)
+    registry, _ = _registry(path)
+    _write_jobs(path, [t0 + 60, t0 + 60 + 7200], 1)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 60
+    _write_jobs(path, [t0 + 60 + 7200 + 171 * 60], 2)
+    assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0 + 60 + 7200 + 171 * 60
 
 
 def test_a_job_start_before_its_validation_leaves_the_clock_to_it_until_the_job_restarts(tmp_path):
@@ -597,6 +672,31 @@ def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_
     assert redo[17][2] == 1.0
     # the baseline: steps 1-15 and the redone 17-20, all half zeros (16 held out with the collapse)
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
+
+
+@pytest.mark.parametrize("scored", [10, 0])
+def test_a_resume_takes_out_of_a_source_s_baseline_only_what_went_into_it(scored):
+    # a source scored on even steps only: 2-10 leave the window (into the baseline), 12-20 are in it;
+    # samples of step 11, scored half zeros, are read late (a late writer); the run then resumes from
+    # the checkpoint of step 10, so 11-20 are the crashed attempt's. The baseline is steps 2-10 again:
+    # 5 steps with scores, 5 x `scored` samples, half of them zeros (with scored=0, all errors: none)
+    rewards = _SourceRewards()
+
+    def counts(n: int, ok: int) -> np.ndarray:  # [trajectories, scored, reward sum, zeros, errors]
+        return np.array([n, ok, ok / 2, ok / 2, n - ok], dtype=float)
+
+    for step in range(2, 21, 2):
+        rewards.add(step, counts(10, scored))
+    rewards.add(11, counts(4, 4))
+    rewards.forget(set(range(11, 21)))
+    assert rewards.base_steps == (5 if scored else 0)
+    assert rewards.base_scored == 5 * scored
+    assert rewards.base_zeros == 5 * scored / 2
+    # the redo: 11 and 12-20 again, 10 steps with scores half zeros; 11 leaves the window and is counted
+    for step in range(11, 21):
+        rewards.add(step, counts(10, 10))
+    assert rewards.base_steps == (5 if scored else 0) + 5
+    assert rewards.gauges(0)["rlscope_reward_zero_ratio_baseline"] == 0.5
 
 
 def test_a_source_of_few_samples_a_step_holds_no_chance_zero_steps_out_of_its_baseline(tmp_path):

@@ -26,6 +26,7 @@ from rlscope.advice import thresholds
 from rlscope.advice.catalogue import CATALOGUE
 from rlscope.analyzers import analyze_run
 from rlscope.exporter import METRICS, RLScopeCollector
+from rlscope.exporter._state import STALL_FIRST_STEP_SECONDS, STALL_FOR_SECONDS, STALL_STEP_FACTOR
 from rlscope.trace.store import write_segment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def _stalled(run: str, minutes: int) -> dict:
     """RLScopeRunStalled of ``run`` firing at ``minutes`` (its "for" begun 5 minutes before)."""
     labels = {"alertname": "RLScopeRunStalled", "alertstate": "firing", "instance": "i", "job": "rlscope", "run": run}
     alerts = "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in {**labels, "severity": "critical"}.items()) + "}"
-    expr = 'ALERTS{alertname="RLScopeRunStalled",alertstate="firing"}'
+    expr = f'ALERTS{{alertname="RLScopeRunStalled",alertstate="firing",run="{run}"}}'
     return {"expr": expr, "eval_time": f"{minutes}m", "exp_samples": [{"labels": alerts, "value": 1}]}
 
 
@@ -263,6 +264,59 @@ def test_a_resumed_job_s_warm_up_does_not_page_and_its_restarts_do_not_restart_t
     silent += [_silent("RLScopeGPUIdleInTraining", m) for m in (30, 60)]
     done = _promtool_test(tmp_path, series, {"alert_rule_test": silent, "promql_expr_test": [_stalled("resumed", 71)]})
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _stopped_at_zero(run: Path) -> None:
+    """Steps 1-10 of ``run`` a minute apart (timing_s/step 60 s), the last at minute 0, as promtool times them."""
+    with Recorder(run, meta={"gpu_count": 8}) as rec:
+        for step in range(1, 11):
+            rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/step": 60.0})
+    table = RunReader(run).read("steps")  # logged now: moved to a minute apart, ending at 0
+    times = [60.0 * (s - 10) for s in table.column("step").to_pylist()]
+    shutil.rmtree(run / "steps")
+    write_segment(run, "steps", table.set_column(2, "time", pa.array(times, pa.float64())), writer_id="w", seq=1)
+
+
+def _starts(run: Path, minutes: list[int]) -> dict[int, Callable[[], None]]:
+    """Writes of a job start at each minute given, each just before that minute's scrape."""
+
+    def start(when: float) -> Callable[[], None]:
+        return lambda: write_segment(run, "jobs", pa.table({"time": [when]}), writer_id="d", seq=int(when))
+
+    return {m: start(60.0 * m) for m in minutes}
+
+
+@needs_promtool
+def test_a_relaunch_after_a_stall_gets_its_warm_up_and_a_slow_crash_loop_still_pages(tmp_path):
+    # both stop at 0 (steps of 60 s: a job with no step is stalled after 1 h, a start 70 min after the
+    # one before is a relaunch). "relaunched": a job starts at 5m and hangs, stalled from 65m, paging
+    # from 71m; someone relaunches it at 130m: its warm-up is timed from then (silent until its own
+    # hour is up, paging again from 196m), its GPUs idle by design meanwhile. "crashloop": its driver
+    # restarts every 64 minutes (5m, 69m, 133m), never stepping: one clock, paging from 71m on
+    relaunched, crashloop = tmp_path / "relaunched", tmp_path / "crashloop"
+    _stopped_at_zero(relaunched)
+    _stopped_at_zero(crashloop)
+    series = _served_clock(relaunched, _starts(relaunched, [5, 130]), 200)
+    series += _served_clock(crashloop, _starts(crashloop, [5, 69, 133]), 200)
+    gpu = 'rlscope_gpu_utilization_ratio{job="rlscope",instance="i",run="relaunched",host="h",gpu="0",role="train"}'
+    series.append({"series": gpu, "values": "0.02x200"})
+    firing = [_stalled(run, m) for run in ("relaunched", "crashloop") for m in (71, 100, 129)]
+    firing += [_stalled("crashloop", m) for m in (131, 160, 195)] + [_stalled("relaunched", 196)]
+    expr = 'count(ALERTS{alertname="RLScopeRunStalled",alertstate="firing",run="relaunched"}) or vector(0)'
+    firing += [{"expr": expr, "eval_time": f"{m}m", "exp_samples": [{"labels": "{}", "value": 0}]} for m in (131, 190)]
+    silent = [_silent("RLScopeRunStalled", 70)] + [_silent("RLScopeGPUIdleInTraining", m) for m in (150, 190)]
+    done = _promtool_test(tmp_path, series, {"alert_rule_test": silent, "promql_expr_test": firing})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_exporter_s_relaunch_gap_is_the_rules_stall_limit():
+    # the exporter begins a new stall clock at a start more than the stall limit of a job with no step
+    # and twice the alert's "for" after the one before: the same numbers as rules/
+    recorded = {r["record"]: r["expr"].strip() for r in _rules("recording.yml")}
+    assert recorded["rlscope:run_stalled_first_step_seconds:threshold"] == f"vector({STALL_FIRST_STEP_SECONDS:.0f})"
+    assert recorded["rlscope:run_stalled_step_factor:threshold"] == f"vector({STALL_STEP_FACTOR:.0f})"
+    (stalled,) = [a for a in _alerts() if a["alert"] == "RLScopeRunStalled"]
+    assert _seconds(stalled["for"]) == STALL_FOR_SECONDS
 
 
 @needs_promtool

@@ -106,7 +106,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "Unix time at which a job that has logged no training step yet started: the first job start (the jobs table: the verl hook's driver, Recorder.log_job_start) logged since the "
         "run's last training step, unless that job validated after it; a second start without a training step "
         "keeps the first (a job that restarts again and again without a step, validating each time or not, "
-        "does not move it); "
+        "does not move it), unless it starts more than the stall limit of a job with no step and 10 minutes after "
+        "the start before it (a relaunch after a stall that paged: its own clock); a start more than a minute "
+        "after the scrape (a wrong clock) counts only once the scrape's time gets there; "
         "for a run without a jobs table, when meta.json was last written, before the run's first step or "
         "validation only. The run-stalled rule times the job's warm-up and first step from here, with the "
         "first-step limit (or the run's own limit where that is longer).",

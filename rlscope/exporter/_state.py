@@ -38,7 +38,7 @@ from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
 from rlscope.trace.reader import Cursor, RunReader
-from rlscope.trace.schema import LOGPROB_BIN_EDGES, STEPS, whole_histograms
+from rlscope.trace.schema import JOB_START_SKEW_SECONDS, LOGPROB_BIN_EDGES, STEPS, whole_histograms
 from rlscope.trace.store import META_FILE, read_meta, require_directory
 
 __all__ = [
@@ -68,6 +68,15 @@ MEDIAN_STEPS = 64
 _RECORDS = 256  # the newest step records (log calls) kept to tell when the run went back
 _LOGPROB_ROWS = 1024  # rows of the histogram's step kept apart (to leave out a crashed attempt's)
 GPU_STALE_SECONDS = 300.0
+
+# The stall rule as rules/ sets it (a test keeps them equal): a job that has logged no step is
+# stalled after the first-step limit, or factor x the run's median step where longer, and the
+# alert fires 5 minutes on. A job start more than that limit and twice the alert's "for" after
+# the one before it begins a new stall clock (a relaunch after a stall): the job before had been
+# stalled for longer than the alert takes to fire, evaluated each minute, so it paged.
+STALL_FIRST_STEP_SECONDS = 3600.0
+STALL_STEP_FACTOR = 4.0
+STALL_FOR_SECONDS = 300.0
 
 # Label caps: beyond these, new values share the "__other__" label.
 MAX_SOURCES = 50
@@ -125,11 +134,15 @@ class _SourceRewards:
             if not held:
                 self._to_baseline(counts, new_step=old[1] <= 0 < old[1] + counts[1])
             self.left[step] = (old + counts, held)
-        else:  # older than the window: into the baseline, as diagnose counts it; no new step (a step
-            # this old had most likely scored before, and counting each late piece again would serve
-            # a baseline of too few steps; a step that had not is left uncounted, which only delays it)
-            self._to_baseline(counts, new_step=False)
-            if self.left and step > min(self.left):
+        else:  # older than the window: into the baseline, as diagnose counts it. A step among those
+            # that left last, not one of them, never was in the window (or was forgotten): it is no
+            # step of the baseline yet, so it is one now, and is kept with them, so that forget()
+            # takes out of the baseline exactly what went in. An older one is no new step (it had
+            # most likely scored before, and counting each late piece again would serve a baseline
+            # of more steps than it has; one that had not is left uncounted, which only delays it)
+            among = bool(self.left) and step > min(self.left)
+            self._to_baseline(counts, new_step=among and counts[1] > 0)
+            if among:
                 self._keep_left(step, counts.copy(), held=False)
         while len(self.recent) > REWARD_WINDOW_STEPS:
             oldest = min(self.recent)
@@ -261,7 +274,7 @@ class RunState:
         self._max_step: int | None = None
         self._validated = -math.inf  # when the newest record that is no step (a validation alone) was logged
         self._job_starts: list[float] = []  # the first job starts logged since the last training step
-        self._jobs_logged = False  # the run has a jobs table: meta.json's time is no job's start
+        self._first_job = math.inf  # the earliest job start read: from then meta.json's time is no job's start
         self._meta_time = math.nan  # when meta.json was last written: every process's Recorder writes it
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
@@ -395,19 +408,40 @@ class RunState:
         after it (-inf before either)."""
         return max(self._trained(), self._validated)
 
-    def _job_start(self) -> float:
+    def _job_start(self, now: float) -> float:
         """When the job that has logged no step yet started: the first job start logged since the
         run's last training step, unless that job's own validation came after it. A later start (a
         driver that restarts again and again without a step) does not restart the stall clock,
         nor does the validation each restart may log (verl's ``val_before_train``): two starts
-        without a training step between them are a job that failed once already. NaN when there
-        is none. A run without a jobs table (an older rlscope's) has meta.json's time instead,
-        before its first step or validation only: every process's Recorder rewrites meta.json as
-        it opens, so after a step it would restart the clock of a run whose actors crash-loop."""
-        if self._jobs_logged:
-            starts = self._job_starts
-            return starts[0] if len(starts) > 1 or (starts and starts[0] > self._validated) else math.nan
-        return self._meta_time if self._progress() == -math.inf else math.nan
+        without a training step between them are a job that failed once already. Unless it comes
+        more than the relaunch gap (:meth:`_relaunch_seconds`) after the start before it: the
+        jobs before had been stalled long enough to page, and this one (a relaunch) gets its own
+        clock. A start later than ``now`` (the scrape) by more than ``JOB_START_SKEW_SECONDS`` is
+        a wrong clock: it counts only once ``now`` gets there, as it would hold the stall and
+        GPU-idle alerts off until then. NaN when there is none. A run without a jobs table (an
+        older rlscope's) has meta.json's time instead, before its first step or validation only:
+        every process's Recorder rewrites meta.json as it opens, so after a step it would restart
+        the clock of a run whose actors crash-loop."""
+        latest = now + JOB_START_SKEW_SECONDS
+        if self._first_job > latest:
+            return self._meta_time if self._progress() == -math.inf else math.nan
+        starts = [t for t in self._job_starts if t <= latest]
+        gap = self._relaunch_seconds()
+        first = max((i for i in range(1, len(starts)) if starts[i] - starts[i - 1] > gap), default=0)
+        starts = starts[first:]
+        return starts[0] if len(starts) > 1 or (starts and starts[0] > self._validated) else math.nan
+
+    def _relaunch_seconds(self) -> float:
+        """How long after the job start before it a start begins a new stall clock: the stall limit
+        of a job that has logged no step (the first-step limit, or the run's own where longer) and
+        twice the alert's ``for``, so that the job before had been firing a while."""
+        median = self._median_step_seconds()
+        limit = (
+            STALL_FIRST_STEP_SECONDS
+            if math.isnan(median)
+            else max(STALL_FIRST_STEP_SECONDS, STALL_STEP_FACTOR * median)
+        )
+        return limit + 2 * STALL_FOR_SECONDS
 
     def _fail(self, kind: str, exc: BaseException, *, count: bool = True) -> None:
         self.refresh_errors += int(count)
@@ -590,18 +624,22 @@ class RunState:
             del self._gpus[key]
 
     def _ingest_jobs(self, rows: pa.Table) -> None:
-        """Keep the job starts logged since the run's last training step (the first
-        ``_RECORDS``: a job restarting more often without a step is timed from its first). A start
-        with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table."""
+        """Keep the job starts logged since the run's last training step (``_RECORDS`` of them: a
+        job restarting more often without a step keeps those that tell where a new stall clock
+        begins, see :func:`_thin_starts`). A start with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table
+        (nor is one of none but starts in the future, until they are served: see :meth:`_job_start`)."""
         if rows.num_rows == 0:
             return
         when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
         when = when[np.isfinite(when)]
         if when.size == 0:
             return
-        self._jobs_logged = True
+        self._first_job = min(self._first_job, float(when.min()))
         later = when[when > self._trained()]
-        self._job_starts = sorted([*self._job_starts, *later.tolist()])[:_RECORDS]
+        starts = sorted([*self._job_starts, *later.tolist()])
+        if len(starts) > _RECORDS:
+            starts = _thin_starts(starts, STALL_FIRST_STEP_SECONDS + 2 * STALL_FOR_SECONDS)[-_RECORDS:]
+        self._job_starts = starts
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
         rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
@@ -776,7 +814,7 @@ class RunState:
                 out.append(("rlscope_last_step_timestamp_seconds", (), when))
         if math.isfinite(self._validated) and (self._newest is None or self._validated > self._newest[0]):
             out.append(("rlscope_validation_timestamp_seconds", (), self._validated))
-        started = self._job_start()
+        started = self._job_start(time.time())
         if math.isfinite(started):
             out.append(("rlscope_job_start_timestamp_seconds", (), started))
         median = self._median_step_seconds()
@@ -855,6 +893,17 @@ def _capped(raw: pd.Series, cap: LabelCap) -> pd.Series:
     """Labels for a column of raw values, each distinct value sanitised and capped once."""
     raw = raw.astype(object).where(raw.notna(), "")
     return raw.map({value: cap(value) for value in raw.unique()})
+
+
+def _thin_starts(starts: list[float], gap: float) -> list[float]:
+    """``starts`` (sorted) without each one whose neighbours left are ``gap`` apart or less: no
+    relaunch gap is shorter, so the same starts begin a new stall clock without it, and the first
+    and last of each clock's starts are kept."""
+    kept = starts[:1]
+    for i in range(1, len(starts) - 1):
+        if starts[i + 1] - kept[-1] > gap:
+            kept.append(starts[i])
+    return kept + starts[1:][-1:]
 
 
 def _keep_last(by_step: dict[int, Any], n: int) -> None:

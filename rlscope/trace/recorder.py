@@ -38,6 +38,7 @@ from rlscope.errors import MetaMalformedError
 from rlscope.trace.schema import (
     GPU,
     IS_WEIGHT_CAP,
+    JOB_START_SKEW_SECONDS,
     JOBS,
     LOGPROB,
     LOGPROB_BIN_EDGES,
@@ -200,6 +201,21 @@ def _coerce(value: Any) -> tuple[float | None, str | None]:
         return None, repr(value)[:_MAX_TEXT]
     except Exception:  # noqa: BLE001
         return None, f"<unprintable {type(value).__name__}>"
+
+
+def _job_time(when: Any, now: float) -> float:
+    """``when`` as the start of a job recorded at ``now``; an error for a value no clock gives then."""
+    if isinstance(when, bool) or not isinstance(when, numbers.Real):
+        raise TypeError(f"job start {when!r} is no number of unix seconds; recorded as now")
+    started = float(when)
+    if not math.isfinite(started):
+        raise ValueError(f"job start {when!r} is no time; recorded as now")
+    if started > now + JOB_START_SKEW_SECONDS:
+        raise ValueError(
+            f"job start {started:.6g} is {started - now:.3g} s after now (milliseconds for seconds? a skewed clock?);"
+            " recorded as now"
+        )
+    return started
 
 
 def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", when: float | None = None) -> dict:
@@ -478,9 +494,23 @@ class Recorder:
         """Record that a job of the run started: now, or at ``when`` (unix seconds). Call it once
         per job (a first run, a resume, a restart), from the one process that starts it, not from
         each worker: the exporter times the job's warm-up and first step from the first start
-        logged since the run's last step, with the first-step limit (or the run's own, if longer)."""
-        row = {"time": time.time() if when is None else when, "host": self.host, "pid": os.getpid()}
-        self._enqueue("jobs", row, 1, _row_bytes(row))
+        logged since the run's last step, with the first-step limit (or the run's own, if longer).
+
+        A ``when`` that is no finite number, or lies more than ``JOB_START_SKEW_SECONDS`` after
+        now (milliseconds for seconds, a skewed clock), is refused with one warning and the job
+        recorded as started now, the latest it can have: a start in the future would hold the
+        stall and GPU-idle alerts off until then. One in the past is kept (it can only page sooner)."""
+        try:
+            now = time.time()
+            try:
+                started = now if when is None else _job_time(when, now)
+            except (TypeError, ValueError, OverflowError) as exc:
+                self._fail("job_start", exc)
+                started = now
+            row = {"time": started, "host": self.host, "pid": os.getpid()}
+            self._enqueue("jobs", row, 1, _row_bytes(row))
+        except Exception as exc:  # noqa: BLE001
+            self._fail("bad_rows", exc, count="bad_rows")
 
     def log_logprob_delta(self, step: int, deltas: Any, *, source: str = "recorder") -> None:
         """Queue per-token ``log p_trainer - log p_rollout`` (an array, a list, or a tensor of any

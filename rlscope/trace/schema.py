@@ -16,6 +16,7 @@ __all__ = [
     "GPU",
     "IS_WEIGHT_CAP",
     "JOBS",
+    "JOB_START_SKEW_SECONDS",
     "LOGPROB",
     "LOGPROB_BINS_PER_DECADE",
     "LOGPROB_BIN_EDGES",
@@ -126,6 +127,13 @@ JOBS = pa.schema(
         pa.field("pid", pa.int64()),
     ]
 )
+
+# How far past the clock reading it a job start may lie: a start later than that is a wrong clock
+# (milliseconds for seconds, a skewed host), refused by the Recorder and not served by the exporter
+# until its clock gets there, as it would hold the stall clock and the GPU-idle alert off until
+# then. One minute is well above the skew of hosts kept by NTP (milliseconds) and bounds what a
+# start served early holds off to a minute, under the stall alert's 5-minute "for".
+JOB_START_SKEW_SECONDS = 60.0
 
 
 def whole_histograms(rows: pa.Table) -> tuple[pa.Table, int]:
