@@ -923,3 +923,55 @@ def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
     # no pool is busy longer than the step: the waterfall's points stay within 100 - MFU
     assert 0 < m.mfu < 1 and m.waterfall.sum() == pytest.approx(100 - 100 * m.mfu)
     assert (m.waterfall >= -1e-9).all()
+
+
+# -- a resumed run: each step's last attempt ---------------------------------------------------
+
+
+def _resumed_run(path):
+    """Attempt 0 generates steps 1-5 and crashes in step 5 (its metrics never logged); the run
+    resumes from step 3's checkpoint and generates steps 4-6 again as attempt 1."""
+    crashed = [10.0 * (i + 1) for i in range(10)]  # t90 (9th of 10) 90 s, last 100 s
+    redone = [3.0 * (i + 1) for i in range(10)]  # t90 27 s, last 30 s
+    with Recorder(path, meta={"topology": "colocated"}) as rec:
+        for step in range(1, 6):
+            rows = finish_rows(crashed, reward=0.0, reward_status="ok", data_source="math")
+            rec.log_trajectories(step, rows)
+            if step < 5:
+                rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/step": 120.0})
+        for step in range(4, 7):
+            rows = finish_rows(redone, reward=1.0, reward_status="ok", data_source="math")
+            rec.log_trajectories(step, rows, attempt=1 if step < 6 else 0)
+            rec.log_step(step, {"timing_s/gen": 30.0, "timing_s/step": 50.0}, attempt=1 if step < 6 else 0)
+    return str(path)
+
+
+def test_a_resumed_run_counts_each_step_s_last_attempt_only(tmp_path):
+    run = _resumed_run(tmp_path / "resumed")
+    d = analyze_run(run)
+    tail = d.longtail.per_step
+    assert tail["n"].to_dict() == dict.fromkeys(range(1, 7), 10)
+    assert tail["t_thr_s"].to_dict() == {1: 90.0, 2: 90.0, 3: 90.0, 4: 27.0, 5: 27.0, 6: 27.0}
+    assert tail["rollout_s"].to_dict() == {1: 100.0, 2: 100.0, 3: 100.0, 4: 30.0, 5: 30.0, 6: 30.0}
+    by_step = d.rewards.by_step.set_index("step")
+    assert by_step["n"].to_dict() == dict.fromkeys(range(1, 7), 10)
+    assert by_step["mean_reward"].to_dict() == {1: 0.0, 2: 0.0, 3: 0.0, 4: 1.0, 5: 1.0, 6: 1.0}
+
+
+def test_a_run_that_never_restarted_reads_no_attempt_column(tmp_path):
+    """Attempts all 0 (or no column at all): the segment footers say so, and no row is read for it."""
+    run = make_run(tmp_path / "r", {}, {1: {"timing_s/gen": 1.0}}, {1: finish_rows([1.0, 2.0])})
+    assert [s.attempts for s in RunReader(run).segments("trajectories")] == [False]
+    redone = _resumed_run(tmp_path / "resumed")
+    assert any(s.attempts for s in RunReader(redone).segments("trajectories"))
+
+
+def test_trajectories_given_as_a_table_keep_each_step_s_last_attempt():
+    import pyarrow as pa
+
+    from rlscope.analyzers._data import Trajectories
+
+    table = pa.table({"step": [1, 1, 2, 2, 2], "attempt": [0, 0, 0, 1, None], "finish_time": [1.0, 2, 3, 4, 5]})
+    traj = Trajectories(table)
+    assert len(traj) == 3
+    assert traj.numbers("finish_time").tolist() == [1.0, 2.0, 4.0]

@@ -456,3 +456,14 @@ def test_a_broken_histogram_row_is_left_out_with_a_warning(tmp_path, caplog):
         after = mismatch.analyze(RunReader(run))
     assert "2 log-prob histogram row(s) without one count per bin; left out" in caplog.text
     pd.testing.assert_frame_equal(after.per_step, before.per_step)
+
+
+def test_mismatch_keeps_a_redone_step_s_last_attempt(tmp_path):
+    """A restarted run measures step 2 again (attempt 1): only that histogram counts for it."""
+    with Recorder(tmp_path / "r", meta={"precision": "bf16"}) as rec:
+        rec.log_logprob_delta(1, np.full(100, 1e-3))
+        rec.log_logprob_delta(2, np.full(100, 5.0))  # the crashed attempt's
+        rec.log_logprob_delta(2, np.full(40, 1e-3), attempt=1)
+    result = mismatch.analyze(str(tmp_path / "r"))
+    assert result.per_step["n_tokens"].to_dict() == {1: 100, 2: 40}
+    assert result.per_step["abs_max"].to_dict() == pytest.approx({1: 1e-3, 2: 1e-3})

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from rlscope import RunReader
-from rlscope.analyzers import anatomy, gpu_idle, staleness
+from rlscope.analyzers import anatomy, gpu_idle, longtail, staleness
 from rlscope.analyzers._data import RunFacts, wide_steps
 from rlscope.collectors.verl import _agent_loop
 from rlscope.collectors.verl import _hook as hook_state
@@ -795,7 +795,7 @@ def test_a_bad_gpu_interval_turns_off_sampling_only(tmp_path, monkeypatch, caplo
 
 def test_a_slow_read_of_the_steps_on_disk_is_a_fault_that_says_so(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(hook_state, "RESUME_WAIT", 0.05)
-    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda _run_dir: time.sleep(0.5) or {})
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda _run_dir, _before: time.sleep(0.5) or {})
     hook = Hook(str(tmp_path / "run"))
     hook.on_log(1, {"timing_s/step": 1.0})
     hook.flush()
@@ -804,7 +804,7 @@ def test_a_slow_read_of_the_steps_on_disk_is_a_fault_that_says_so(tmp_path, monk
 
 
 def test_a_failing_read_of_the_steps_on_disk_is_a_fault_naming_its_error(tmp_path, monkeypatch, caplog):
-    def unreachable(_run_dir):
+    def unreachable(_run_dir, _before):
         raise TimeoutError("connect to s3 timed out after 60 s")
 
     monkeypatch.setattr(hook_state, "_attempts_on_disk", unreachable)
@@ -867,3 +867,75 @@ def test_a_read_that_fails_between_two_looks_is_a_resume_fault(tmp_path):
     hook.on_log(1, {"timing_s/step": 1.0})
     hook.flush()
     assert hook.faults == {"resume": 1} and RunReader(str(tmp_path / "run")).read("steps").num_rows == 1
+
+
+def _finished(times):
+    return [{"traj_id": str(i), "finish_time": t} for i, t in enumerate(times)]
+
+
+def test_a_resumed_process_files_the_trajectories_it_generates_again_under_a_later_attempt(tmp_path):
+    # a crash in step 3, after its samples were written and before its Tracking.log; verl resumes
+    # from step 1's checkpoint in a new process: steps 2 and 3 are generated again, step 4 is new
+    run = tmp_path / "run"
+    crashed = Hook(str(run))
+    for step in (1, 2, 3):
+        crashed.log_trajectories(step, _finished([1.0, 2.0, 3.0]))
+        if step < 3:
+            crashed.on_log(step, {"timing_s/step": 1.0})
+    crashed.flush()
+    resumed = Hook(str(run))  # a new process
+    resumed.read_prior_steps()
+    resumed._on_disk.result(10)  # the samples come once the steps on disk are read (held till then: below)
+    for step in (2, 3, 4):
+        resumed.log_trajectories(step, _finished([5.0, 6.0]))
+        resumed.on_log(step, {"timing_s/step": 1.0})
+    resumed.flush()
+    reader = RunReader(str(run))
+    traj = reader.read("trajectories", ["step", "attempt"]).to_pylist()
+    assert (
+        sorted((r["step"], r["attempt"]) for r in traj)
+        == [(1, 0)] * 3 + [(2, 0)] * 3 + [(2, 1)] * 2 + [(3, 0)] * 3 + [(3, 1)] * 2 + [(4, 0)] * 2
+    )
+    steps = sorted({(r["step"], r["attempt"]) for r in reader.read("steps", ["step", "attempt"]).to_pylist()})
+    assert steps == [(1, 0), (2, 0), (2, 1), (3, 1), (4, 0)]  # step 3's crashed attempt was its samples' alone
+    per_step = longtail.analyze(str(run)).per_step
+    assert per_step["n"].to_dict() == {1: 3, 2: 2, 3: 2, 4: 2}
+    assert per_step["rollout_s"].to_dict() == {1: 3.0, 2: 6.0, 3: 6.0, 4: 6.0}
+
+
+def test_trajectories_seen_before_the_steps_on_disk_are_read_wait_for_them_without_blocking(tmp_path, monkeypatch):
+    import threading
+
+    run = tmp_path / "run"
+    first = Hook(str(run))
+    first.on_log(7, {"timing_s/step": 1.0})
+    first.flush()
+    gate = threading.Event()
+    real = hook_state._attempts_on_disk
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda *a: gate.wait(10) and real(*a))
+    resumed = Hook(str(run))
+    t0 = time.monotonic()
+    resumed.log_trajectories(7, _finished([1.0]))  # step 7 again: attempt 1, once that is known
+    resumed.log_trajectories(8, _finished([2.0, 3.0]))
+    assert time.monotonic() - t0 < 1.0
+    assert resumed.status()["pending"] == 2
+    gate.set()
+    deadline = time.monotonic() + 10
+    while resumed.status()["pending"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    resumed.flush()
+    traj = RunReader(str(run)).read("trajectories", ["step", "attempt"]).to_pylist()
+    assert sorted((r["step"], r["attempt"]) for r in traj) == [(7, 1), (8, 0), (8, 0)]
+
+
+def test_held_trajectories_are_bounded(tmp_path, monkeypatch):
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda *a: gate.wait(10) and {})
+    monkeypatch.setattr(hook_state, "MAX_PENDING_TRAJECTORIES", 4)
+    hook = Hook(str(tmp_path / "run"))
+    for step in range(5):
+        hook.log_trajectories(step, _finished([1.0, 2.0]))
+    assert hook.status()["pending"] == 2 and hook.status()["pending_dropped"] == 3
+    gate.set()

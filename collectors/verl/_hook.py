@@ -17,10 +17,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
+from concurrent import futures
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from rlscope.collectors.verl_metrics import is_validation_key, timer_stage
 from rlscope.errors import RunDirError
@@ -35,6 +37,7 @@ __all__ = [
     "ENV_GPU_ROLE",
     "MAX_PENDING_LOGPROB",
     "MAX_PENDING_SPANS",
+    "MAX_PENDING_TRAJECTORIES",
     "SOURCE",
     "Hook",
     "process_hook",
@@ -48,6 +51,8 @@ SOURCE = "verl-hook"  # the ``source`` of the logprob rows this hook writes
 # Kept while no Tracking.log has come (a process that times phases but never logs); oldest dropped beyond.
 MAX_PENDING_SPANS = 10_000
 MAX_PENDING_LOGPROB = 4  # per-token arrays are large: a few steps' worth at most
+# trajectory rows held while the steps earlier processes logged are read (a worker's first samples)
+MAX_PENDING_TRAJECTORIES = 100_000
 CROSSCHECK_KEY = "rlscope/verl_hook/probs_diff_max"  # max |exp(old) - exp(rollout)| over the same tokens as verl
 # seconds the first Tracking.log waits for the steps already on disk (read from Tracking.__init__ on)
 RESUME_WAIT = 1.0
@@ -62,13 +67,31 @@ ENV_EXPORT_HOST = "RLSCOPE_EXPORT_HOST"
 _ROLES = {"gen": "rollout", "reward": "reward"}
 
 
-def _attempts_on_disk(run_dir: str) -> dict[int, int]:
-    """Each step already in the run's ``steps`` table, with the highest attempt it was logged under."""
+def _attempts_on_disk(run_dir: str, before: float) -> dict[int, int]:
+    """Each step earlier processes of the run logged, with the highest attempt it was logged
+    under: the ``steps`` table's, and the steps beyond them whose trajectories a process that
+    crashed mid-step wrote (segments written before ``before``, this process's start, so that
+    no other process of this job counts)."""
     try:
-        steps = RunReader(run_dir, require_meta=False).read("steps", ["step", "attempt"]).to_pandas()
+        reader = RunReader(run_dir, require_meta=False)
+        steps = reader.read("steps", ["step", "attempt"]).to_pandas()
     except RunDirError:  # a new run: nothing on disk yet
         return {}
-    return {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
+    out = {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
+    earlier = [s for s in reader.segments("trajectories") if _written_ns(s.name) < before * 1e9]
+    if earlier:
+        beyond = pc.field("step") > max(out, default=-1)
+        tail = reader.read("trajectories", ["step", "attempt"], filter=beyond, segments=earlier).to_pandas()
+        out.update({int(k): int(v) for k, v in tail["attempt"].fillna(0).groupby(tail["step"]).max().items()})
+    return out
+
+
+def _written_ns(segment: str) -> int:
+    """When a segment was written, from its name (``part-<unix ns>-...``); unknown: never before."""
+    try:
+        return int(segment.split("-")[1])
+    except (IndexError, ValueError):
+        return 2**63
 
 
 def _in_background(fn: Any, *args: Any) -> Future:
@@ -119,6 +142,10 @@ class Hook:
         self._on_disk: Future | None = None  # steps logged before this process: step -> last attempt
         self._prior: dict[int, int] | None = None
         self._logged: dict[int, int] = {}  # step -> the attempt this process logged its training under
+        self._held: deque[tuple[int, list[Mapping[str, Any]]]] = deque()  # trajectories waiting for _prior
+        self._held_rows = 0
+        self._releasing = threading.Lock()  # held rows are recorded by one thread at a time
+        self._started = time.time()  # segments written before this are earlier processes'
         self._job_from: float | None = time.time()  # this process's start: its first job's, until logged
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
@@ -153,7 +180,7 @@ class Hook:
                 "run_dir": self.run_dir,
                 "patches": dict(self.patches),
                 "faults": dict(self.faults),
-                "pending": len(self._spans) + len(self._logprob),
+                "pending": len(self._spans) + len(self._logprob) + len(self._held),
                 "pending_dropped": self.pending_dropped,
             }
         out["recorder"] = rec.status() if rec is not None else None
@@ -225,8 +252,13 @@ class Hook:
         self.recorder().log_job_start(time.time() if when is None else when)
 
     def flush(self, timeout: float = 10.0) -> None:
+        """Write what was logged, trajectories held for the steps on disk among it (waiting up
+        to ``timeout`` for that read)."""
         with self._lock:
-            rec = self._recorder
+            rec, held, reading = self._recorder, bool(self._held), self._on_disk
+        if held and reading is not None:
+            futures.wait([reading], timeout)
+            self._release_held(reading)
         if rec is not None:
             rec.flush(timeout)
 
@@ -243,7 +275,33 @@ class Hook:
         """Start reading, off the trainer's thread, the steps earlier processes of this run logged."""
         with self._lock:
             if self._on_disk is None and self.run_dir is not None:
-                self._on_disk = _in_background(_attempts_on_disk, self.run_dir)
+                self._on_disk = _in_background(_attempts_on_disk, self.run_dir, self._started)
+
+    def _settle_prior(self, wait: float) -> dict[int, int] | None:
+        """The steps earlier processes logged, waiting for their read at most ``wait`` seconds;
+        then None if ``wait`` is 0, else (a slow or failing read) nothing, logged as a fault."""
+        if self._prior is not None:
+            return self._prior
+        self.read_prior_steps()
+        future = self._on_disk
+        assert future is not None
+        try:
+            prior = future.result(wait) if wait or future.done() else None
+        except Exception:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
+            ended = future.done()  # one look: a read done just now is judged by how it ended
+            failed = future.exception() if ended else None
+            if ended and failed is None:
+                prior = future.result()
+            else:
+                prior = {}
+                slow = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
+                self.fault("resume", failed or slow)
+        if prior is None:
+            return None
+        with self._lock:
+            if self._prior is None:
+                self._prior = prior
+            return self._prior
 
     def _attempt(self, step: int, data: Mapping[str, Any]) -> int:
         """The attempt this process logs ``step`` under: 0, or one more than the last attempt on
@@ -251,26 +309,26 @@ class Hook:
         of validation metrics alone (verl validates the checkpoint step it resumes from) joins
         the attempt this process already logged the step under, else the step's attempt on disk:
         it repeats no training."""
-        if self._prior is None:
-            self.read_prior_steps()
-            assert self._on_disk is not None
-            try:
-                self._prior = self._on_disk.result(RESUME_WAIT)
-            except Exception:  # noqa: BLE001 - a slow or failing read: logged as attempt 0
-                ended = self._on_disk.done()  # one look: a read done just now is judged by how it ended
-                failed = self._on_disk.exception() if ended else None
-                if ended and failed is None:
-                    self._prior = self._on_disk.result()
-                else:
-                    self._prior = {}
-                    slow = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
-                    self.fault("resume", failed or slow)
+        prior = self._settle_prior(RESUME_WAIT)
+        assert prior is not None
         if data and all(is_validation_key(str(k)) for k in data):
-            return self._logged.get(step, self._prior.get(step, 0))
-        prior = self._prior.get(step)
-        attempt = 0 if prior is None else prior + 1
+            return self._logged.get(step, prior.get(step, 0))
+        attempt = prior.get(step, -1) + 1
         self._logged[step] = attempt
         return attempt
+
+    def _first_sight(self, step: int) -> int | None:
+        """The attempt this process generates ``step`` under, fixed when it first sees the step
+        (as :meth:`_attempt` will log its training), or None while the steps on disk are read."""
+        with self._lock:
+            known = self._logged.get(step)
+        if known is not None:
+            return known
+        prior = self._settle_prior(0)
+        if prior is None:
+            return None
+        with self._lock:
+            return self._logged.setdefault(step, prior.get(step, -1) + 1)
 
     def add_span(self, phase: str, start: float, end: float) -> None:
         self._hold(self._spans, (timer_stage(str(phase)), start, end), MAX_PENDING_SPANS)
@@ -290,14 +348,47 @@ class Hook:
         for phase, start, end in spans:
             rec.log_span(step, phase, start, end, role=_ROLES.get(phase, "trainer"), attempt=attempt)
         for deltas, probs_diff_max in logprob:
-            rec.log_logprob_delta(step, deltas, source=SOURCE)
+            rec.log_logprob_delta(step, deltas, source=SOURCE, attempt=attempt)
             rec.log_step(step, {CROSSCHECK_KEY: probs_diff_max}, attempt=attempt)
 
     def log_trajectory(self, step: int, row: Mapping[str, Any]) -> None:
-        self.recorder().log_trajectories(step, [row])
+        self.log_trajectories(step, [row])
 
     def log_trajectories(self, step: int, rows: list[Mapping[str, Any]]) -> None:
-        self.recorder().log_trajectories(step, rows)
+        """Record a step's trajectories under the attempt the step is generated in. A process's
+        first rows may come before it knows which steps earlier processes logged: they are held
+        (at most ``MAX_PENDING_TRAJECTORIES`` rows) until the read ends, never waited for."""
+        rec = self.recorder()
+        step = int(step)
+        attempt = self._first_sight(step)
+        if attempt is None:
+            with self._lock:
+                held = self._prior is None
+                if held:
+                    self._held.append((step, rows))
+                    self._held_rows += len(rows)
+                    while self._held_rows > MAX_PENDING_TRAJECTORIES and len(self._held) > 1:
+                        self._held_rows -= len(self._held.popleft()[1])
+                        self.pending_dropped += 1
+            if held:
+                assert self._on_disk is not None
+                self._on_disk.add_done_callback(self._release_held)
+                return
+            attempt = self._first_sight(step)
+        rec.log_trajectories(step, rows, attempt=attempt or 0)
+
+    def _release_held(self, _: Future) -> None:
+        """The steps on disk are read: record the trajectories held meanwhile."""
+        try:
+            with self._releasing:
+                if self._settle_prior(0) is None:
+                    return  # flush() gave up waiting: the read's end releases them
+                with self._lock:
+                    held, self._held, self._held_rows = self._held, deque(), 0
+                for step, rows in held:
+                    self.recorder().log_trajectories(step, rows, attempt=self._first_sight(step) or 0)
+        except Exception as exc:  # noqa: BLE001 - on the reading thread: never raised
+            self.fault("trajectories", exc)
 
 
 _process: Hook | None = None

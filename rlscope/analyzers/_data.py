@@ -50,6 +50,7 @@ __all__ = [
     "group_rows",
     "kept",
     "labels",
+    "last_attempt_rows",
     "load",
     "numbers",
     "recent",
@@ -372,6 +373,10 @@ class Trajectories:
     A segment whose data does not read (the reader warns) loses only what it must: if its
     ``step`` column is unreadable its rows are left out of every column, else only the
     columns that do not read are missing for its rows.
+
+    A step generated again by a restarted run keeps only its last ``attempt``'s rows (see
+    :func:`last_attempt_rows`); the ``attempt`` column is read only where a segment's footer
+    says it may hold one above 0, so a run that never restarted pays nothing for it.
     """
 
     def __init__(self, source: RunReader | pa.Table | pd.DataFrame | None = None):
@@ -382,6 +387,7 @@ class Trajectories:
         self._settle_lock = threading.Lock()
         self._settled = False  # the step column, read first, settles which segments count
         self._step: pa.ChunkedArray | None = None  # until read() takes it
+        self._keep: pa.Array | None = None  # the rows of each step's last attempt; None: every row
         if isinstance(source, RunReader):
             self._reader = source
             self._segments = source.segments("trajectories")
@@ -391,7 +397,11 @@ class Trajectories:
             if isinstance(source, pd.DataFrame):  # converted once, a column at a time (mixed types become text)
                 source = pa.table({str(c): _from_pandas(source[c]) for c in source.columns})
             self._frame = pa.table({}) if source is None else source
-            self._rows = self._frame.num_rows
+            if "attempt" in self._frame.column_names and "step" in self._frame.column_names:
+                keep = last_attempt_rows(numbers(self._frame.column("step")), numbers(self._frame.column("attempt")))
+                if keep is not None:
+                    self._frame = self._frame.filter(pa.array(keep))
+            self._rows = self._raw_rows = self._frame.num_rows
             self._names = frozenset(self._frame.column_names) if self._rows else frozenset()
 
     def __len__(self) -> int:
@@ -428,8 +438,21 @@ class Trajectories:
                 self._step, left_out = self._read_segments("step", text=False)
                 if left_out:
                     self._segments = [s for s in self._segments if s.path not in left_out]
-                self._rows = sum(s.rows for s in self._segments)
+                self._rows = self._raw_rows = sum(s.rows for s in self._segments)
+                if any(s.attempts for s in self._segments):
+                    self._keep_last_attempts()
                 self._settled = True
+
+    def _keep_last_attempts(self) -> None:
+        """Settle which rows count when some segment holds a restarted run's attempts."""
+        attempt, left_out = self._read_segments("attempt", text=False)
+        if left_out:  # unreadable attempts: those rows count as attempt 0
+            attempt = _with_gaps(attempt, self._segments, left_out)
+        assert self._step is not None
+        keep = last_attempt_rows(numbers(self._step), numbers(attempt))
+        if keep is not None:
+            self._keep = pa.array(keep)
+            self._rows = int(keep.sum())
 
     def _read_segments(self, name: str, *, text: bool) -> tuple[pa.ChunkedArray, set[str]]:
         assert self._reader is not None
@@ -466,12 +489,13 @@ class Trajectories:
         else:
             assert self._frame is not None
             column = self._frame.column(name)
-        if len(column) != len(self):
+        self._settle()
+        if len(column) != self._raw_rows:
             raise RunDirError(
-                f"trajectories column {name!r} has {len(column)} rows, expected {len(self)} (a segment read "
+                f"trajectories column {name!r} has {len(column)} rows, expected {self._raw_rows} (a segment read "
                 "differently from one column to the next: see the warnings above; run again, or move it out)"
             )
-        return column
+        return column if self._keep is None else column.filter(self._keep)
 
     def _cached(self, kind: str, name: str, arg: Any, make: Callable[[], Any]) -> Any:
         key = (kind + ":" + name, arg)
@@ -533,6 +557,25 @@ class Trajectories:
         column = self._arrow(name, text=True)
         taken = None if column is None else column.take(pa.array(rows, type=pa.int64()))
         return _recode(*_codes(taken, len(rows)), missing, False)
+
+
+def last_attempt_rows(steps: np.ndarray, attempts: np.ndarray) -> np.ndarray | None:
+    """Which rows belong to their step's last attempt (a missing attempt is 0), or None when
+    every row does: a restarted run generates a step again, and its crashed attempt's rows
+    must not be counted beside the redone ones. Only the steps with an attempt above 0 are
+    looked at, so a run that never restarted costs one pass over ``attempts``."""
+    attempts = np.nan_to_num(np.asarray(attempts, dtype=float), nan=0.0) if attempts.dtype.kind == "f" else attempts
+    again = attempts > 0
+    if not again.any():
+        return None
+    steps = np.asarray(steps)
+    redone, inverse = np.unique(steps[again], return_inverse=True)
+    last = np.zeros(redone.size, dtype=attempts.dtype)
+    np.maximum.at(last, inverse, attempts[again])
+    position = np.clip(np.searchsorted(redone, steps), 0, max(redone.size - 1, 0))
+    in_redone = redone[position] == steps
+    keep = ~in_redone | (attempts == last[position])
+    return None if keep.all() else keep
 
 
 def _with_gaps(column: pa.ChunkedArray, segments: list[SegmentInfo], left_out: set[str]) -> pa.ChunkedArray:

@@ -56,6 +56,9 @@ class SegmentInfo:
     path: str
     rows: int
     origins: tuple[tuple[str, int], ...]
+    # some row may hold an ``attempt`` above 0 (a restarted run's), as its footer's statistics
+    # tell: readers that keep a step's last attempt read that column only where one does
+    attempts: bool = False
 
 
 @dataclass
@@ -119,6 +122,25 @@ def error_line(exc: BaseException) -> str:
     lines = str(exc).splitlines()
     text = lines[0] if lines else type(exc).__name__
     return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _may_hold_attempts(metadata: pq.FileMetaData, schema: pa.Schema) -> bool:
+    """Whether a segment may hold an ``attempt`` above 0: False when it has no such column or
+    every row group's statistics say its attempts are 0 or missing (no data read)."""
+    if "attempt" not in schema.names:
+        return False
+    leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]  # a list column is a leaf too
+    index = leaves.index("attempt")
+    for i in range(metadata.num_row_groups):
+        column = metadata.row_group(i).column(index)
+        stats = column.statistics
+        if stats is None:
+            return True
+        if stats.null_count == column.num_values:
+            continue
+        if not stats.has_min_max or stats.max > 0:
+            return True
+    return False
 
 
 class RunReader:
@@ -209,7 +231,8 @@ class RunReader:
                 self._warn(f"{path}: segment skipped, {problem}")
             else:
                 origins = tuple((str(n), int(r)) for n, r in json.loads(kv[ORIGINS_KEY])) if ORIGINS_KEY in kv else ()
-                result = SegmentInfo(name, path, rows, origins or ((name, rows),))
+                attempts = _may_hold_attempts(pf.metadata, schema)
+                result = SegmentInfo(name, path, rows, origins or ((name, rows),), attempts)
         self._segments[path] = result
         return result
 

@@ -218,7 +218,9 @@ def _job_time(when: Any, now: float) -> float:
     return started
 
 
-def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", when: float | None = None) -> dict:
+def logprob_histogram_row(
+    step: int, deltas: Any, *, source: str = "recorder", when: float | None = None, attempt: int = 0
+) -> dict:
     """Summarise per-token ``log p_trainer - log p_rollout`` as one ``logprob`` table row.
 
     A NaN delta says nothing and is left out. An infinite one (a token one side gives
@@ -235,6 +237,7 @@ def logprob_histogram_row(step: int, deltas: Any, *, source: str = "recorder", w
     some, any_finite = d.size > 0, finite.size > 0
     return {
         "step": int(step),
+        "attempt": int(attempt),
         "time": time.time() if when is None else when,
         "source": source,
         "n_tokens": int(d.size),
@@ -425,12 +428,20 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
-    def log_trajectories(self, step: int, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pa.Table) -> None:
+    def log_trajectories(
+        self,
+        step: int,
+        rows: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pa.Table,
+        *,
+        attempt: int = 0,
+    ) -> None:
         """Queue per-trajectory rows (dicts, a dict of columns, or a pyarrow/pandas table).
 
         Keys follow the ``trajectories`` schema (``docs/run-directory.md``); unknown keys are
         ignored (a dict of columns or a table lets go of them at once; row dicts are weighed
-        with them, from a few sampled rows).
+        with them, from a few sampled rows). ``step`` and ``attempt`` (as in :meth:`log_step`:
+        1, 2, ... when a restarted run generates the step again) apply to every row, so that
+        the analyzers keep only the last attempt's trajectories of a step.
         """
         try:
             if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
@@ -457,7 +468,7 @@ class Recorder:
                 payload = [dict(r) if isinstance(r, dict) else r for r in rows]
                 n, nbytes = len(payload), _sampled_bytes(payload, _row_bytes)
             if n:
-                self._enqueue("trajectories", (step, payload), n, nbytes)
+                self._enqueue("trajectories", (step, attempt, payload), n, nbytes)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
@@ -512,15 +523,16 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
-    def log_logprob_delta(self, step: int, deltas: Any, *, source: str = "recorder") -> None:
+    def log_logprob_delta(self, step: int, deltas: Any, *, source: str = "recorder", attempt: int = 0) -> None:
         """Queue per-token ``log p_trainer - log p_rollout`` (an array, a list, or a tensor of any
         float dtype: a GPU tensor is copied to the host, which waits for it); the writer builds
-        the histogram."""
+        the histogram. ``attempt`` as in :meth:`log_step`: the mismatch analyzer keeps a step's
+        last attempt's histograms."""
         try:
             if hasattr(deltas, "detach"):  # a tensor (bf16, on the GPU, with grad): a float32 copy on the host
                 deltas = deltas.detach().float().cpu().numpy()
             arr = np.array(deltas, dtype=np.float32, copy=True).ravel()
-            self._enqueue("logprob", (step, arr, source, time.time()), 1, _VALUE_BYTES + arr.nbytes)
+            self._enqueue("logprob", (step, attempt, arr, source, time.time()), 1, _VALUE_BYTES + arr.nbytes)
         except Exception as exc:  # noqa: BLE001
             self._fail("bad_rows", exc, count="bad_rows")
 
@@ -1067,9 +1079,10 @@ def _uncast(column: pa.ChunkedArray, kind: pa.DataType, offset: int, error: list
     return _uncast(column.slice(0, half), kind, offset, error) + _uncast(column.slice(half), kind, offset + half, error)
 
 
-def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Table:
+def _build_trajectories(rec: Recorder, payloads: list[tuple[int, int, Any]]) -> pa.Table:
     parts = []
-    for step, rows in payloads:
+    for step, attempt, rows in payloads:
+        s, a = _whole(step), _whole(attempt)  # a bad one fails its call alone (Recorder._build)
         if isinstance(rows, dict):  # a dict of columns: a table, if its columns are of one type each
             try:
                 rows = pa.table({k: v for k, v in rows.items() if k in TRAJECTORIES.names})
@@ -1083,7 +1096,8 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, Any]]) -> pa.Ta
         else:
             table = _rows_table(rec, rows, TRAJECTORIES, keyed_rows=False)
         table = conform(table, TRAJECTORIES)
-        table = table.set_column(0, "step", pa.array([_whole(step)] * table.num_rows, pa.int64()))
+        table = table.set_column(0, "step", pa.array([s] * table.num_rows, pa.int64()))
+        table = table.set_column(1, "attempt", pa.array([a] * table.num_rows, pa.int32()))
         parts.append(table)
     return pa.concat_tables(parts)
 
@@ -1101,8 +1115,11 @@ def _build_jobs(rec: Recorder, rows: list[dict]) -> pa.Table:
     return _rows_table(rec, rows, JOBS)
 
 
-def _build_logprob(rec: Recorder, payloads: list[tuple[int, np.ndarray, str, float]]) -> pa.Table:
-    rows = [logprob_histogram_row(step, arr, source=source, when=when) for step, arr, source, when in payloads]
+def _build_logprob(rec: Recorder, payloads: list[tuple[int, int, np.ndarray, str, float]]) -> pa.Table:
+    rows = [
+        logprob_histogram_row(step, arr, source=source, when=when, attempt=_whole(attempt))
+        for step, attempt, arr, source, when in payloads
+    ]
     return pa.Table.from_pylist(rows, schema=LOGPROB)
 
 

@@ -57,6 +57,7 @@ SPANS = pa.schema(
 TRAJECTORIES = pa.schema(
     [
         pa.field("step", pa.int64(), nullable=False),
+        pa.field("attempt", pa.int32()),  # as in steps: the restarted run's attempt that generated it
         pa.field("traj_id", pa.string()),
         pa.field("group", pa.int64()),  # prompt index: the G samples of one prompt share it
         pa.field("data_source", pa.string()),
@@ -105,6 +106,7 @@ IS_WEIGHT_CAP = 2.0  # truncated importance sampling: w = min(p_trainer / p_roll
 LOGPROB = pa.schema(
     [
         pa.field("step", pa.int64(), nullable=False),
+        pa.field("attempt", pa.int32()),  # as in steps: the restarted run's attempt that measured it
         pa.field("time", pa.float64()),
         pa.field("source", pa.string()),  # who measured it, e.g. "recorder", "verl-hook"
         pa.field("n_tokens", pa.int64()),
