@@ -668,6 +668,19 @@ def test_every_finding_id_says_what_it_is_judged_from():
     assert set(compare._JUDGED_FROM.values()) == set(compare._EVIDENCE)
 
 
+def test_an_impossible_mfu_judges_no_cross_check():
+    # MFU above 100% (mfu-impossible) returns before verl's phase MFUs are checked, though the
+    # document lists them: a run without the mismatch finding there was not found clean of it
+    from rlscope.report import compare
+
+    check = [{"stage": "update_actor", "verl": 0.4, "rlscope": 0.1, "ratio": 4.0}]
+    assert compare._unjudged({"mfu": {"mfu": 0.3, "cross_check": check}}, "mfu-cross-check-mismatch") is None
+    assert compare._unjudged({"mfu": {"mfu": 1.7, "cross_check": check}}, "mfu-cross-check-mismatch") == (
+        "no verl perf/mfu to check, or an MFU above 100%"
+    )
+    assert compare._unjudged({"mfu": {"mfu": 0.3, "cross_check": []}}, "mfu-cross-check-mismatch") is not None
+
+
 def _long_tail_run(tmp_path, name: str, meta: dict) -> str:
     """4 steps of 200 s generation (its slowest 10% half of it) and a 30 s update: a run on
     more than one GPU whose what-if finds async streaming worth it (async-recommended)."""

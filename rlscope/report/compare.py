@@ -356,7 +356,11 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
         "no tail: no trajectories or response lengths",
     ),
     "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
-    "verl mfu": (lambda doc: bool(_get(doc, "mfu", "cross_check")), "no verl perf/mfu to check"),
+    # an MFU above 100% (mfu-impossible) stops the analyzer before it judges verl's phase MFUs
+    "verl mfu": (
+        lambda doc: bool(_get(doc, "mfu", "cross_check")) and not (_get(doc, "mfu", "mfu") or 0.0) > 1,
+        "no verl perf/mfu to check, or an MFU above 100%",
+    ),
     # split-imbalanced and separated-sync are of runs on separate pools of a known split: a run on
     # shared GPUs (colocated, colocate_async), or not separated_sync, is clean of them with no what-if
     "split what-if": (
