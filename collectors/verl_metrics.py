@@ -142,6 +142,8 @@ SUBSTAGES: Final[frozenset[str]] = frozenset(
 )
 
 _VALIDATION_PREFIXES: Final = ("val/", "val-core/", "val-aux/")
+# verl's fully async rollouter times its validation under this key, in the validation's record
+_VALIDATION_KEYS: Final = frozenset({"rollouter/validate_time"})
 
 
 def canonical_metric(key: str, value: float) -> tuple[str, float]:
@@ -203,5 +205,6 @@ def is_substage(key: str) -> bool:
 
 
 def is_validation_key(key: str) -> bool:
-    """Whether ``key`` is a validation metric (``val-core/``, ``val-aux/``, or v0.1's ``val/``)."""
-    return key.startswith(_VALIDATION_PREFIXES)
+    """Whether ``key`` is a validation metric (``val-core/``, ``val-aux/``, or v0.1's ``val/``), or
+    the fully async rollouter's validation timer (``rollouter/validate_time``)."""
+    return key.startswith(_VALIDATION_PREFIXES) or key in _VALIDATION_KEYS

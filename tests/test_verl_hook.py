@@ -591,7 +591,12 @@ def test_a_resumed_process_logs_the_steps_it_repeats_as_a_later_attempt(tmp_path
     assert by_step.to_dict() == {1: 1, 2: 1, 3: 1}  # step 2 is [120, 121], not stretched over the downtime
 
 
-def test_a_resumed_process_validating_its_checkpoint_step_keeps_that_steps_training(tmp_path):
+@pytest.mark.parametrize(
+    "validation",
+    [{"val-core/acc": 0.25}, {"rollouter/validate_time": 7.0, "val-core/acc": 0.25}],  # the fully async one timed
+    ids=["trainer", "fully-async-rollouter"],
+)
+def test_a_resumed_process_validating_its_checkpoint_step_keeps_that_steps_training(tmp_path, validation):
     # verl's val_before_train: a resumed process first logs validation alone at the checkpoint step
     run = tmp_path / "run"
     hook = Hook(str(run))
@@ -600,7 +605,7 @@ def test_a_resumed_process_validating_its_checkpoint_step_keeps_that_steps_train
     hook.flush()
     hook = Hook(str(run))  # resumed from the step-2 checkpoint
     hook.add_span("testing", 100.0, 101.0)
-    hook.on_log(2, {"val-core/acc": 0.25})
+    hook.on_log(2, validation)
     hook.on_log(3, {"timing_s/step": 30.0})
     hook.flush()
     reader = RunReader(str(run))

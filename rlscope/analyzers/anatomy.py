@@ -69,8 +69,6 @@ PHASES: dict[str, tuple[str, ...]] = {
 _NO_STEP_TIMERS = frozenset(
     _PREFIX + stage for stage, phase in STAGE_PHASES.items() if phase in ("validation", "checkpoint", "other")
 )
-# verl's fully async trainer logs its rollouter's validation timer in a record of its own
-_NO_STEP_KEYS = frozenset({"rollouter/validate_time"})
 
 
 def makes_step(key: str, value: Any) -> Any:
@@ -88,7 +86,7 @@ def makes_step(key: str, value: Any) -> Any:
     """
     if key == STEP_TIMER:
         return value > 0
-    return not (is_validation_key(key) or key in _NO_STEP_TIMERS or key in _NO_STEP_KEYS)
+    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
 
 
 # coarse groups the MFU waterfall and the topology model use; "rest" is everything else
