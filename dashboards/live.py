@@ -56,10 +56,10 @@ _COLUMNS: dict[str, list[str]] = {
     "steps": ["step", "attempt", "time", "key", "value"],
     "spans": ["step", "attempt", "phase", "role", "host", "start", "end"],
     "trajectories": sorted(
-        {*TRAJECTORY_COLUMNS, "traj_id", "data_source", "reward", "reward_status", "reward_error"},
+        {*TRAJECTORY_COLUMNS, "attempt", "traj_id", "data_source", "reward", "reward_status", "reward_error"},
         key=TABLES["trajectories"].names.index,
     ),
-    "logprob": ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
+    "logprob": ["step", "attempt", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
     "gpu": ["time", "host", "gpu", "role", "util_pct"],
 }
 """The tables the dashboard reads, and their columns (the ``jobs`` table shows nothing here)."""
