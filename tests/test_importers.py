@@ -1442,6 +1442,58 @@ def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
     assert df[df.step <= 2].time.isna().all() and df[df.step == 3].time.notna().all()
 
 
+def test_stdin_from_a_file_before_a_followed_log_is_read_from_its_start(tmp_path):
+    # ``rlscope import verl-log - live.log --follow < old.log``: old.log is checked by a look
+    # that buffers its first bytes, and those lines are imported too, before live.log's
+    old = tmp_path / "old.log"
+    old.write_text("".join(f"step:{n} - timing_s/step:{n}.5\n" for n in range(1, 601)))  # ~18 kB: past any look
+    live = tmp_path / "live.log"
+    live.write_text("step:601 - timing_s/step:601.5\n")
+    with open(old, "rb") as stdin:
+        child = subprocess.run(
+            _import_args(tmp_path, "--max-seconds", "0.5", sources=("-", str(live))),
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    assert child.returncode == 0 and child.stderr == b"", child.stderr[-600:]
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == list(range(1, 602)) and value(df, 1, "timing_s/step") == 1.5
+
+
+def _waiting_to_open_a_fifo(pid: int) -> bool:
+    """Whether ``pid`` is blocked opening a FIFO that no one writes to (Linux's /proc says so)."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/wchan").read_text() == "wait_for_partner"
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux's /proc/PID/wchan")
+def test_a_signal_while_a_followed_fifo_has_no_writer_stops_the_import(tmp_path):
+    # a log, then a FIFO (mkfifo) to follow that no job has opened yet: opening it waits for a
+    # writer, and Ctrl-C there stops the import at once, the log's lines written, as it does
+    # in any wait for input (the end of the log before it holds no signal over that wait)
+    log = tmp_path / "old.log"
+    log.write_text("step:1 - timing_s/step:1.5\nstep:2 - timing_s/step:2.5\n")
+    fifo = tmp_path / "live.fifo"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(
+        _import_args(tmp_path, sources=(str(log), str(fifo))), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _waiting_to_open_a_fifo(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiting_to_open_a_fifo(child.pid)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert child.returncode == 0 and err == b"", err[-600:]
+    assert b"stopped by interrupt; everything read so far was written" in out
+    assert sorted(set(steps(tmp_path / "run").step)) == [1, 2]
+
+
 def test_utf16_on_a_followed_standard_input_is_named(tmp_path):
     args = [sys.executable, "-m", "rlscope", "import", "verl-log", "-", "--out", str(tmp_path / "run"), "--follow"]
     text = "step:1 - timing_s/gen:1.5\nstep:2 - timing_s/gen:2.5\n".encode("utf-16-le")  # no byte-order mark
