@@ -1392,7 +1392,8 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.parametrize("end", ["\n", ""], ids=["whole", "cut-off"])
 def test_a_signal_while_the_last_line_read_is_imported_waits_for_it(tmp_path, source, end):
     # the last line read is imported when the input goes quiet (whole), or, cut off, once
-    # --max-seconds ends the follow: a signal then waits for its import (step 2 is written)
+    # --max-seconds ends the follow: a signal then waits for its import (step 2 is written),
+    # and the summary says it came
     text = b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0 - a/b:2.0" + end.encode()
     log = tmp_path / "x.log"
     log.write_bytes(text)
@@ -1405,10 +1406,12 @@ def test_a_signal_while_the_last_line_read_is_imported_waits_for_it(tmp_path, so
         child.stdin.write(text)  # and left open: --max-seconds ends the follow
         child.stdin.flush()
     try:
-        _, err = child.communicate(timeout=30)
+        out, err = child.communicate(timeout=30)
     finally:
         child.kill()
     assert child.returncode == 0 and err == b"", err[-600:]
+    # and it is said, though the import was ending anyway (cut off: the end held it over the close)
+    assert b"stopped by interrupt; everything read so far was written" in out
     df = steps(run)
     assert sorted(set(df.step)) == [1, 2] and value(df, 2, "timing_s/step") == 12.0
     assert ("a/b" in set(df[df.step == 2].key)) == bool(end)  # cut off: its last field is left out

@@ -73,7 +73,8 @@ class Tail:
     @contextlib.contextmanager
     def closing(self) -> Iterator[None]:
         """Hold an interrupt while the import writes what it read and ends: ending anyway, it
-        drops one that waited. A second one still stops it at once."""
+        does not raise one that waited (``run_import``'s summary says it came). A second one
+        still stops it at once."""
         self.holding, self.held = True, False
         try:
             yield
