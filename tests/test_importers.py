@@ -1392,7 +1392,8 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.parametrize("end", ["\n", ""], ids=["whole", "cut-off"])
 def test_a_signal_while_the_last_line_read_is_imported_waits_for_it(tmp_path, source, end):
     # the last line read is imported when the input goes quiet (whole), or, cut off, once
-    # --max-seconds ends the follow: a signal then waits for its import (step 2 is written)
+    # --max-seconds ends the follow: a signal then waits for its import (step 2 is written),
+    # and the summary says it came
     text = b"step:1 - timing_s/step:11.0\nstep:2 - timing_s/step:12.0 - a/b:2.0" + end.encode()
     log = tmp_path / "x.log"
     log.write_bytes(text)
@@ -1405,10 +1406,12 @@ def test_a_signal_while_the_last_line_read_is_imported_waits_for_it(tmp_path, so
         child.stdin.write(text)  # and left open: --max-seconds ends the follow
         child.stdin.flush()
     try:
-        _, err = child.communicate(timeout=30)
+        out, err = child.communicate(timeout=30)
     finally:
         child.kill()
     assert child.returncode == 0 and err == b"", err[-600:]
+    # and it is said, though the import was ending anyway (cut off: the end held it over the close)
+    assert b"stopped by interrupt; everything read so far was written" in out
     df = steps(run)
     assert sorted(set(df.step)) == [1, 2] and value(df, 2, "timing_s/step") == 12.0
     assert ("a/b" in set(df[df.step == 2].key)) == bool(end)  # cut off: its last field is left out
@@ -1440,6 +1443,58 @@ def test_follow_on_stdin_redirected_from_a_growing_file_follows_it(tmp_path):
     assert value(df, 3, "timing_s/step") == 13.0
     # what the file held is stamped with no time, as from a path; what came later, when read
     assert df[df.step <= 2].time.isna().all() and df[df.step == 3].time.notna().all()
+
+
+def test_stdin_from_a_file_before_a_followed_log_is_read_from_its_start(tmp_path):
+    # ``rlscope import verl-log - live.log --follow < old.log``: old.log is checked by a look
+    # that buffers its first bytes, and those lines are imported too, before live.log's
+    old = tmp_path / "old.log"
+    old.write_text("".join(f"step:{n} - timing_s/step:{n}.5\n" for n in range(1, 601)))  # ~18 kB: past any look
+    live = tmp_path / "live.log"
+    live.write_text("step:601 - timing_s/step:601.5\n")
+    with open(old, "rb") as stdin:
+        child = subprocess.run(
+            _import_args(tmp_path, "--max-seconds", "0.5", sources=("-", str(live))),
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    assert child.returncode == 0 and child.stderr == b"", child.stderr[-600:]
+    df = steps(tmp_path / "run")
+    assert sorted(set(df.step)) == list(range(1, 602)) and value(df, 1, "timing_s/step") == 1.5
+
+
+def _waiting_to_open_a_fifo(pid: int) -> bool:
+    """Whether ``pid`` is blocked opening a FIFO that no one writes to (Linux's /proc says so)."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/wchan").read_text() == "wait_for_partner"
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux's /proc/PID/wchan")
+def test_a_signal_while_a_followed_fifo_has_no_writer_stops_the_import(tmp_path):
+    # a log, then a FIFO (mkfifo) to follow that no job has opened yet: opening it waits for a
+    # writer, and Ctrl-C there stops the import at once, the log's lines written, as it does
+    # in any wait for input (the end of the log before it holds no signal over that wait)
+    log = tmp_path / "old.log"
+    log.write_text("step:1 - timing_s/step:1.5\nstep:2 - timing_s/step:2.5\n")
+    fifo = tmp_path / "live.fifo"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(
+        _import_args(tmp_path, sources=(str(log), str(fifo))), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _waiting_to_open_a_fifo(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiting_to_open_a_fifo(child.pid)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert child.returncode == 0 and err == b"", err[-600:]
+    assert b"stopped by interrupt; everything read so far was written" in out
+    assert sorted(set(steps(tmp_path / "run").step)) == [1, 2]
 
 
 def test_utf16_on_a_followed_standard_input_is_named(tmp_path):

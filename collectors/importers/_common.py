@@ -78,7 +78,10 @@ def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSu
             raise
         return summary
     with tail.closing():
-        return sink.close()
+        summary = sink.close()
+    # one that came as the input ended, or during the close, waited for it and was not raised: still said
+    summary.interrupted = tail.interrupts > 0
+    return summary
 
 
 def each_source(paths: list[str], tail: Tail) -> Iterator[tuple[str, str, bool]]:

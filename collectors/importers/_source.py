@@ -73,7 +73,8 @@ class Tail:
     @contextlib.contextmanager
     def closing(self) -> Iterator[None]:
         """Hold an interrupt while the import writes what it read and ends: ending anyway, it
-        drops one that waited. A second one still stops it at once."""
+        does not raise one that waited (``run_import``'s summary says it came). A second one
+        still stops it at once."""
         self.holding, self.held = True, False
         try:
             yield
@@ -196,9 +197,12 @@ def read_lines(
     ``on_unterminated``. A file that
     shrinks while followed (truncated by a log rotator) is read again from its start.
     """
+    tail.release()  # one held since the last source's end stops here, not in a wait for this one (a FIFO's open)
     if path == "-":
         assert sys.stdin is not None  # check_text_file refused a closed one
-        if follow and stdin_is_file():  # at its end it waits for more, as a path does (a pipe's end is the end)
+        # a file, read as its path would be: at its end it waits for more (a pipe's end is the end), and
+        # a followed import holds an interrupt as it does for a path (its look left bytes buffered: read them)
+        if (follow or tail.follow) and stdin_is_file():
             chunks = _file_lines(sys.stdin.buffer, tail, follow)
         else:
             chunks = _pipe_lines(sys.stdin.buffer, "standard input", _STDIN_DECOMPRESS, tail, follow)
@@ -255,7 +259,7 @@ def _pipe_lines(stream: BinaryIO, name: str, decompress: str, tail: Tail, follow
     try:
         if follow:
             blocks = _followed(stream.fileno(), tail)
-        elif tail.follow:  # before the source followed: no look was made (nothing buffered), read held
+        elif tail.follow:  # a pipe before the source followed: no look was made (nothing buffered), read held
             blocks = _to_its_end(stream.fileno(), tail)
         else:  # what the look at the input left buffered comes first
             blocks = iter(lambda: stream.read1(MAX_LINE_BYTES), b"")
