@@ -510,7 +510,8 @@ class Recorder:
         A ``when`` that is no finite number, or lies more than ``JOB_START_SKEW_SECONDS`` after
         now (milliseconds for seconds, a skewed clock), is refused with one warning and the job
         recorded as started now, the latest it can have: a start in the future would hold the
-        stall and GPU-idle alerts off until then. One in the past is kept (it can only page sooner)."""
+        stall and GPU-idle alerts off until then. One in the past is kept as given (the job is timed
+        from it, and a restart more than the relaunch gap after it gets its own clock)."""
         try:
             now = time.time()
             try:
