@@ -939,3 +939,27 @@ def test_held_trajectories_are_bounded(tmp_path, monkeypatch):
         hook.log_trajectories(step, _finished([1.0, 2.0]))
     assert hook.status()["pending"] == 2 and hook.status()["pending_dropped"] == 3
     gate.set()
+
+
+def test_the_read_of_the_steps_on_disk_releases_held_trajectories_once(tmp_path, monkeypatch):
+    # a worker logs each sample alone: the read's end must not pile up one release per sample
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda *a: gate.wait(10) and {})
+    releases = []
+    release = Hook._release_held
+    monkeypatch.setattr(Hook, "_release_held", lambda self, f: releases.append(1) or release(self, f))
+    hook = Hook(str(tmp_path / "run"))
+    for i in range(50):
+        hook.log_trajectory(1, {"traj_id": str(i), "finish_time": 1.0})
+    assert hook.status()["pending"] == 50
+    gate.set()
+    deadline = time.monotonic() + 10
+    while hook.status()["pending"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # any further release runs meanwhile
+    assert len(releases) == 1
+    hook.flush()
+    traj = RunReader(str(tmp_path / "run")).read("trajectories", ["step", "attempt"]).to_pylist()
+    assert traj == [{"step": 1, "attempt": 0}] * 50

@@ -145,6 +145,7 @@ class Hook:
         self._held: deque[tuple[int, list[Mapping[str, Any]]]] = deque()  # trajectories waiting for _prior
         self._held_rows = 0
         self._releasing = threading.Lock()  # held rows are recorded by one thread at a time
+        self._release_armed = False  # the read's end is set to release the held rows
         self._started = time.time()  # segments written before this are earlier processes'
         self._job_from: float | None = time.time()  # this process's start: its first job's, until logged
 
@@ -370,9 +371,11 @@ class Hook:
                     while self._held_rows > MAX_PENDING_TRAJECTORIES and len(self._held) > 1:
                         self._held_rows -= len(self._held.popleft()[1])
                         self.pending_dropped += 1
-            if held:
+                arm, self._release_armed = held and not self._release_armed, self._release_armed or held
+            if arm:  # once: the read's end releases every row held till then (one callback per row piled up)
                 assert self._on_disk is not None
                 self._on_disk.add_done_callback(self._release_held)
+            if held:
                 return
             attempt = self._first_sight(step)
         rec.log_trajectories(step, rows, attempt=attempt or 0)
