@@ -71,14 +71,15 @@ def _attempts_on_disk(run_dir: str, before: float) -> dict[int, int]:
     """Each step earlier processes of the run logged, with the highest attempt it was logged
     under: the ``steps`` table's, and the steps beyond them whose trajectories a process that
     crashed mid-step wrote (segments written before ``before``, this process's start, so that
-    no other process of this job counts)."""
+    no other process of this job counts; a compacted one by the segments it merged)."""
     try:
         reader = RunReader(run_dir, require_meta=False)
         steps = reader.read("steps", ["step", "attempt"]).to_pandas()
     except RunDirError:  # a new run: nothing on disk yet
         return {}
     out = {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
-    earlier = [s for s in reader.segments("trajectories") if _written_ns(s.name) < before * 1e9]
+    # a compacted segment is named when compacted: its rows were written when its origins were
+    earlier = [s for s in reader.segments("trajectories") if max(_written_ns(n) for n, _ in s.origins) < before * 1e9]
     if earlier:
         beyond = pc.field("step") > max(out, default=-1)
         tail = reader.read("trajectories", ["step", "attempt"], filter=beyond, segments=earlier).to_pandas()
