@@ -1124,3 +1124,16 @@ def test_a_step_generated_again_shows_its_last_attempts_trajectories_and_logprob
     narrow = LiveRun(0, str(run_dir), "run", window=1)  # step 2 out of the window: its rows read when asked
     narrow.refresh(force=True)
     assert sorted(narrow.trajectories(2)["traj_id"]) == ["a", "b"]
+
+
+def test_the_live_analysis_of_a_run_with_logprob_histograms_judges_the_mismatch(tmp_path):
+    # the mismatch analyzer reads the histograms' attempt: the window must hold that column
+    run_dir = tmp_path / "run"
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/step": 10.0})
+            rec.log_logprob_delta(step, [0.1, 0.2])
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    live.refresh(force=True)
+    mismatch = live.analysis().mismatch
+    assert mismatch.source == "histogram" and list(mismatch.histogram.index) == [1, 2]
