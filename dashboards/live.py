@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
-from rlscope.analyzers._data import TRAJECTORY_COLUMNS, usable_step_rows, wide_steps
+from rlscope.analyzers._data import TRAJECTORY_COLUMNS, last_attempt_rows, usable_step_rows, wide_steps
 from rlscope.analyzers.staleness import verl_lags
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE
 from rlscope.collectors.verl_metrics import is_validation_key
@@ -166,6 +166,7 @@ class LiveRun:
         self._steps: list[int] = []  # every step seen, sorted
         self._attempt: dict[int, int] = {}  # step -> attempt of its training metrics in the window
         self._val_attempt: dict[int, int] = {}  # step -> attempt of its validation metrics
+        self._logprob_attempt: dict[int, int] = {}  # step -> attempt of its histograms in ``logprob``
         # raw rows of the recent window
         self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
         self._traj = _empty("trajectories").set_index("step", drop=False)
@@ -405,6 +406,8 @@ class LiveRun:
             if table in frames:
                 new = frames[table].set_index("step", drop=False)
                 setattr(self, attr, pd.concat([getattr(self, attr), new]))
+                if table != "spans":  # a redone step's samples and histograms are its last attempt's, as diagnose's
+                    setattr(self, attr, _last_attempt(getattr(self, attr)))
         if "logprob" in frames:
             self._fold_logprob(frames["logprob"])
         if "gpu" in frames:
@@ -451,12 +454,19 @@ class LiveRun:
                 int((~whole).sum()),
             )
             rows = rows[whole]
+        rows = _last_attempt(rows)
+        attempt = rows["attempt"].fillna(0).astype("int64").groupby(rows["step"].to_numpy()).max()
+        seen = attempt.index.map(lambda step: self._logprob_attempt.get(step, -1)).to_numpy()
+        rows = rows[rows["step"].isin(attempt.index[attempt.to_numpy() >= seen])]  # an earlier attempt's, late: none
         if rows.empty:
             return
         counts = np.stack([np.asarray(c, dtype="int64") for c in rows["abs_counts"]])
         new = pd.DataFrame(counts[:, :_N_BINS], index=rows["step"].to_numpy()).groupby(level=0).sum()
-        if not self.logprob.empty:
-            new = new.add(self.logprob.reindex(new.index).fillna(0), fill_value=0).astype("int64")
+        same = [step for step in new.index if attempt[step] == self._logprob_attempt.get(step, -1)]
+        self._logprob_attempt.update({int(step): int(attempt[step]) for step in new.index})
+        if same and not self.logprob.empty:  # a later attempt replaces the step's counts, the same one adds
+            new.loc[same] = new.loc[same].add(self.logprob.reindex(same).fillna(0), fill_value=0)
+            new = new.astype("int64")
         new.index.name = "step"
         self.logprob = _upsert(self.logprob, new, new.index)
 
@@ -524,7 +534,7 @@ class LiveRun:
             if self._reader is None:
                 return _empty("trajectories")
             rows = self._reader.read("trajectories", _COLUMNS["trajectories"], filter=pc.field("step") == step)
-            frame = rows.to_pandas()
+            frame = _last_attempt(rows.to_pandas())
             self._old_step = (step, frame)
             return frame
 
@@ -606,6 +616,12 @@ def _chunks(counts: pd.Series) -> list[tuple[int, int]]:
         out.append((int(steps[first]), int(steps[last - 1])))
         first = last
     return out
+
+
+def _last_attempt(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (with ``step`` and ``attempt`` columns) of each step's last attempt."""
+    keep = last_attempt_rows(rows["step"].to_numpy(), rows["attempt"].to_numpy(dtype=float, na_value=np.nan))
+    return rows if keep is None else rows[keep]
 
 
 def _lengths(traj: pd.DataFrame, wide: pd.DataFrame) -> pd.DataFrame:

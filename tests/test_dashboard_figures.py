@@ -1095,3 +1095,45 @@ def test_the_generation_card_of_a_run_without_a_gen_timer_is_unknown(tmp_path, c
     shown = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
     assert shown["step time (last 1 steps)"] == "140 s"
     assert shown["generation / step (last 1 steps)"] == "-"
+
+
+def test_a_step_generated_again_shows_its_last_attempts_trajectories_and_logprob_live(tmp_path):
+    # as diagnose keeps them: a resumed run's redone step is its redo's samples and histograms alone
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/step": 10.0})
+            rec.log_trajectories(step, [{"traj_id": str(i), "finish_time": 1.0 + i} for i in range(3)])
+            rec.log_logprob_delta(step, [0.1, 0.2, 0.3])
+    live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:  # resumed from step 1: step 2 generated again
+        rec.log_trajectories(2, [{"traj_id": "a", "finish_time": 5.0}, {"traj_id": "b", "finish_time": 6.0}], attempt=1)
+        rec.log_logprob_delta(2, [0.5], attempt=1)
+        rec.log_step(2, {"timing_s/step": 12.0}, attempt=1)
+    live.refresh(force=True)
+    fresh = LiveRun(0, str(run_dir), "run", window=8)
+    fresh.refresh(force=True)
+    for view in (live, fresh):
+        assert view.tails["n"].to_dict() == {1: 3, 2: 2}
+        assert sorted(view.trajectories(2)["traj_id"]) == ["a", "b"]
+        assert view.logprob.sum(axis=1).to_dict() == {1: 3, 2: 1}
+        assert view.analysis().longtail.per_step["n"].to_dict() == {1: 3, 2: 2}
+    with Recorder(str(run_dir)) as rec:
+        rec.log_step(3, {"timing_s/step": 10.0})
+    narrow = LiveRun(0, str(run_dir), "run", window=1)  # step 2 out of the window: its rows read when asked
+    narrow.refresh(force=True)
+    assert sorted(narrow.trajectories(2)["traj_id"]) == ["a", "b"]
+
+
+def test_the_live_analysis_of_a_run_with_logprob_histograms_judges_the_mismatch(tmp_path):
+    # the mismatch analyzer reads the histograms' attempt: the window must hold that column
+    run_dir = tmp_path / "run"
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/step": 10.0})
+            rec.log_logprob_delta(step, [0.1, 0.2])
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    live.refresh(force=True)
+    mismatch = live.analysis().mismatch
+    assert mismatch.source == "histogram" and list(mismatch.histogram.index) == [1, 2]

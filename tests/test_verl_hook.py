@@ -944,3 +944,51 @@ def test_held_trajectories_are_bounded(tmp_path, monkeypatch):
         hook.log_trajectories(step, _finished([1.0, 2.0]))
     assert hook.status()["pending"] == 2 and hook.status()["pending_dropped"] == 3
     gate.set()
+
+
+def test_the_read_of_the_steps_on_disk_releases_held_trajectories_once(tmp_path, monkeypatch):
+    # a worker logs each sample alone: the read's end must not pile up one release per sample
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda *a: gate.wait(10) and {})
+    releases = []
+    release = Hook._release_held
+    monkeypatch.setattr(Hook, "_release_held", lambda self, f: releases.append(1) or release(self, f))
+    hook = Hook(str(tmp_path / "run"))
+    for i in range(50):
+        hook.log_trajectory(1, {"traj_id": str(i), "finish_time": 1.0})
+    assert hook.status()["pending"] == 50
+    gate.set()
+    deadline = time.monotonic() + 10
+    while hook.status()["pending"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # any further release runs meanwhile
+    assert len(releases) == 1
+    hook.flush()
+    traj = RunReader(str(tmp_path / "run")).read("trajectories", ["step", "attempt"]).to_pylist()
+    assert traj == [{"step": 1, "attempt": 0}] * 50
+
+
+def test_a_crashed_steps_samples_compacted_after_the_resumed_process_started_still_count(tmp_path):
+    # compaction renames segments with its own time: the rows' own writes were before the resume
+    from rlscope.trace.compact import compact_run
+
+    run = tmp_path / "run"
+    crashed = Hook(str(run))
+    crashed.log_trajectories(1, _finished([1.0, 2.0]))
+    crashed.on_log(1, {"timing_s/step": 1.0})
+    crashed.flush()
+    crashed.log_trajectories(2, _finished([1.0, 2.0, 3.0]))  # the crash: step 2 never logged
+    crashed.flush()
+    resumed = Hook(str(run))  # a new process, then `rlscope compact` before its first sample
+    time.sleep(0.01)
+    assert len(RunReader(str(run)).segments("trajectories")) == 2
+    compact_run(str(run))
+    assert len(RunReader(str(run)).segments("trajectories")) == 1
+    resumed.read_prior_steps()
+    resumed._on_disk.result(10)
+    resumed.log_trajectories(2, _finished([5.0]))
+    resumed.flush()
+    traj = RunReader(str(run)).read("trajectories", ["step", "attempt"]).to_pylist()
+    assert sorted((r["step"], r["attempt"]) for r in traj) == [(1, 0)] * 2 + [(2, 0)] * 3 + [(2, 1)]

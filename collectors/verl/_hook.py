@@ -71,14 +71,15 @@ def _attempts_on_disk(run_dir: str, before: float) -> dict[int, int]:
     """Each step earlier processes of the run logged, with the highest attempt it was logged
     under: the ``steps`` table's, and the steps beyond them whose trajectories a process that
     crashed mid-step wrote (segments written before ``before``, this process's start, so that
-    no other process of this job counts)."""
+    no other process of this job counts; a compacted one by the segments it merged)."""
     try:
         reader = RunReader(run_dir, require_meta=False)
         steps = reader.read("steps", ["step", "attempt"]).to_pandas()
     except RunDirError:  # a new run: nothing on disk yet
         return {}
     out = {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
-    earlier = [s for s in reader.segments("trajectories") if _written_ns(s.name) < before * 1e9]
+    # a compacted segment is named when compacted: its rows were written when its origins were
+    earlier = [s for s in reader.segments("trajectories") if max(_written_ns(n) for n, _ in s.origins) < before * 1e9]
     if earlier:
         beyond = pc.field("step") > max(out, default=-1)
         tail = reader.read("trajectories", ["step", "attempt"], filter=beyond, segments=earlier).to_pandas()
@@ -145,6 +146,7 @@ class Hook:
         self._held: deque[tuple[int, list[Mapping[str, Any]]]] = deque()  # trajectories waiting for _prior
         self._held_rows = 0
         self._releasing = threading.Lock()  # held rows are recorded by one thread at a time
+        self._release_armed = False  # the read's end is set to release the held rows
         self._started = time.time()  # segments written before this are earlier processes'
         self._job_from: float | None = time.time()  # this process's start: its first job's, until logged
 
@@ -370,9 +372,11 @@ class Hook:
                     while self._held_rows > MAX_PENDING_TRAJECTORIES and len(self._held) > 1:
                         self._held_rows -= len(self._held.popleft()[1])
                         self.pending_dropped += 1
-            if held:
+                arm, self._release_armed = held and not self._release_armed, self._release_armed or held
+            if arm:  # once: the read's end releases every row held till then (one callback per row piled up)
                 assert self._on_disk is not None
                 self._on_disk.add_done_callback(self._release_held)
+            if held:
                 return
             attempt = self._first_sight(step)
         rec.log_trajectories(step, rows, attempt=attempt or 0)
