@@ -375,14 +375,19 @@ def test_a_job_start_in_the_future_holds_off_no_alert(tmp_path):
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == now + 30
 
 
+def _stepped_until(path: Path, last: float) -> CollectorRegistry:
+    """A colocated run of ten 60 s steps a minute apart, the last logged at ``last``; its exporter's registry."""
+    with Recorder(path, {"topology": "colocated"}):
+        pass
+    _write_steps(path, [(s, 0, last - 600 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
+    return _registry(path)[0]
+
+
 def test_a_relaunch_long_after_a_stalled_job_gets_its_own_clock_a_crash_loop_keeps_its_first(tmp_path):
     # steps of 60 s (limit of a job with no step: max(1 h, 4 x 60 s) = 1 h; a relaunch gap of 1 h and
     # twice the alert's 5 minutes = 70 min); after the last step a job starts at t0 and never steps
     path, t0 = tmp_path / "run", time.time() - 8 * 3600
-    with Recorder(path, {"topology": "colocated"}):
-        pass
-    _write_steps(path, [(s, 0, t0 - 660 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
-    registry, _ = _registry(path)
+    registry = _stepped_until(path, t0 - 60)
     served = []
     # a crash loop restarting every 20 minutes, then every 65 (slow restarts, still under 70 min): one clock
     for seq, start in enumerate((0, 1200, 2400, 3600, 7500, 11400), 1):
@@ -402,10 +407,7 @@ def test_a_relaunch_after_a_crash_loop_of_hundreds_of_restarts_gets_its_own_cloc
     # after the last step a driver restarts every 10 s for an hour (360 starts, more than are kept),
     # stalls; 2 hours after its last restart it is relaunched
     path, t0 = tmp_path / "run", time.time() - 8 * 3600
-    with Recorder(path, {"topology": "colocated"}):
-        pass
-    _write_steps(path, [(s, 0, t0 - 660 + 60.0 * s, "timing_s/step", 60.0) for s in range(1, 11)], 1)
-    registry, _ = _registry(path)
+    registry = _stepped_until(path, t0 - 60)
     _write_jobs(path, [t0 + 10.0 * i for i in range(360)], 1)
     assert _value(registry, "rlscope_job_start_timestamp_seconds") == t0
     relaunch = t0 + 3590 + 7200

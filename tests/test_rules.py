@@ -244,19 +244,9 @@ def test_a_resumed_job_s_warm_up_does_not_page_and_its_restarts_do_not_restart_t
     # again at 25m and 45m, never logging a step. Stalled an hour after the first start (at 65m),
     # firing 5 minutes on; before the resume the crash is timed from the last step (10-minute minimum)
     run = tmp_path / "resumed"
-    with Recorder(run, meta={"gpu_count": 8}) as rec:
-        rec.log_job_start(-900.0)
-        for step in range(1, 11):
-            rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/step": 60.0})
-    table = RunReader(run).read("steps")  # logged now: moved to a minute apart, ending at 0
-    times = [60.0 * (s - 10) for s in table.column("step").to_pylist()]
-    shutil.rmtree(run / "steps")
-    write_segment(run, "steps", table.set_column(2, "time", pa.array(times, pa.float64())), writer_id="w", seq=1)
-
-    def start(when: float) -> Callable[[], None]:
-        return lambda: write_segment(run, "jobs", pa.table({"time": [when]}), writer_id="d", seq=int(when))
-
-    series = _served_clock(run, {5: start(300.0), 25: start(1500.0), 45: start(2700.0)}, 80)
+    _stopped_at_zero(run)
+    write_segment(run, "jobs", pa.table({"time": [-900.0]}), writer_id="d", seq=0)  # the first job's start
+    series = _served_clock(run, _starts(run, [5, 25, 45]), 80)
     # a GPU idle all along: idle by design while the job warms up, not "in training"
     gpu = 'rlscope_gpu_utilization_ratio{job="rlscope",instance="i",run="resumed",host="h",gpu="0",role="train"}'
     series.append({"series": gpu, "values": "0.02x80"})
