@@ -502,3 +502,14 @@ def test_recommendations_keep_three_figures_of_short_times():
     # a 4.86 s rollout's 2.19 s tail is not "2 s of 5 s" (40%, against a title of 45%)
     assert (fmt_seconds(2.19), fmt_seconds(4.86), fmt_seconds(9.449)) == ("2.19", "4.86", "9.45")
     assert (fmt_seconds(1449.4), fmt_seconds(99.6), fmt_seconds(float("nan"))) == ("1,449", "100", "?")
+
+
+def test_mfu_waterfall_title_shows_points_as_the_waterfall_does():
+    from rlscope.advice import Severity
+    from rlscope.advice.catalogue import finding
+
+    # the waterfall prints 47.8 points for decode; the title must not say 48
+    f = finding(
+        "mfu-waterfall", Severity.INFO, {"mfu": 0.133, "top_label": "decode throughput", "top_points": 47.8}, ""
+    )
+    assert f.title == "whole-step MFU 13.3%; the largest loss is decode throughput (47.8 points)"
