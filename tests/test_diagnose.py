@@ -963,3 +963,13 @@ def test_info_states_the_rollout_train_split_beside_the_topology(tmp_path, capsy
     assert main(["info", str(run)]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("topology")]
     assert line.split(None, 1)[1] == "separated, split 5:3 (rollout:train GPUs)"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "shown"), [("markdown", "- **topology**: one step overlap"), ("html", "<td>one step overlap</td>")]
+)
+def test_markdown_and_html_name_the_topology_as_the_text_report_does(capsys, fmt, shown):
+    # the text report says "one step overlap", as the what-if tables of all three do; not the JSON's one_step_overlap
+    assert main(["diagnose", str(SAMPLES / "moe-mismatch"), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert shown in out and "one_step_overlap" not in out.replace("one\\_step\\_overlap", "one_step_overlap")
