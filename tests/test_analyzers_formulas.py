@@ -522,3 +522,4 @@ def test_a_rounded_time_keeps_its_third_figure_when_that_is_a_zero():
     # a time that is exactly 8 s or 0.5 s has no figure to keep
     assert (fmt_seconds(48.03), fmt_seconds(47.98), fmt_seconds(68.04)) == ("48.0", "48.0", "68.0")
     assert (fmt_seconds(8.0), fmt_seconds(0.5), fmt_seconds(-20.0)) == ("8", "0.5", "-20")
+    assert (fmt_seconds(0.1 + 0.2), fmt_seconds(3 * 0.002)) == ("0.3", "0.006")  # float noise is no figure

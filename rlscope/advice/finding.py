@@ -21,7 +21,7 @@ def fmt_seconds(value: float) -> str:
     if abs(value) >= 99.5:
         return f"{value:,.0f}"
     short = f"{value:.3g}"
-    return short if float(short) == value else f"{value:#.3g}"
+    return short if math.isclose(float(short), value, rel_tol=1e-9) else f"{value:#.3g}"  # float noise is exact
 
 
 class Severity(str, Enum):
