@@ -502,3 +502,24 @@ def test_recommendations_keep_three_figures_of_short_times():
     # a 4.86 s rollout's 2.19 s tail is not "2 s of 5 s" (40%, against a title of 45%)
     assert (fmt_seconds(2.19), fmt_seconds(4.86), fmt_seconds(9.449)) == ("2.19", "4.86", "9.45")
     assert (fmt_seconds(1449.4), fmt_seconds(99.6), fmt_seconds(float("nan"))) == ("1,449", "100", "?")
+
+
+def test_mfu_waterfall_title_shows_points_as_the_waterfall_does():
+    from rlscope.advice import Severity
+    from rlscope.advice.catalogue import finding
+
+    # the waterfall prints 47.8 points for decode; the title must not say 48
+    f = finding(
+        "mfu-waterfall", Severity.INFO, {"mfu": 0.133, "top_label": "decode throughput", "top_points": 47.8}, ""
+    )
+    assert f.title == "whole-step MFU 13.3%; the largest loss is decode throughput (47.8 points)"
+
+
+def test_a_rounded_time_keeps_its_third_figure_when_that_is_a_zero():
+    from rlscope.advice import fmt_seconds
+
+    # a 48.03 s modelled step beside a 48.7 s measured one reads "48.0 s", not "48 s" (a rounding slip);
+    # a time that is exactly 8 s or 0.5 s has no figure to keep
+    assert (fmt_seconds(48.03), fmt_seconds(47.98), fmt_seconds(68.04)) == ("48.0", "48.0", "68.0")
+    assert (fmt_seconds(8.0), fmt_seconds(0.5), fmt_seconds(-20.0)) == ("8", "0.5", "-20")
+    assert (fmt_seconds(0.1 + 0.2), fmt_seconds(3 * 0.002)) == ("0.3", "0.006")  # float noise is no figure

@@ -951,3 +951,25 @@ def test_how_many_recent_steps_timed_each_phase_is_in_the_json(tmp_path, capsys)
     _, doc = _run_json(capsys, run)
     assert doc["phases"]["logged"] == ["gen", "ref", "update_actor", "waiting"]
     assert doc["phases"]["timed_recent"] == {"gen": 2, "ref": 1, "update_actor": 2}
+
+
+def test_info_states_the_rollout_train_split_beside_the_topology(tmp_path, capsys):
+    # meta.json's split is part of the topology info promises to show (README: "model, GPUs, batch, topology")
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "healthy-colocated", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(topology="separated", split={"rollout": 5, "train": 3})
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert main(["info", str(run)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("topology")]
+    assert line.split(None, 1)[1] == "separated, split 5:3 (rollout:train GPUs)"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "shown"), [("markdown", "- **topology**: one step overlap"), ("html", "<td>one step overlap</td>")]
+)
+def test_markdown_and_html_name_the_topology_as_the_text_report_does(capsys, fmt, shown):
+    # the text report says "one step overlap", as the what-if tables of all three do; not the JSON's one_step_overlap
+    assert main(["diagnose", str(SAMPLES / "moe-mismatch"), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert shown in out and "one_step_overlap" not in out.replace("one\\_step\\_overlap", "one_step_overlap")

@@ -442,3 +442,11 @@ def test_docs_scenario_table_matches_the_shipped_runs():
         assert shape == f"{meta['batch_size']} x {meta['group_size']}", name
         # "All use H100 SXM 80 GB (989e12 dense bf16 FLOP/s)"
         assert (meta["gpu"]["type"], meta["gpu"]["peak_flops"]) == ("H100-SXM-80GB", 989e12), name
+
+
+@pytest.mark.parametrize("steps", ["0", "-4"])
+def test_cli_names_the_steps_option_it_refuses(tmp_path, capsys, steps):
+    # the error names the option to change, as --seed's does
+    code = main(["simulate", "--scenario", "healthy-colocated", "--steps", steps, "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err == f"rlscope: simulate: --steps must be a whole number above 0, got {steps}\n"

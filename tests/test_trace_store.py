@@ -458,3 +458,12 @@ def test_compact_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
         == f"rlscope: {tmp_path}: no meta.json and no table segments: not an rlscope run directory\n"
     )
     assert os.listdir(tmp_path) == ["notes.txt"]
+
+
+def test_compact_of_a_run_with_no_segments_yet_says_so(tmp_path, capsys):
+    # a run directory whose job has not written a row: not silence, which reads as "done"
+    shutil.copy(
+        os.path.join(os.path.dirname(__file__), "..", "sample_traces", "healthy-colocated", "meta.json"), tmp_path
+    )
+    assert main(["compact", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{tmp_path}: no table segments yet: nothing to compact\n"

@@ -77,7 +77,7 @@ _ENTRIES = (
     ),
     Entry(
         "mfu-waterfall",
-        "whole-step MFU {mfu:.1%}; the largest loss is {top_label} ({top_points:.0f} points)",
+        "whole-step MFU {mfu:.1%}; the largest loss is {top_label} ({top_points:.1f} points)",
         "The waterfall starts at 100% of peak FLOP/s over every GPU for the whole step and charges each "
         "lost point to exactly one cause. Judge changes by wall-clock, not MFU alone: a PPO value model "
         "raises MFU while making steps slower. MFU is always useful FLOPs over n GPUs x step x peak; where the "

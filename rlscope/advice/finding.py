@@ -12,12 +12,16 @@ __all__ = ["Finding", "Severity", "fmt_seconds"]
 
 def fmt_seconds(value: float) -> str:
     """Seconds as a recommendation writes them, and every report: whole seconds from 100 s
-    (1,449), else three significant figures (a 5 s step's 2.2 s tail is not "2 s of 5 s")."""
+    (1,449), else three significant figures (a 5 s step's 2.2 s tail is not "2 s of 5 s"), a
+    trailing zero kept unless the time is exact (48.03 s beside 48.7 s is "48.0", not "48"; 8 s is "8")."""
     if not math.isfinite(value):
         return "?"
     if abs(value) < 0.005:  # nothing to speak of: not 1.23e-05, nor -0
         return "0"
-    return f"{value:,.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
+    if abs(value) >= 99.5:
+        return f"{value:,.0f}"
+    short = f"{value:.3g}"
+    return short if math.isclose(float(short), value, rel_tol=1e-9) else f"{value:#.3g}"  # float noise is exact
 
 
 class Severity(str, Enum):

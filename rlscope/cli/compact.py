@@ -27,6 +27,8 @@ def main(argv: Sequence[str]) -> int:
     results = compact_run(args.run_dir)
     if not any(r.segments_before for r in results) and not _has_meta(args.run_dir):
         raise RunDirError(f"{args.run_dir}: no meta.json and no table segments: not an rlscope run directory")
+    if not any(r.segments_before for r in results):
+        print(f"{args.run_dir}: no table segments yet: nothing to compact")
     for r in results:
         if r.segments_before:
             print(f"{r.table:<13} {r.segments_before:>6} -> {r.segments_after} segments, {r.rows:,} rows")

@@ -107,7 +107,7 @@ def main(argv: Sequence[str]) -> int:
         ("model", _model(model.get("name"), stated.active_params)),
         ("gpus", _gpus(stated)),
         ("batch", _batch(stated)),
-        ("topology", meta.get("topology") if isinstance(meta.get("topology"), str) else None),
+        ("topology", _topology(meta.get("topology"), stated)),
         ("scenario", meta.get("scenario")),
     ]
     facts += [("ignored", problem) for problem in meta_problems(meta)]
@@ -141,6 +141,16 @@ def main(argv: Sequence[str]) -> int:
 def _model(name: object, params: float | None) -> str | None:
     size = f"{params / 1e9:.3g}B active parameters" if params else None
     return ", ".join(str(x) for x in (name, size) if x) or None
+
+
+def _topology(wording: object, facts: RunFacts) -> str | None:
+    """meta.json's topology with its rollout:train split, which the topology what-if reads
+    (a colocated run's pools are all GPUs each: no split to state)."""
+    split = f"split {facts.rollout_gpus}:{facts.train_gpus} (rollout:train GPUs)"
+    has_split = facts.kind != "colocated" and facts.rollout_gpus is not None and facts.train_gpus is not None
+    if not isinstance(wording, str):
+        return split if has_split else None
+    return f"{wording}, {split}" if has_split else wording
 
 
 def _gpus(facts: RunFacts) -> str | None:

@@ -44,6 +44,8 @@ def main(argv: Sequence[str]) -> int:
         raise UsageError("simulate: --scenario and --out are required (or --list to see the scenarios)")
     if not 0 <= args.seed < 2**32:  # numpy's seeds
         raise UsageError(f"simulate: --seed must be a whole number from 0 to 2**32 - 1, got {args.seed}")
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"simulate: --steps must be a whole number above 0, got {args.steps}")
     scenario = get_scenario(args.scenario)
     steps = scenario.default_steps if args.steps is None else args.steps
     meta = simulate(scenario, steps, args.out, seed=args.seed)

@@ -55,7 +55,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
         ("framework", run.get("framework")),
         ("model", run.get("model")),
         ("GPUs", gpus(run)),
-        ("topology", run.get("topology")),
+        ("topology", (run.get("topology") or "").replace("_", " ") or None),  # as the text report words it
         ("split", f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None),
         ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
     ]

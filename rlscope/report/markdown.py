@@ -47,7 +47,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "framework": run.get("framework"),
         "model": run.get("model"),
         "GPUs": gpus(run),
-        "topology": run.get("topology"),
+        "topology": (run.get("topology") or "").replace("_", " ") or None,  # as the text report words it
         "split": f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None,
         "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none",
     }
