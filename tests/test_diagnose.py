@@ -152,6 +152,17 @@ def test_the_readme_excerpt_is_what_diagnose_prints(capsys):
         assert any(out == line or (start is not None and out.startswith(start)) for out in printed), line
 
 
+def test_a_text_report_to_a_file_or_a_pipe_has_no_padding_at_line_ends(tmp_path, capsys):
+    # rich pads every table line to the console's width: in a file or a pull-request comment that is
+    # trailing blanks on most lines (the headline and the findings are tables)
+    out = tmp_path / "report.txt"
+    assert main(["diagnose", str(SAMPLES / "longtail-8b"), "-o", str(out)]) == 0
+    assert main(["diagnose", str(SAMPLES / "longtail-8b")]) == 0  # stdout captured: not a terminal
+    for text in (out.read_text(), capsys.readouterr().out):
+        assert "Headline" in text and "Findings" in text
+        assert [line for line in text.splitlines() if line != line.rstrip()] == []
+
+
 def test_fail_on_sets_exit_code_3(capsys):
     agentic = str(SAMPLES / "agentic-failing-reward")  # has a critical finding (engine imbalance)
     assert main(["diagnose", agentic, "--format", "json", "--fail-on", "critical"]) == 3

@@ -356,13 +356,13 @@ def _render(fmt: str, doc: dict, diagnosis: Diagnosis, reader: RunReader, *, to_
 
     if to_terminal:
         console = Console(highlight=False)
-        if not console.is_terminal:
-            console.width = 120
-        render_text(doc, console)
-        return None
+        if console.is_terminal:
+            render_text(doc, console)
+            return None
+    # a file or a pipe: 120 columns, without the spaces rich pads each table line with to that width
     console = Console(record=True, width=120, file=io.StringIO(), highlight=False)
     render_text(doc, console)
-    return console.export_text()
+    return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
 
 
 @contextmanager
