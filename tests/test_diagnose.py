@@ -984,3 +984,14 @@ def test_markdown_and_html_name_the_topology_as_the_text_report_does(capsys, fmt
     assert main(["diagnose", str(SAMPLES / "moe-mismatch"), "--format", fmt]) == 0
     out = capsys.readouterr().out
     assert shown in out and "one_step_overlap" not in out.replace("one\\_step\\_overlap", "one_step_overlap")
+
+
+@pytest.mark.parametrize(("fmt", "title"), [("markdown", "## Findings ({})"), ("html", "<h2>Findings ({})</h2>")])
+def test_markdown_and_html_count_the_findings_by_severity_as_the_text_report_does(capsys, fmt, title):
+    # the counts from the JSON document's findings themselves, most severe first
+    _, doc = _run_json(capsys, str(SAMPLES / "agentic-failing-reward"))
+    severities = [f["severity"] for f in doc["findings"]]
+    counted = ", ".join(f"{severities.count(s)} {s}" for s in ("critical", "warn", "info") if s in severities)
+    assert "critical" in counted and "warn" in counted
+    assert main(["diagnose", str(SAMPLES / "agentic-failing-reward"), "--format", fmt]) == 0
+    assert title.format(counted) in capsys.readouterr().out

@@ -12,6 +12,7 @@ __all__ = [
     "HEADLINE_TITLE",
     "REWARD_COLUMNS",
     "WHAT_IF_COLUMNS",
+    "findings_count",
     "generation",
     "gpus",
     "headline_rows",
@@ -179,3 +180,8 @@ def mfu_missing(doc: dict[str, Any]) -> str:
     """Why MFU is n/a: the facts it lacks and how to give them ('' when it is known)."""
     missing = doc["mfu"].get("missing") or []
     return f" (needs {'; '.join(missing)})" if doc["headline"]["mfu"] is None and missing else ""
+
+
+def findings_count(counts: dict[str, int]) -> str:
+    """How many findings of each severity, most severe first: "1 critical, 3 warn" (or "none")."""
+    return ", ".join(f"{counts[s]} {s}" for s in ("critical", "warn", "info") if counts.get(s)) or "none"

@@ -16,6 +16,7 @@ from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
+    findings_count,
     gpus,
     headline_rows,
     reward_rows,
@@ -76,7 +77,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
             what_if_rows(doc),
         ),
         *_table("Reward by source", "Whole run, then its last quarter.", REWARD_COLUMNS, reward_rows(doc)),
-        f"<h2>Findings ({sum(doc['counts'].values())})</h2>",
+        f"<h2>Findings ({findings_count(doc['counts'])})</h2>",
     ]
     if not doc["findings"]:
         parts.append("<p class='muted'>Nothing to report.</p>")

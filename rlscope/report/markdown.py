@@ -15,6 +15,7 @@ from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
+    findings_count,
     gpus,
     headline_rows,
     reward_rows,
@@ -76,7 +77,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += _table(REWARD_COLUMNS, rewards, "|---|---:|---:|---:|---:|---:|---:|")
 
     findings = doc["findings"]
-    out += ["", f"## Findings ({sum(doc['counts'].values())})", ""]
+    out += ["", f"## Findings ({findings_count(doc['counts'])})", ""]
     if not findings:
         out.append("Nothing to report.")
     for f in findings:

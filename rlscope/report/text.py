@@ -17,6 +17,7 @@ from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
     WHAT_IF_COLUMNS,
+    findings_count,
     gpus,
     headline_rows,
     reward_rows,
@@ -98,8 +99,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     findings = doc["findings"]
     counts = doc["counts"]
     console.print()
-    summary = ", ".join(f"{counts[s]} {s}" for s in ("critical", "warn", "info") if counts[s]) or "none"
-    console.print(_plain(("Findings", "bold underline"), f" ({summary})"))
+    console.print(_plain(("Findings", "bold underline"), f" ({findings_count(counts)})"))
     if not findings:
         console.print("  nothing to report")
     grid = Table.grid(padding=(0, 1))
