@@ -2097,3 +2097,10 @@ def test_gzip_through_a_pipe_is_named_as_on_stdin(tmp_path, capsys):
     writer.join(5)
     assert code == 1 and out == "" and not (tmp_path / "run").exists()
     assert err == f"rlscope: {fifo}: gzip-compressed; decompress it in the pipe: <(zcat FILE.gz)\n"
+
+
+def test_the_summary_says_one_step_in_the_singular(tmp_path):
+    log = tmp_path / "one.log"
+    log.write_text("step:4 - timing_s/gen:2.5\n")
+    summary = import_verl_log([str(log)], str(tmp_path / "run"))
+    assert str(summary).startswith("verl-log: 1 step (4..4), 1 key, 1 value -> ")

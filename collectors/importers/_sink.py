@@ -72,7 +72,8 @@ class ImportSummary:
     def __str__(self) -> str:
         span = f" ({self.first_step}..{self.last_step})" if self.steps else ""
         lines = [
-            f"{self.importer}: {self.steps} steps{span}, {self.keys} keys, {self.values} values -> {self.run_dir}",
+            f"{self.importer}: {_count(self.steps, 'step')}{span}, {_count(self.keys, 'key')},"
+            f" {_count(self.values, 'value')} -> {self.run_dir}",
             f"  read {self.lines} {'events' if self.importer == 'tensorboard' else 'lines'} from"
             f" {len(self.sources)} source(s); {self.records} metric records",
         ]
@@ -97,6 +98,11 @@ class ImportSummary:
         elif self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    """A count and its noun, singular for one: 1 step, 3 steps."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class _Attempts:
