@@ -74,8 +74,8 @@ class ImportSummary:
         lines = [
             f"{self.importer}: {_count(self.steps, 'step')}{span}, {_count(self.keys, 'key')},"
             f" {_count(self.values, 'value')} -> {self.run_dir}",
-            f"  read {self.lines} {'events' if self.importer == 'tensorboard' else 'lines'} from"
-            f" {len(self.sources)} source(s); {self.records} metric records",
+            f"  read {_count(self.lines, 'event' if self.importer == 'tensorboard' else 'line')} from"
+            f" {_count(len(self.sources), 'source')}; {_count(self.records, 'metric record')}",
         ]
         if self.restarts:
             lines.append(f"  {self.restarts} restart(s): steps logged again are kept as attempts 1, 2, ...")
