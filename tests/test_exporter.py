@@ -676,6 +676,89 @@ def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
 
 
+def _resumed_rows(step: int, attempt: int) -> list[dict]:
+    """10 "math" samples of ``step``: the crashed attempt 0 scores only zeros with a policy lag of 4
+    from step 4 on, the resumed attempt 1 half zeros with a lag of 1 (as steps 1-3 did)."""
+    crashed = attempt == 0 and step >= 4
+    return [
+        {
+            "traj_id": f"{step}-{attempt}-{i}",
+            "data_source": "math",
+            "reward": 0.0 if crashed else float(i % 2),
+            "reward_status": "ok",
+            "finish_time": float(i + 1),
+            "policy_version_start": step - (4 if crashed else 1),
+            "trainer_version": step,
+        }
+        for i in range(10)
+    ]
+
+
+def _expected(written: list[tuple[int, int, list[dict]]]) -> tuple[float, float, list[float]]:
+    """From the rows written: the reward mean and zero share of the last 5 steps, each step's rows
+    of its highest attempt only, and the policy lags of the last 2 such steps."""
+    last = {}
+    for step, attempt, _ in written:
+        last[step] = max(attempt, last.get(step, attempt))
+    kept = [(s, r) for s, a, rows in written if a == last[s] for r in rows]
+    window = [r["reward"] for s, r in kept if s in sorted(last)[-5:]]
+    lags = [r["trainer_version"] - r["policy_version_start"] for s, r in kept if s in sorted(last)[-2:]]
+    return float(np.mean(window)), window.count(0.0) / len(window), lags
+
+
+def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step(tmp_path):
+    # attempt 0 logs steps 1-5 and crashes; attempt 1 resumes from step 3's checkpoint and writes the
+    # trajectories of steps 4 and 5 before the step record of 4 is read, then records 4 and 5, then
+    # step 6. Each served window holds each step's highest attempt: the redone rows read before the
+    # resumed step records are kept, and no step mixes both attempts
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    written: list[tuple[int, int, list[dict]]] = []
+
+    def trajectories(step: int, attempt: int) -> None:
+        rows = _resumed_rows(step, attempt)
+        rec.log_trajectories(step, rows, attempt=attempt)
+        written.append((step, attempt, rows))
+
+    def check(when: str) -> None:
+        rec.flush()
+        mean, zeros, lags = _expected(written)
+        assert _value(registry, "rlscope_reward_mean", source="math") == pytest.approx(mean), when
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") == pytest.approx(zeros), when
+        for label, q in (("0.5", 0.5), ("1", 1.0)):
+            want = float(np.quantile(lags, q, method="inverted_cdf"))
+            assert _value(registry, "rlscope_staleness", quantile=label) == want, when
+        # counters: every trajectory read, the crashed attempt's too
+        n = sum(len(rows) for _, _, rows in written)
+        assert _value(registry, "rlscope_reward_trajectories_total", source="math") == n, when
+        assert _value(registry, "rlscope_staleness_count") == n, when
+
+    try:
+        for step in range(1, 6):
+            trajectories(step, 0)
+            rec.log_step(step, {"timing_s/step": 20.0})
+            check(f"attempt 0, step {step}")
+        time.sleep(0.01)
+        trajectories(4, 1)
+        trajectories(5, 1)
+        check("redone rows before the resumed step records")
+        rec.log_step(4, {"timing_s/step": 20.0}, attempt=1)
+        check("the resumed step 4 recorded")
+        rec.log_step(5, {"timing_s/step": 20.0}, attempt=1)
+        trajectories(6, 1)
+        check("step 6's rows")
+        rec.log_step(6, {"timing_s/step": 20.0}, attempt=1)
+        check("step 6 recorded")
+        trajectories(5, 0)  # a late flush of the crashed attempt: left out of the windows
+        check("a late row of the crashed attempt")
+        trajectories(6, 1)  # more rows of step 6's attempt: added
+        check("more rows of the same attempt")
+    finally:
+        rec.close()
+    # the redone steps 4-6 are half zeros, as steps 2 and 3: no collapse from the crashed attempt
+    assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.5
+
+
 @pytest.mark.parametrize("scored", [10, 0])
 def test_a_resume_takes_out_of_a_source_s_baseline_only_what_went_into_it(scored):
     # a source scored on even steps only: 2-10 leave the window (into the baseline), 12-20 are in it;

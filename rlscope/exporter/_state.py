@@ -89,7 +89,7 @@ _IDLE_KEYS = {"fully_async/trainer/idle_ratio": "trainer", "fully_async/rolloute
 _SCORE_KEYS = {"critic/score/max": "max", "critic/score/min": "min"}
 _STEP_COLUMNS = ["step", "attempt", "time", "key", "value"]
 _REWARD_COLUMNS = ["data_source", "reward", "reward_status", "reward_error"]
-_TRAJ_COLUMNS = list(dict.fromkeys([*TRAJECTORY_COLUMNS, *_REWARD_COLUMNS]))
+_TRAJ_COLUMNS = list(dict.fromkeys([*TRAJECTORY_COLUMNS, *_REWARD_COLUMNS, "attempt"]))
 _N_BINS = len(LOGPROB_BIN_EDGES) - 1
 
 Sample = tuple[str, tuple[str, ...], float]
@@ -285,6 +285,9 @@ class RunState:
         self._sent: Counter[str] = Counter()
         self._errors: Counter[tuple[str, str]] = Counter()
         self._traj: dict[int, list[pa.Table]] = {}
+        self._traj_attempt: dict[int, int] = {}  # step -> the attempt whose trajectories are held
+        self._traj_gone: set[int] = set()  # steps whose held attempt a resume went back before
+        self._traj_attempts = False  # a trajectory with an attempt above 0 was read: see _current_attempts
         # gpu, logprob
         self._gpu_cap = LabelCap(MAX_GPUS)
         self._gpus: dict[tuple[str, str], tuple[float, str, float]] = {}  # (host, gpu) -> (time, role, util)
@@ -528,7 +531,7 @@ class RunState:
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
         gone = self._drop_superseded()
-        if gone:
+        if gone and not self._traj_attempts:  # trajectories without attempts: told by the step records
             self._forget_trajectories(gone)
         _keep_last(self._durations, MEDIAN_STEPS)
         _keep_last(self._log_times, MEDIAN_STEPS + 1)
@@ -546,17 +549,56 @@ class RunState:
         those of the ``gone`` steps, and of any step above them (one the crashed attempt began and
         never logged). Done as the steps are read, before the trajectories of the same refresh, so
         the resumed attempt's own are kept; its reward windows, tail share and staleness are then
-        its own steps', not the crashed attempt's."""
+        its own steps', not the crashed attempt's. Only for runs whose trajectories carry no
+        attempt (an older rlscope's, an importer's): the resumed attempt's rows are attempt 0
+        again, and only the step records tell them apart (the first step redone keeps both)."""
         top = max(gone)
         drop = set(gone)
         drop |= {s for s in self._traj if s > top} | {s for s in self._reward_steps if s > top}
         for rewards in self._rewards.values():
             drop |= {s for s in (*rewards.recent, *rewards.left) if s > top}
-        for s in drop & self._traj.keys():
-            del self._traj[s]
         self._reward_steps = [s for s in self._reward_steps if s not in drop]
+        self._drop_steps(drop)
+        for s in drop:  # redone under attempt 0 again: their rows are the resumed attempt's
+            self._traj_attempt.pop(s, None)
+
+    def _drop_steps(self, steps: set[int]) -> None:
+        """Forget the trajectories held for ``steps``: per-step reward counts, tail, staleness."""
+        for s in steps & self._traj.keys():
+            del self._traj[s]
         for rewards in self._rewards.values():
-            rewards.forget(drop)
+            rewards.forget(steps)
+
+    def _current_attempts(self, step: np.ndarray, attempt: np.ndarray) -> np.ndarray:
+        """Which rows to hold: each step's rows of the highest attempt read for it.
+
+        Rows of a higher attempt than the step's held ones (a resumed run generating it again)
+        replace them, and forget the steps above it held under a lower attempt than theirs (the
+        crashed attempt's, read before the resume went back; each is redone under a higher one,
+        and a late row of it is ignored); rows of a lower attempt (a crashed process's late
+        flush) are ignored; rows of the same attempt add."""
+        top = pd.Series(attempt).groupby(step).max()
+        if not self._traj_attempts and top.max() > 0:
+            self._traj_attempts = True
+        ignored: list[int] = []
+        for s, a in zip(top.index.tolist(), top.tolist(), strict=True):  # steps in ascending order
+            held = self._traj_attempt.get(s)
+            gone = s in self._traj_gone
+            if held is not None and (a < held or (a == held and gone)):
+                ignored.append(s)
+                continue
+            if a > (0 if held is None else held):
+                self._traj_gone.discard(s)
+                above = {t for t, h in self._traj_attempt.items() if t > s and h < a and t not in self._traj_gone}
+                self._drop_steps({s} | above)
+                self._traj_gone |= above
+            self._traj_attempt[s] = a
+        _keep_last(self._traj_attempt, MEDIAN_STEPS)
+        self._traj_gone &= self._traj_attempt.keys()
+        keep = attempt == top.reindex(step).to_numpy()
+        if ignored:
+            keep &= ~np.isin(step, ignored)
+        return keep
 
     def _ingest_trajectories(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
@@ -564,6 +606,8 @@ class RunState:
         self._dirty = True
         df = rows.select(["step", *_REWARD_COLUMNS]).to_pandas()
         df["source"] = _capped(df["data_source"], self._source_cap)
+        step = rows.column("step").to_numpy()
+        keep = self._current_attempts(step, pc.fill_null(rows.column("attempt"), 0).to_numpy())
         error = df["reward_status"].fillna("ok").astype(str).str.lower().ne("ok")  # as rlscope diagnose reads it
         scored = ~error & df["reward"].notna()
         df = df.assign(
@@ -573,12 +617,15 @@ class RunState:
             zeros=(scored & df["reward"].eq(0.0)).astype(float),
             errors=error.astype(float),
         )
-        steps = np.unique(rows.column("step").to_numpy())
+        # the counters count every trajectory read, a crashed attempt's too (they were sent); the
+        # per-step windows hold each step's current attempt only
+        for source, n in df.groupby("source").size().items():
+            self._sent[source] += int(n)
+        steps = np.unique(step)
         self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_GONE_STEPS:]
         cols = ["n", "scored", "total", "zeros", "errors"]
-        for (source, step), counts in df.groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards()).add(int(step), counts.to_numpy())
-            self._sent[source] += int(counts["n"])
+        for (source, s), counts in df[keep].groupby(["source", "step"])[cols].sum().iterrows():
+            self._rewards.setdefault(source, _SourceRewards()).add(int(s), counts.to_numpy())
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
         for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
@@ -587,11 +634,13 @@ class RunState:
         self._lag_sum += float(pc.sum(lags).as_py() or 0)
         self._lag_count += len(lags)
 
-        keep = sorted(set(self._traj) | {int(s) for s in steps})[-WINDOW_STEPS:]
-        for s in set(self._traj) - set(keep):
+        rows = rows.filter(pa.array(keep))
+        held = np.unique(rows.column("step").to_numpy())
+        window = sorted(set(self._traj) | {int(s) for s in held})[-WINDOW_STEPS:]
+        for s in set(self._traj) - set(window):
             del self._traj[s]
-        for s in keep:
-            if s in steps:
+        for s in window:
+            if s in held:
                 part = rows.filter(pc.equal(rows.column("step"), s)).select(list(TRAJECTORY_COLUMNS))
                 self._traj.setdefault(s, []).append(part)
 
