@@ -994,3 +994,40 @@ def test_a_crashed_steps_samples_compacted_after_the_resumed_process_started_sti
     resumed.flush()
     traj = RunReader(str(run)).read("trajectories", ["step", "attempt"]).to_pylist()
     assert sorted((r["step"], r["attempt"]) for r in traj) == [(1, 0)] * 2 + [(2, 0)] * 3 + [(2, 1)]
+
+
+@pytest.mark.parametrize("read_s", [1.0, 60.0])
+def test_trajectories_held_for_a_slow_read_are_written_as_the_process_exits(tmp_path, read_s):
+    # a resumed process logs samples of step 7 (on disk: attempt 1) and 8 while the steps on disk are
+    # still being read, and exits without a flush: they are written at exit, under the attempts read
+    # if the read ends within EXIT_WAIT (5 s), else as attempt 0 (a "resume" fault) without waiting longer
+    run = tmp_path / "run"
+    first = Hook(str(run))
+    first.on_log(7, {"timing_s/step": 1.0})
+    first.flush()
+    code = textwrap.dedent(
+        f"""
+        import time
+        from rlscope.collectors.verl import _hook as hook_state
+        real = hook_state._attempts_on_disk
+        hook_state._attempts_on_disk = lambda *a: time.sleep({read_s}) or real(*a)
+        hook_state.EXIT_WAIT = 5.0
+        hook = hook_state.Hook({str(run)!r})
+        hook.log_trajectories(7, [{{"traj_id": "a", "finish_time": 1.0}}])
+        hook.log_trajectories(8, [{{"traj_id": "b", "finish_time": 1.0}}, {{"traj_id": "c", "finish_time": 2.0}}])
+        assert hook.status()["pending"] == 2
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RLSCOPE_RUN_DIR"}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    traj = RunReader(str(run)).read("trajectories", ["step", "attempt"]).to_pylist()
+    if read_s < 5.0:
+        assert sorted((r["step"], r["attempt"]) for r in traj) == [(7, 1), (8, 0), (8, 0)]
+    else:
+        assert sorted((r["step"], r["attempt"]) for r in traj) == [(7, 0), (8, 0), (8, 0)]
+        assert "steps on disk not read within 5 s; logged as attempt 0" in proc.stderr
+        assert took < 40  # the bounded wait, not the 60 s read

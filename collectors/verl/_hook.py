@@ -8,6 +8,11 @@ process that imports verl but never trains (a GPU worker, a reward worker) write
 
 from __future__ import annotations
 
+import atexit
+
+# imported now, not by the read of the steps on disk (pandas and pyarrow import it lazily): it
+# registers an exit handler, which fails once the interpreter is exiting (Hook._release_at_exit)
+import concurrent.futures.thread  # noqa: F401
 import importlib.metadata
 import logging
 import math
@@ -56,6 +61,8 @@ MAX_PENDING_TRAJECTORIES = 100_000
 CROSSCHECK_KEY = "rlscope/verl_hook/probs_diff_max"  # max |exp(old) - exp(rollout)| over the same tokens as verl
 # seconds the first Tracking.log waits for the steps already on disk (read from Tracking.__init__ on)
 RESUME_WAIT = 1.0
+# seconds a process exiting waits for that read, to write the samples held for it
+EXIT_WAIT = 5.0
 
 # Services the driver (the process that builds verl's Tracking) starts beside the patches.
 ENV_GPU_INTERVAL = "RLSCOPE_GPU_INTERVAL"  # seconds between NVML samples of this node; 0 turns it off
@@ -296,7 +303,7 @@ class Hook:
                 prior = future.result()
             else:
                 prior = {}
-                slow = TimeoutError(f"steps on disk not read within {RESUME_WAIT:g} s; logged as attempt 0")
+                slow = TimeoutError(f"steps on disk not read within {wait:g} s; logged as attempt 0")
                 self.fault("resume", failed or slow)
         if prior is None:
             return None
@@ -376,10 +383,25 @@ class Hook:
             if arm:  # once: the read's end releases every row held till then (one callback per row piled up)
                 assert self._on_disk is not None
                 self._on_disk.add_done_callback(self._release_held)
+                atexit.register(self._release_at_exit)  # before the Recorder's own atexit closes it
             if held:
                 return
             attempt = self._first_sight(step)
         rec.log_trajectories(step, rows, attempt=attempt or 0)
+
+    def _release_at_exit(self) -> None:
+        """At interpreter exit, write the trajectories still held: a process that ends (its last
+        samples logged, no flush) before the read of the steps on disk does would lose them. The
+        read is waited for ``EXIT_WAIT`` seconds at most; one not ended by then logs them as
+        attempt 0, a ``resume`` fault, as a step's record is. Never raises."""
+        try:
+            with self._lock:
+                held, reading = bool(self._held), self._on_disk
+            if held and reading is not None:
+                self._settle_prior(EXIT_WAIT)
+                self._release_held(reading)
+        except Exception as exc:  # noqa: BLE001 - exit must go on
+            self.fault("trajectories", exc)
 
     def _release_held(self, _: Future) -> None:
         """The steps on disk are read: record the trajectories held meanwhile."""
