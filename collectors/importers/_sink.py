@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
 from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
-from rlscope.errors import MetaError, RunDirError
+from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
     META_FILE,
@@ -189,7 +189,8 @@ class StepSink:
         loc = self._loc
         info = loc.fs.get_file_info(loc.path)
         if info.type == pafs.FileType.File:
-            raise RunDirError(f"{loc.path}: is a file, expected a run directory to write")
+            # a path no run can be written to is the command line's mistake, as for simulate's --out
+            raise UsageError(f"{loc.path}: is a file, expected a run directory to write")
         check_can_write(loc)
         if info.type == pafs.FileType.Directory:
             try:
@@ -200,7 +201,7 @@ class StepSink:
         if folder.type == pafs.FileType.Directory:
             entries = loc.fs.get_file_info(pafs.FileSelector(folder.path))
             if any(is_segment_name(e.base_name) for e in entries):
-                raise RunDirError(f"{loc.path}: already holds a steps table; import into a new directory")
+                raise UsageError(f"{loc.path}: already holds a steps table; import into a new directory")
 
     # -- records -------------------------------------------------------------------------
 
