@@ -142,6 +142,26 @@ def test_generation_beside_the_step_does_not_explain_its_time(tmp_path, capsys):
     assert best == ("colocated: 158 s (1.27x; 30 s measured)", "colocated: 87.5 s (1.14x; 50 s measured)")
 
 
+def test_generation_beside_the_step_is_no_share_of_it_in_the_table(tmp_path, capsys):
+    # one-step overlap: generation beside the step is set against the step's length, as diagnose does
+    runs = []
+    for name, gen, update in (("a", 200.0, 40.0), ("b", 100.0, 40.0)):
+        run = str(tmp_path / name)
+        meta = {"gpu": {"type": "H100", "count": 8}, "topology": "one_step_overlap" if name == "a" else "colocated"}
+        with Recorder(run, meta=meta) as rec:
+            for step in range(4):
+                step_s = update if name == "a" else gen + update
+                rec.log_step(step, {"timing_s/gen": gen, "timing_s/update_actor": update, "timing_s/step": step_s})
+        runs.append(run)
+    assert main(["compare", *runs]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ generation / step ")]
+    # A: 200 s of generation beside a 40 s step (5.0x its length); B: 100 s of a 140 s step (71.4%)
+    assert "beside the step (5.0x its length)" in row and "71.4%" in row and "500" not in row
+    assert main(["compare", *runs, "--format", "json"]) == 0  # the JSON keeps the number, as diagnose's does
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["generation / step"] == pytest.approx((200 / 40, 100 / 140))
+
+
 def test_a_run_without_a_what_if_says_what_it_lacks(tmp_path, capsys):
     runs = []
     for name, meta in (("v1", {"topology": "async", "split": "4:4"}), ("colo", {"topology": "colocated"})):
@@ -238,7 +258,13 @@ def test_a_topology_change_to_a_run_without_a_split_is_said_whole(tmp_path, caps
                 rec.log_step(step, {"timing_s/gen": 40.0, "timing_s/update_actor": 50.0, "timing_s/step": 100.0})
         runs.append(run)
     assert main(["compare", *runs, "--format", "json"]) == 0
-    assert "topology one_step_overlap 6:2 -> colocated" in json.loads(capsys.readouterr().out)["explanations"]
+    out = json.loads(capsys.readouterr().out)
+    # the sentence names the topologies as diagnose words them; the row keeps verl's identifiers for machines
+    assert "topology one step overlap 6:2 -> colocated" in out["explanations"]
+    assert {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}["topology"] == ("one_step_overlap", "colocated")
+    assert main(["compare", *runs]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ topology ")]
+    assert "one step overlap" in row and "one_step_overlap" not in row
 
 
 def test_mfu_is_judged_by_a_step_time_that_takes_as_long(tmp_path, capsys):

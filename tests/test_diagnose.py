@@ -559,8 +559,12 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_analysis(tmp_pat
     monkeypatch.setattr(rlscope.analyzers, "analyze_run", never)
     run = str(SAMPLES / "healthy-colocated")
     missing = tmp_path / "no"
-    for output, reason in ((missing / "r.txt", f"no such directory {missing}"), (tmp_path, "it is a directory")):
-        assert main(["diagnose", run, "--output", str(output)]) == 1
+    # a directory named as the report is the command line's mistake (2); a folder not there, the machine's (1)
+    for output, reason, code in (
+        (missing / "r.txt", f"no such directory {missing}", 1),
+        (tmp_path, "it is a directory", 2),
+    ):
+        assert main(["diagnose", run, "--output", str(output)]) == code
         assert capsys.readouterr().err == f"rlscope: cannot write {output}: {reason}\n"
 
 

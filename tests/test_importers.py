@@ -781,7 +781,10 @@ def test_cli_summary_and_meta(tmp_path, capsys):
     meta = '{"gpu": {"type": "H100", "count": 8}, "framework": "verl-fork"}'
     code, out, err = run_cli(capsys, "verl-log", DATA / "restart.log", "--out", tmp_path / "run", "--meta", meta)
     assert code == 0 and err == ""
-    assert out.startswith("verl-log: 7 steps (0..4), 3 keys, 13 values") and "1 restart(s)" in out
+    # step 0 is validation only; step 2's validation after the restart is of a step trained before it
+    assert (
+        out.startswith("verl-log: 7 steps (0..4; step 0 validation only), 3 keys, 13 values") and "1 restart(s)" in out
+    )
     written = RunReader(tmp_path / "run").meta
     assert written["gpu"] == {"type": "H100", "count": 8} and written["framework"] == "verl-fork"
     assert written["importer"]["restarts"] == 1 and written["importer"]["steps"] == 7
@@ -1696,7 +1699,8 @@ def test_bad_input_is_one_line(tmp_path, capsys, case):
     if "--out" not in args:
         args += ["--out", str(tmp_path / "run")]
     code, out, err = run_cli(capsys, *args)
-    assert code == 1 and message in err and len(err.strip().splitlines()) == 1
+    # an --out no run can be written to is the command line's mistake (a usage error, 2), as for simulate
+    assert code == (2 if case.startswith("run-dir") else 1) and message in err and len(err.strip().splitlines()) == 1
     assert out == ""  # no summary of a run directory that was not written
     assert err.startswith("rlscope: ") and err.count("\n") == 1 and "Traceback" not in err
 
@@ -2105,3 +2109,26 @@ def test_the_summary_says_one_step_in_the_singular(tmp_path):
     summary = import_verl_log([str(log)], str(tmp_path / "run"))
     assert str(summary).startswith("verl-log: 1 step (4..4), 1 key, 1 value -> ")
     assert "read 1 line from 1 source; 1 metric record" in str(summary)
+
+
+def test_the_summary_says_which_steps_are_validation_only(tmp_path):
+    # verl's val_before_train: step 0 holds validation (and its testing timer) only, no training
+    # step, as diagnose counts them; step 1's validation comes in a line of its own after its training
+    summary, _ = import_lines(
+        tmp_path,
+        "step:0 - val-core/gsm8k/reward/mean@1:0.1 - timing_s/testing:4.0",
+        "step:1 - timing_s/gen:2.5 - timing_s/step:3.0",
+        "step:1 - val-core/gsm8k/reward/mean@1:0.2",
+        "step:2 - timing_s/gen:2.5 - timing_s/step:3.0",
+    )
+    assert str(summary).startswith("verl-log: 3 steps (0..2; step 0 validation only), 4 keys, 7 values -> ")
+
+
+def test_a_step_whose_training_comes_after_its_validation_is_no_validation_step(tmp_path):
+    summary, _ = import_lines(
+        tmp_path,
+        "step:1 - val-core/gsm8k/reward/mean@1:0.2",
+        "step:1 - timing_s/gen:2.5 - timing_s/step:3.0",
+        "step:2 - timing_s/gen:2.5 - timing_s/step:0",  # a step timer of 0 timed nothing, gen did
+    )
+    assert str(summary).startswith("verl-log: 2 steps (1..2), 3 keys, 5 values -> ")

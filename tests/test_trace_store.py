@@ -100,9 +100,24 @@ def test_a_compaction_that_fills_the_disk_leaves_no_temporary_file_and_says_so(t
 
     monkeypatch.setattr(compact_module, "_read_whole", then_full)
     assert main(["compact", run]) == 1
-    assert capsys.readouterr().err == "rlscope: [Errno 28] No space left on device\n"
+    # the OS names no file for a full disk: the message names the table being merged
+    said = f"rlscope: {os.path.join(run, 'steps')}: cannot write the merged segment (No space left on device); "
+    assert capsys.readouterr().err == said + "the table is left as it was\n"
     assert sorted(os.listdir(os.path.join(run, "steps"))) == before  # the originals, and nothing else
     assert sorted(RunReader(run).read("steps").column("step").to_pylist()) == [0, 1, 2]
+
+
+def test_an_os_error_naming_a_file_is_said_with_it(tmp_path, capsys, monkeypatch):
+    import rlscope.cli.compact as compact_cli
+
+    segment = str(tmp_path / "run" / "steps" / "part-1.parquet")
+
+    def refused(_run_dir):
+        raise PermissionError(13, "Permission denied", segment)
+
+    monkeypatch.setattr(compact_cli, "compact_run", refused)
+    assert main(["compact", str(tmp_path / "run")]) == 1
+    assert capsys.readouterr().err == f"rlscope: {segment}: Permission denied\n"
 
 
 def test_crash_between_compaction_rename_and_delete_counts_no_row_twice(tmp_path):

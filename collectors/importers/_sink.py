@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
 from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
-from rlscope.errors import MetaError, RunDirError
+from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
     META_FILE,
@@ -58,6 +58,7 @@ class ImportSummary:
     steps: int = 0  # step records written; a step logged again after a restart counts again
     first_step: int | None = None
     last_step: int | None = None
+    validation_only: list[int] = field(default_factory=list)  # steps of validation only, no training step
     restarts: int = 0
     keys: int = 0
     values: int = 0
@@ -70,7 +71,7 @@ class ImportSummary:
     interrupted_twice: bool = False  # a second Ctrl-C or SIGTERM stopped it before all it read was written
 
     def __str__(self) -> str:
-        span = f" ({self.first_step}..{self.last_step})" if self.steps else ""
+        span = f" ({self.first_step}..{self.last_step}{_validation_only(self.validation_only)})" if self.steps else ""
         lines = [
             f"{self.importer}: {_count(self.steps, 'step')}{span}, {_count(self.keys, 'key')},"
             f" {_count(self.values, 'value')} -> {self.run_dir}",
@@ -98,6 +99,18 @@ class ImportSummary:
         elif self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
+
+
+def _validation_only(steps: list[int]) -> str:
+    """The steps that are no training step as diagnose counts them (verl's val_before_train, or
+    a checkpoint logged on its own), "; step 0 validation only", so that the import's count of
+    steps is not read as the run's training steps."""
+    if not steps:
+        return ""
+    if len(steps) == 1:
+        return f"; step {steps[0]} validation only"
+    shown = ", ".join(str(s) for s in steps[:3]) + (", ..." if len(steps) > 3 else "")
+    return f"; {len(steps)} validation only: {shown}"
 
 
 def _count(n: int, noun: str) -> str:
@@ -178,6 +191,7 @@ class StepSink:
         self._writer = new_writer_id()
         self._seq = 0
         self._written_to: int | None = None  # the highest step in a segment written
+        self._trained_to: int | None = None  # the highest step a record of a training step holds
         self._skipped: Counter[str] = Counter()
         self._keys: set[str] = set()
         self._attempts = _Attempts()
@@ -189,7 +203,8 @@ class StepSink:
         loc = self._loc
         info = loc.fs.get_file_info(loc.path)
         if info.type == pafs.FileType.File:
-            raise RunDirError(f"{loc.path}: is a file, expected a run directory to write")
+            # a path no run can be written to is the command line's mistake, as for simulate's --out
+            raise UsageError(f"{loc.path}: is a file, expected a run directory to write")
         check_can_write(loc)
         if info.type == pafs.FileType.Directory:
             try:
@@ -200,7 +215,7 @@ class StepSink:
         if folder.type == pafs.FileType.Directory:
             entries = loc.fs.get_file_info(pafs.FileSelector(folder.path))
             if any(is_segment_name(e.base_name) for e in entries):
-                raise RunDirError(f"{loc.path}: already holds a steps table; import into a new directory")
+                raise UsageError(f"{loc.path}: already holds a steps table; import into a new directory")
 
     # -- records -------------------------------------------------------------------------
 
@@ -242,14 +257,24 @@ class StepSink:
             self._rows(step, self._attempts.attempt(step), named, when)
 
     def _write(self, step: int, named: dict[str, float], when: float | None, *, restart: bool = False) -> None:
+        from rlscope.analyzers.anatomy import makes_step  # diagnose's rule for a training step
+
         before = len(self._attempts.closed)
         attempt, new_step = self._attempts.place(step, set(named), restart=restart)
         self.summary.restarts += len(self._attempts.closed) - before
+        s = self.summary
+        trains = any(makes_step(key, value) for key, value in named.items())
         if new_step:
-            s = self.summary
             s.steps += 1
             s.first_step = step if s.first_step is None else min(s.first_step, step)
             s.last_step = step if s.last_step is None else max(s.last_step, step)
+        if trains:
+            self._trained_to = step if self._trained_to is None else max(self._trained_to, step)
+            if step in s.validation_only:  # its training came in a later record
+                s.validation_only.remove(step)
+        elif new_step and (self._trained_to is None or step > self._trained_to) and step not in s.validation_only:
+            # a step below one trained was, mostly, trained before a restart validated it again
+            s.validation_only.append(step)
         self._rows(step, attempt, named, when)
 
     def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:

@@ -88,6 +88,15 @@ def _use_jemalloc() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
+def _os_error(exc: OSError) -> str:
+    """``PATH: reason`` as rlscope's other one-line errors say it, where the error names a file
+    (a rename names two); else what the OS said."""
+    if exc.filename is None or not exc.strerror:
+        return str(exc)
+    path = f"{exc.filename} -> {exc.filename2}" if exc.filename2 is not None else str(exc.filename)
+    return f"{_plain(path)}: {exc.strerror}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rlscope`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -117,5 +126,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except OSError as exc:  # what the machine refused (a full disk, a path that cannot be written)
-        print(f"rlscope: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"rlscope: {' '.join(_os_error(exc).split())}", file=sys.stderr)
         return 1

@@ -31,7 +31,7 @@ from typing import Any
 
 from rlscope.cli._args import parser_for
 from rlscope.cli.diagnose import add_fact_options, analysis_progress, check_fact_options, open_run, read_with_facts
-from rlscope.report._format import secs, shown
+from rlscope.report._format import generation_beside, secs, shown, topology_name
 
 __all__ = ["main"]
 
@@ -50,11 +50,16 @@ def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespa
         return build_document(diagnosis, reader, path)
 
 
-def _cell(value: Any, unit: str) -> str:
-    """A row's value as the table shows it; a string from the data (a model name) with its
-    control characters written out, as ``diagnose`` does, so it cannot drive the terminal."""
+def _cell(measure: str, unit: str, value: Any, doc: dict[str, Any]) -> str:
+    """A row's value as the table shows it, as ``diagnose`` words it: a topology by name, generation
+    beside the step against the step's length (as a share it would pass 100%), and a string from
+    the data (a model name) with its control characters written out, so it cannot drive the terminal."""
     if value is None:
         return "n/a"
+    if measure == "topology":
+        return shown(topology_name(value))
+    if measure == "generation / step" and doc["headline"].get("generation_overlapped"):
+        return generation_beside(value)
     if unit == "s":
         return secs(value)
     if unit == "share":
@@ -73,7 +78,8 @@ def main(argv: Sequence[str]) -> int:
 
     from rlscope.report.compare import compare_documents
 
-    result = compare_documents(_document(parser, args.run_a, args, "A"), _document(parser, args.run_b, args, "B"))
+    docs = _document(parser, args.run_a, args, "A"), _document(parser, args.run_b, args, "B")
+    result = compare_documents(*docs)
     if "://" not in args.run_a and os.path.realpath(args.run_a) == os.path.realpath(args.run_b):
         # a slip of the shell (the same run twice, or one named two ways): a comparison that says nothing
         log.warning("A and B are the same run (%s): nothing can differ", args.run_a)
@@ -97,7 +103,7 @@ def main(argv: Sequence[str]) -> int:
     for header in ("measure", "A", "B"):
         table.add_column(Text(header))
     for measure, unit, a, b in result["rows"]:
-        table.add_row(Text(measure), Text(_cell(a, unit)), Text(_cell(b, unit)))
+        table.add_row(Text(measure), *(Text(_cell(measure, unit, v, doc)) for v, doc in zip((a, b), docs, strict=True)))
     console.print(table)
     console.print(Text("What differs", style="bold underline"))
     for line in result["explanations"]:

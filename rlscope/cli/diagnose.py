@@ -16,7 +16,7 @@ A meta.json value the analyzers cannot use (a count that is not a whole positive
 say) is ignored with a warning; one given with --meta is a usage error.
 
 Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error (a run with
-no rows yet too), 2 on bad usage.
+no rows yet too), 2 on bad usage (an --output that is a directory too).
 The JSON format is documented in docs/diagnose-json.md.
 """
 
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rlscope.cli._args import json_object, parser_for
-from rlscope.errors import RLScopeError, RunDirError
+from rlscope.errors import RLScopeError, RunDirError, UsageError
 
 if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
@@ -275,8 +275,8 @@ def _check_writable(path: str) -> None:
     """A one-line error now if the report could not be written to ``path`` later."""
     # a link is written through: its target's folder (a dangling link's too) must be there
     folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
-    if os.path.isdir(path):
-        raise RLScopeError(f"cannot write {path}: it is a directory")
+    if os.path.isdir(path):  # the command line's mistake, as an --out of simulate or import that is a file
+        raise UsageError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder):
         raise RLScopeError(f"cannot write {path}: no such directory {folder}")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):

@@ -29,6 +29,9 @@ of a second, seconds to a slow or remote RUN_DIR; a second one stops at once. A 
 when the import starts (Ctrl-C in a job started with "&") stays ignored.
 --strict stops with an error naming FILE:LINE at the first line that looks like metrics but
 cannot be read; without it such lines are skipped, and counted in the summary.
+
+Exit codes: 0 done, 1 on error (input that cannot be imported), 2 on bad usage (an --out
+that is a file or already holds a steps table).
 """
 
 from __future__ import annotations

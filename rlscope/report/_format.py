@@ -14,6 +14,7 @@ __all__ = [
     "WHAT_IF_COLUMNS",
     "findings_count",
     "generation",
+    "generation_beside",
     "gpus",
     "headline_rows",
     "is_current_best",
@@ -23,6 +24,7 @@ __all__ = [
     "secs",
     "shown",
     "signed_secs",
+    "topology_name",
     "what_if_rows",
 ]
 
@@ -68,6 +70,17 @@ def signed_secs(x: float) -> str:
     return secs(abs(x)) if fmt_seconds(x) == "0" else ("+" if x >= 0 else "-") + secs(abs(x))  # never "-0 s"
 
 
+def topology_name(name: str) -> str:
+    """A topology as every report words it ("one step overlap"); the JSON keeps verl's identifier."""
+    return name.replace("_", " ")
+
+
+def generation_beside(share: float) -> str:
+    """Generation beside the step (one-step overlap, async) against the step's length: as a share of
+    the step it would exceed 100%."""
+    return f"beside the step ({share:.1f}x its length)"
+
+
 def generation(head: dict[str, Any]) -> str:
     """Generation's part of the step; when it runs beside the step (one-step overlap, async), a
     share of the step would exceed 100%, so its seconds per batch are set against the step."""
@@ -76,7 +89,7 @@ def generation(head: dict[str, Any]) -> str:
         return "n/a (no generation timer, timing_s/gen, in the recent steps)"
     if not head.get("generation_overlapped") or seconds is None or not step:
         return f"{pct(share)} of each step"
-    return f"{secs(seconds)} per batch, beside the step ({seconds / step:.1f}x its length)"
+    return f"{secs(seconds)} per batch, {generation_beside(seconds / step)}"
 
 
 def gpus(run: dict[str, Any]) -> str | None:
@@ -136,7 +149,7 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         model = head.get("step_s_model")
         # verl's colocate_async is the colocated row in GPU time, but is not a synchronous colocated run
         shared = doc["topology"].get("shared") and best["topology"] == "colocated"
-        what = f"{'colocate async' if shared else best['topology'].replace('_', ' ')}{split}: {secs(best['step_s'])}"
+        what = f"{'colocate async' if shared else topology_name(best['topology'])}{split}: {secs(best['step_s'])}"
         if best.get("improves", True):
             speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
             rows.append(("best topology", what + speed + (measured_aside(head) if speed else "")))
@@ -153,7 +166,7 @@ def what_if_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
     for row in doc["topology"]["what_if"] or []:
         split = f"{row['n_rollout']:.0f}:{row['n_train']:.0f}" if row.get("n_rollout") else "all GPUs"
         speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "n/a"
-        rows.append((row["topology"].replace("_", " "), split, secs(row["step_s"]), speed))
+        rows.append((topology_name(row["topology"]), split, secs(row["step_s"]), speed))
     return rows
 
 

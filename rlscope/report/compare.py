@@ -14,7 +14,7 @@ from typing import Any
 from rlscope.advice.finding import Severity
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import gpu_model
-from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs
+from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs, topology_name
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
@@ -154,7 +154,7 @@ def _best(doc: dict[str, Any]) -> str | None:
     if not best.get("improves", True):
         speed = " (as the run is now)" if is_current_best(doc, best) else " (no gain predicted)"
     shared = doc.get("topology", {}).get("shared") and best["topology"] == "colocated"  # colocate_async, as it is
-    name = "colocate async" if shared else best["topology"].replace("_", " ")
+    name = "colocate async" if shared else topology_name(best["topology"])
     return f"{name}{split}: {secs(best['step_s'])}{speed}"
 
 
@@ -306,7 +306,14 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         out.append(f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: {_verdict(sa, sb)}")
     out.extend(_mfu_missing(a, b))
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
-        words = ["topology", a["run"]["topology"], _split(a), "->", b["run"]["topology"], _split(b)]
+        words = [
+            "topology",
+            topology_name(a["run"]["topology"]),
+            _split(a),
+            "->",
+            topology_name(b["run"]["topology"]),
+            _split(b),
+        ]
         out.append(" ".join(w for w in words if w))
     worst_a, worst_b = _worst(a), _worst(b)
     ids_a, ids_b = set(worst_a), set(worst_b)

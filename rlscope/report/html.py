@@ -21,6 +21,7 @@ from rlscope.report._format import (
     headline_rows,
     reward_rows,
     shown,
+    topology_name,
     what_if_rows,
 )
 from rlscope.report.figures import all_figures
@@ -56,7 +57,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
         ("framework", run.get("framework")),
         ("model", run.get("model")),
         ("GPUs", gpus(run)),
-        ("topology", (run.get("topology") or "").replace("_", " ") or None),  # as the text report words it
+        ("topology", topology_name(run.get("topology") or "") or None),  # as the text report words it
         ("split", f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None),
         ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
     ]

@@ -20,6 +20,7 @@ from rlscope.report._format import (
     headline_rows,
     reward_rows,
     shown,
+    topology_name,
     what_if_rows,
 )
 
@@ -48,7 +49,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "framework": run.get("framework"),
         "model": run.get("model"),
         "GPUs": gpus(run),
-        "topology": (run.get("topology") or "").replace("_", " ") or None,  # as the text report words it
+        "topology": topology_name(run.get("topology") or "") or None,  # as the text report words it
         "split": f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None,
         "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none",
     }

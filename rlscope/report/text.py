@@ -22,6 +22,7 @@ from rlscope.report._format import (
     headline_rows,
     reward_rows,
     shown,
+    topology_name,
     what_if_rows,
 )
 
@@ -63,7 +64,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
         run.get("framework"),
         run.get("model"),
         gpus(run),
-        run.get("topology", "").replace("_", " ")
+        topology_name(run.get("topology", ""))
         + (f" {run['split']['rollout']}:{run['split']['train']}" if run.get("split") else ""),
         f"steps {run['first_step']}..{run['last_step']}" if run.get("steps") else "no steps",
     ]

@@ -84,7 +84,14 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
             log.warning("%s: unreadable data (%s); table %s left as it is: move the file out, then compact", *exc.args)
             results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
             continue
-        except BaseException:  # a full disk, Ctrl-C: leave no partial file to fill the disk further
+        except OSError as exc:  # a full disk: leave no partial file to fill it further, and say where
+            with contextlib.suppress(OSError):
+                loc.fs.delete_file(tmp)
+            raise RunDirError(
+                f"{loc.join(table)}: cannot write the merged segment ({exc.strerror or error_line(exc)}); "
+                "the table is left as it was"
+            ) from None
+        except BaseException:  # Ctrl-C: leave no partial file behind
             with contextlib.suppress(OSError):
                 loc.fs.delete_file(tmp)
             raise
