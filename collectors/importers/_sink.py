@@ -9,6 +9,7 @@ so memory stays bounded however long the input is.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections import Counter
@@ -58,7 +59,8 @@ class ImportSummary:
     steps: int = 0  # step records written; a step logged again after a restart counts again
     first_step: int | None = None
     last_step: int | None = None
-    validation_only: list[int] = field(default_factory=list)  # steps of validation only, no training step
+    # steps of validation only, no training step; a dict (ordered as seen) so that a check per record is no scan
+    validation_only: dict[int, None] = field(default_factory=dict)
     restarts: int = 0
     keys: int = 0
     values: int = 0
@@ -101,15 +103,16 @@ class ImportSummary:
         return "\n".join(lines)
 
 
-def _validation_only(steps: list[int]) -> str:
+def _validation_only(steps: dict[int, None]) -> str:
     """The steps that are no training step as diagnose counts them (verl's val_before_train, or
     a checkpoint logged on its own), "; step 0 validation only", so that the import's count of
     steps is not read as the run's training steps."""
     if not steps:
         return ""
+    first = list(itertools.islice(steps, 3))
     if len(steps) == 1:
-        return f"; step {steps[0]} validation only"
-    shown = ", ".join(str(s) for s in steps[:3]) + (", ..." if len(steps) > 3 else "")
+        return f"; step {first[0]} validation only"
+    shown = ", ".join(str(s) for s in first) + (", ..." if len(steps) > 3 else "")
     return f"; {len(steps)} validation only: {shown}"
 
 
@@ -270,11 +273,10 @@ class StepSink:
             s.last_step = step if s.last_step is None else max(s.last_step, step)
         if trains:
             self._trained_to = step if self._trained_to is None else max(self._trained_to, step)
-            if step in s.validation_only:  # its training came in a later record
-                s.validation_only.remove(step)
-        elif new_step and (self._trained_to is None or step > self._trained_to) and step not in s.validation_only:
+            s.validation_only.pop(step, None)  # its training came in a later record
+        elif new_step and (self._trained_to is None or step > self._trained_to):
             # a step below one trained was, mostly, trained before a restart validated it again
-            s.validation_only.append(step)
+            s.validation_only[step] = None
         self._rows(step, attempt, named, when)
 
     def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:
