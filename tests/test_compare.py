@@ -767,3 +767,14 @@ def test_a_run_with_verl_lag_means_only_could_not_evaluate_staleness(tmp_path, c
     assert "staleness-high (no trajectories' policy versions)" in _said(
         explanations, "only A, as B could not evaluate: "
     )
+
+
+def test_piped_explanations_are_whole_lines_without_trailing_blanks(capsys):
+    # to a file or a pipe each explanation is one line, as diagnose's warnings: a number is not cut
+    # from its unit at column 120, nor the cut line padded with a blank
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    assert main(["compare", str(samples / "moe-mismatch"), str(samples / "async-drift")]) == 0
+    out = capsys.readouterr().out
+    explained = out.split("What differs\n", 1)[1].splitlines()
+    assert explained and all(line.startswith("  - ") for line in explained)
+    assert not [line for line in out.splitlines() if line != line.rstrip()]

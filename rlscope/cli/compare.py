@@ -107,5 +107,6 @@ def main(argv: Sequence[str]) -> int:
     console.print(table)
     console.print(Text("What differs", style="bold underline"))
     for line in result["explanations"]:
-        console.print(Text(f"  - {shown(line)}"))
+        # to a file or a pipe one line each, as diagnose's warnings: no number cut from its unit at column 120
+        console.print(Text(f"  - {shown(line)}"), soft_wrap=not console.is_terminal)
     return 0
