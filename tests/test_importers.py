@@ -2132,21 +2132,3 @@ def test_a_step_whose_training_comes_after_its_validation_is_no_validation_step(
         "step:2 - timing_s/gen:2.5 - timing_s/step:0",  # a step timer of 0 timed nothing, gen did
     )
     assert str(summary).startswith("verl-log: 2 steps (1..2), 3 keys, 5 values -> ")
-
-
-def test_validation_only_steps_cost_no_more_per_record_than_training_steps(tmp_path):
-    # a long log of validation-only records (an eval job's, or a trainer whose step keys an
-    # importer does not know) is as cheap to import as one of training steps: the check of
-    # each new step against those seen is no scan of all of them
-    from rlscope.collectors.importers._sink import StepSink
-
-    def adds(name: str, key: str) -> float:
-        sink = StepSink(tmp_path / name, importer="verl-log", sources=[], flush_rows=10**9)
-        started = time.perf_counter()
-        for step in range(30_000):
-            sink.add(step, {key: 0.5})
-        return time.perf_counter() - started
-
-    trained = adds("train", "timing_s/gen")
-    validated = adds("val", "val-core/gsm8k/reward/mean@1")
-    assert validated < 3 * trained + 0.5
