@@ -759,6 +759,45 @@ def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.5
 
 
+def _lag_rows(step: int, attempt: int, tag: str, reward: float, lag: int) -> list[dict]:
+    """10 "math" samples of ``step`` under ``attempt``, all with ``reward`` and a policy lag of ``lag``."""
+    return [
+        {
+            "traj_id": f"{step}-{attempt}-{tag}-{i}",
+            "data_source": "math",
+            "reward": reward,
+            "reward_status": "ok",
+            "finish_time": float(i + 1),
+            "policy_version_start": step - lag,
+            "trainer_version": step,
+        }
+        for i in range(10)
+    ]
+
+
+def test_a_resume_that_goes_back_further_than_the_gone_source_window_keeps_the_reward_gauges(tmp_path):
+    # attempt 0 logs steps 1-30 and crashes; attempt 1 resumes from step 5 (25 steps back, more than
+    # the REWARD_GONE_STEPS the exporter looks back for a source): the redone step 6 is the run's
+    # newest step with trajectories, so its source's gauges are served, from its rows only
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 31):
+            rec.log_trajectories(step, _lag_rows(step, 0, "a", 0.0, 5), attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 0.0
+        rec.log_trajectories(6, _lag_rows(6, 1, "a", 1.0, 1), attempt=1)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 1.0
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.0
+        # a late row of the crashed attempt's step 30 is left out, and brings no step back
+        rec.log_trajectories(30, _lag_rows(30, 0, "late", 0.0, 5), attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 1.0
+    finally:
+        rec.close()
+
+
 @pytest.mark.parametrize("scored", [10, 0])
 def test_a_resume_takes_out_of_a_source_s_baseline_only_what_went_into_it(scored):
     # a source scored on even steps only: 2-10 leave the window (into the baseline), 12-20 are in it;

@@ -557,13 +557,14 @@ class RunState:
         drop |= {s for s in self._traj if s > top} | {s for s in self._reward_steps if s > top}
         for rewards in self._rewards.values():
             drop |= {s for s in (*rewards.recent, *rewards.left) if s > top}
-        self._reward_steps = [s for s in self._reward_steps if s not in drop]
         self._drop_steps(drop)
         for s in drop:  # redone under attempt 0 again: their rows are the resumed attempt's
             self._traj_attempt.pop(s, None)
 
     def _drop_steps(self, steps: set[int]) -> None:
-        """Forget the trajectories held for ``steps``: per-step reward counts, tail, staleness."""
+        """Forget the trajectories held for ``steps``: per-step reward counts, tail, staleness, and
+        which steps a source is looked for in (a redone step below them is then the newest)."""
+        self._reward_steps = [s for s in self._reward_steps if s not in steps]
         for s in steps & self._traj.keys():
             del self._traj[s]
         for rewards in self._rewards.values():
