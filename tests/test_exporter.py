@@ -775,6 +775,30 @@ def _lag_rows(step: int, attempt: int, tag: str, reward: float, lag: int) -> lis
     ]
 
 
+def test_a_resume_that_goes_back_further_than_the_held_steps_keeps_each_redone_step_s_rows(tmp_path):
+    # attempt 0 logs steps 1-70 and crashes; attempt 1 resumes from step 0: more steps above the redone
+    # step 1 than the exporter holds attempts of. Step 1's redone rows come in two refreshes (lags 1,
+    # then 3, rewards 1 then 0): both are step 1's, the second must not replace the first
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 71):
+            rec.log_trajectories(step, _lag_rows(step, 0, "a", 0.0, 5), attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_staleness", quantile="1") == 5
+        rec.log_trajectories(1, _lag_rows(1, 1, "a", 1.0, 1), attempt=1)
+        rec.flush()
+        assert _value(registry, "rlscope_staleness", quantile="1") == 1
+        rec.log_trajectories(1, _lag_rows(1, 1, "b", 0.0, 3), attempt=1)
+        rec.flush()
+        # step 1's 20 rows: lags 1 (10) and 3 (10); rewards 1 (10) and 0 (10)
+        assert _value(registry, "rlscope_staleness", quantile="0.5") == 1
+        assert _value(registry, "rlscope_staleness", quantile="1") == 3
+        assert _value(registry, "rlscope_reward_mean", source="math") == 0.5
+    finally:
+        rec.close()
+
+
 def test_a_resume_that_goes_back_further_than_the_gone_source_window_keeps_the_reward_gauges(tmp_path):
     # attempt 0 logs steps 1-30 and crashes; attempt 1 resumes from step 5 (25 steps back, more than
     # the REWARD_GONE_STEPS the exporter looks back for a source): the redone step 6 is the run's

@@ -594,8 +594,13 @@ class RunState:
                 self._drop_steps({s} | above)
                 self._traj_gone |= above
             self._traj_attempt[s] = a
-        _keep_last(self._traj_attempt, MEDIAN_STEPS)
-        self._traj_gone &= self._traj_attempt.keys()
+        # the last steps held, and apart from them the last steps gone: those are the highest until
+        # redone, and a redone step counted among them would be forgotten at once (then its next
+        # rows would replace its first, as a higher attempt's)
+        live = {s: a for s, a in self._traj_attempt.items() if s not in self._traj_gone}
+        _keep_last(live, MEDIAN_STEPS)
+        self._traj_gone = set(sorted(self._traj_gone)[-MEDIAN_STEPS:])
+        self._traj_attempt = {s: a for s, a in self._traj_attempt.items() if s in live or s in self._traj_gone}
         keep = attempt == top.reindex(step).to_numpy()
         if ignored:
             keep &= ~np.isin(step, ignored)
