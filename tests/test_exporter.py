@@ -759,6 +759,41 @@ def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.5
 
 
+@pytest.mark.parametrize("together", [True, False])
+def test_a_new_step_after_the_redone_ones_is_kept_under_attempt_0(tmp_path, together):
+    # as the verl hook numbers them: attempt 0 logs steps 1-5 and crashes; the resumed process redoes
+    # 4 and 5 (on disk: attempt 1) and then generates step 6 (never on disk: attempt 0 again), read
+    # in the refresh that reads the redone steps or in a later one. Step 6 is the resumed run's own:
+    # held beside the redone steps, not forgotten as a step the crashed attempt left above them
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    written: list[tuple[int, int, list[dict]]] = []
+
+    def trajectories(step: int, attempt: int, rows: list[dict]) -> None:
+        rec.log_trajectories(step, rows, attempt=attempt)
+        written.append((step, attempt, rows))
+
+    try:
+        for step in range(1, 6):
+            trajectories(step, 0, _resumed_rows(step, 0))
+        rec.flush()
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") is not None
+        trajectories(4, 1, _resumed_rows(4, 1))
+        trajectories(5, 1, _resumed_rows(5, 1))
+        if not together:
+            rec.flush()
+            assert _value(registry, "rlscope_reward_zero_ratio", source="math") is not None
+        trajectories(6, 0, _resumed_rows(6, 1))  # the resumed run's rows (half zeros, lag 1), under attempt 0
+        rec.flush()
+        # steps 2-6 of their highest attempts; the crashed 4 and 5 (all zeros, lag 4) left out
+        mean, zeros, lags = _expected(written)
+        assert _value(registry, "rlscope_reward_mean", source="math") == pytest.approx(mean)
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") == pytest.approx(zeros) == 0.5
+        assert _value(registry, "rlscope_staleness", quantile="1") == max(lags) == 1
+    finally:
+        rec.close()
+
+
 def _lag_rows(step: int, attempt: int, tag: str, reward: float, lag: int) -> list[dict]:
     """10 "math" samples of ``step`` under ``attempt``, all with ``reward`` and a policy lag of ``lag``."""
     return [
