@@ -834,6 +834,28 @@ def test_a_resume_that_goes_back_further_than_the_held_steps_keeps_each_redone_s
         rec.close()
 
 
+def test_a_resume_that_goes_back_further_than_the_held_steps_forgets_a_rare_source_s_crashed_steps(tmp_path):
+    # "math" on every step, "rare" on every 20th: attempt 0 logs steps 1-200 and crashes; attempt 1
+    # resumes from step 100. The crashed steps 120-200 of "rare" are all above the resume: none of
+    # them is left in its window (120 is older than the steps whose attempts the exporter holds)
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 201):
+            rows = _lag_rows(step, 0, "a", 1.0, 1)
+            if step % 20 == 0:
+                rows += [{**r, "traj_id": f"rare-{r['traj_id']}", "data_source": "rare", "reward": 0.0} for r in rows]
+            rec.log_trajectories(step, rows, attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="rare") == 0.0
+        rec.log_trajectories(101, _lag_rows(101, 1, "a", 0.5, 1), attempt=1)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 0.5
+        assert _value(registry, "rlscope_reward_mean", source="rare") is None
+    finally:
+        rec.close()
+
+
 def test_a_resume_that_goes_back_further_than_the_gone_source_window_keeps_the_reward_gauges(tmp_path):
     # attempt 0 logs steps 1-30 and crashes; attempt 1 resumes from step 5 (25 steps back, more than
     # the REWARD_GONE_STEPS the exporter looks back for a source): the redone step 6 is the run's

@@ -591,7 +591,10 @@ class RunState:
             if a > (0 if held is None else held):
                 self._traj_gone.discard(s)
                 above = {t for t, h in self._traj_attempt.items() if t > s and h < a and t not in self._traj_gone}
-                self._drop_steps({s} | above)
+                # and those a window holds whose attempt is no longer known: older than every step
+                # held, so the crashed attempt's too (a source seen once in many steps keeps them)
+                windows = {*self._traj, *(t for r in self._rewards.values() for t in (*r.recent, *r.left))}
+                self._drop_steps({s} | above | {t for t in windows - self._traj_attempt.keys() if t > s})
                 self._traj_gone |= above
             self._traj_attempt[s] = a
         # the last steps held, and apart from them the last steps gone: those are the highest until
