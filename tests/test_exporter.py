@@ -759,6 +759,126 @@ def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.5
 
 
+@pytest.mark.parametrize("together", [True, False])
+def test_a_new_step_after_the_redone_ones_is_kept_under_attempt_0(tmp_path, together):
+    # as the verl hook numbers them: attempt 0 logs steps 1-5 and crashes; the resumed process redoes
+    # 4 and 5 (on disk: attempt 1) and then generates step 6 (never on disk: attempt 0 again), read
+    # in the refresh that reads the redone steps or in a later one. Step 6 is the resumed run's own:
+    # held beside the redone steps, not forgotten as a step the crashed attempt left above them
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    written: list[tuple[int, int, list[dict]]] = []
+
+    def trajectories(step: int, attempt: int, rows: list[dict]) -> None:
+        rec.log_trajectories(step, rows, attempt=attempt)
+        written.append((step, attempt, rows))
+
+    try:
+        for step in range(1, 6):
+            trajectories(step, 0, _resumed_rows(step, 0))
+        rec.flush()
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") is not None
+        trajectories(4, 1, _resumed_rows(4, 1))
+        trajectories(5, 1, _resumed_rows(5, 1))
+        if not together:
+            rec.flush()
+            assert _value(registry, "rlscope_reward_zero_ratio", source="math") is not None
+        trajectories(6, 0, _resumed_rows(6, 1))  # the resumed run's rows (half zeros, lag 1), under attempt 0
+        rec.flush()
+        # steps 2-6 of their highest attempts; the crashed 4 and 5 (all zeros, lag 4) left out
+        mean, zeros, lags = _expected(written)
+        assert _value(registry, "rlscope_reward_mean", source="math") == pytest.approx(mean)
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") == pytest.approx(zeros) == 0.5
+        assert _value(registry, "rlscope_staleness", quantile="1") == max(lags) == 1
+    finally:
+        rec.close()
+
+
+def _lag_rows(step: int, attempt: int, tag: str, reward: float, lag: int) -> list[dict]:
+    """10 "math" samples of ``step`` under ``attempt``, all with ``reward`` and a policy lag of ``lag``."""
+    return [
+        {
+            "traj_id": f"{step}-{attempt}-{tag}-{i}",
+            "data_source": "math",
+            "reward": reward,
+            "reward_status": "ok",
+            "finish_time": float(i + 1),
+            "policy_version_start": step - lag,
+            "trainer_version": step,
+        }
+        for i in range(10)
+    ]
+
+
+def test_a_resume_that_goes_back_further_than_the_held_steps_keeps_each_redone_step_s_rows(tmp_path):
+    # attempt 0 logs steps 1-70 and crashes; attempt 1 resumes from step 0: more steps above the redone
+    # step 1 than the exporter holds attempts of. Step 1's redone rows come in two refreshes (lags 1,
+    # then 3, rewards 1 then 0): both are step 1's, the second must not replace the first
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 71):
+            rec.log_trajectories(step, _lag_rows(step, 0, "a", 0.0, 5), attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_staleness", quantile="1") == 5
+        rec.log_trajectories(1, _lag_rows(1, 1, "a", 1.0, 1), attempt=1)
+        rec.flush()
+        assert _value(registry, "rlscope_staleness", quantile="1") == 1
+        rec.log_trajectories(1, _lag_rows(1, 1, "b", 0.0, 3), attempt=1)
+        rec.flush()
+        # step 1's 20 rows: lags 1 (10) and 3 (10); rewards 1 (10) and 0 (10)
+        assert _value(registry, "rlscope_staleness", quantile="0.5") == 1
+        assert _value(registry, "rlscope_staleness", quantile="1") == 3
+        assert _value(registry, "rlscope_reward_mean", source="math") == 0.5
+    finally:
+        rec.close()
+
+
+def test_a_resume_that_goes_back_further_than_the_held_steps_forgets_a_rare_source_s_crashed_steps(tmp_path):
+    # "math" on every step, "rare" on every 20th: attempt 0 logs steps 1-200 and crashes; attempt 1
+    # resumes from step 100. The crashed steps 120-200 of "rare" are all above the resume: none of
+    # them is left in its window (120 is older than the steps whose attempts the exporter holds)
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 201):
+            rows = _lag_rows(step, 0, "a", 1.0, 1)
+            if step % 20 == 0:
+                rows += [{**r, "traj_id": f"rare-{r['traj_id']}", "data_source": "rare", "reward": 0.0} for r in rows]
+            rec.log_trajectories(step, rows, attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="rare") == 0.0
+        rec.log_trajectories(101, _lag_rows(101, 1, "a", 0.5, 1), attempt=1)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 0.5
+        assert _value(registry, "rlscope_reward_mean", source="rare") is None
+    finally:
+        rec.close()
+
+
+def test_a_resume_that_goes_back_further_than_the_gone_source_window_keeps_the_reward_gauges(tmp_path):
+    # attempt 0 logs steps 1-30 and crashes; attempt 1 resumes from step 5 (25 steps back, more than
+    # the REWARD_GONE_STEPS the exporter looks back for a source): the redone step 6 is the run's
+    # newest step with trajectories, so its source's gauges are served, from its rows only
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        for step in range(1, 31):
+            rec.log_trajectories(step, _lag_rows(step, 0, "a", 0.0, 5), attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 0.0
+        rec.log_trajectories(6, _lag_rows(6, 1, "a", 1.0, 1), attempt=1)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 1.0
+        assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.0
+        # a late row of the crashed attempt's step 30 is left out, and brings no step back
+        rec.log_trajectories(30, _lag_rows(30, 0, "late", 0.0, 5), attempt=0)
+        rec.flush()
+        assert _value(registry, "rlscope_reward_mean", source="math") == 1.0
+    finally:
+        rec.close()
+
+
 @pytest.mark.parametrize("scored", [10, 0])
 def test_a_resume_takes_out_of_a_source_s_baseline_only_what_went_into_it(scored):
     # a source scored on even steps only: 2-10 leave the window (into the baseline), 12-20 are in it;

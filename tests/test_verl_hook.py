@@ -1031,3 +1031,38 @@ def test_trajectories_held_for_a_slow_read_are_written_as_the_process_exits(tmp_
         assert sorted((r["step"], r["attempt"]) for r in traj) == [(7, 0), (8, 0), (8, 0)]
         assert "steps on disk not read within 5 s; logged as attempt 0" in proc.stderr
         assert took < 40  # the bounded wait, not the 60 s read
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_process_forked_while_trajectories_are_held_does_not_wait_for_them_at_its_exit(tmp_path):
+    # a process holds samples for the read of the steps on disk (2 s) and forks: the child has no
+    # such read (its thread stayed in the parent) and no Recorder of its own, so its exit neither
+    # waits EXIT_WAIT for it nor counts a fault; the parent writes them at its exit
+    run = tmp_path / "run"
+    first = Hook(str(run))
+    first.on_log(7, {"timing_s/step": 1.0})
+    first.flush()
+    code = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from rlscope.collectors.verl import _hook as hook_state
+        real = hook_state._attempts_on_disk
+        hook_state._attempts_on_disk = lambda *a: time.sleep(2.0) or real(*a)
+        hook = hook_state.Hook({str(run)!r})
+        hook.log_trajectories(7, [{{"traj_id": "a", "finish_time": 1.0}}])
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        print(f"child exited in {{time.monotonic() - t0:.1f}} s")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RLSCOPE_RUN_DIR"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    took = float(proc.stdout.split("child exited in ")[1].split()[0])
+    assert took < 2.0  # not the EXIT_WAIT of 5 s
+    assert "resume capture failed" not in proc.stderr
+    traj = RunReader(str(run)).read("trajectories", ["step", "attempt"]).to_pylist()
+    assert [(r["step"], r["attempt"]) for r in traj] == [(7, 1)]

@@ -383,17 +383,20 @@ class Hook:
             if arm:  # once: the read's end releases every row held till then (one callback per row piled up)
                 assert self._on_disk is not None
                 self._on_disk.add_done_callback(self._release_held)
-                atexit.register(self._release_at_exit)  # before the Recorder's own atexit closes it
+                atexit.register(self._release_at_exit, os.getpid())  # before the Recorder's own atexit closes it
             if held:
                 return
             attempt = self._first_sight(step)
         rec.log_trajectories(step, rows, attempt=attempt or 0)
 
-    def _release_at_exit(self) -> None:
+    def _release_at_exit(self, pid: int) -> None:
         """At interpreter exit, write the trajectories still held: a process that ends (its last
         samples logged, no flush) before the read of the steps on disk does would lose them. The
         read is waited for ``EXIT_WAIT`` seconds at most; one not ended by then logs them as
-        attempt 0, a ``resume`` fault, as a step's record is. Never raises."""
+        attempt 0, a ``resume`` fault, as a step's record is. Never raises. Only in process
+        ``pid``, which holds them: a child forked from it has neither the read nor a Recorder."""
+        if os.getpid() != pid:
+            return
         try:
             with self._lock:
                 held, reading = bool(self._held), self._on_disk

@@ -557,13 +557,14 @@ class RunState:
         drop |= {s for s in self._traj if s > top} | {s for s in self._reward_steps if s > top}
         for rewards in self._rewards.values():
             drop |= {s for s in (*rewards.recent, *rewards.left) if s > top}
-        self._reward_steps = [s for s in self._reward_steps if s not in drop]
         self._drop_steps(drop)
         for s in drop:  # redone under attempt 0 again: their rows are the resumed attempt's
             self._traj_attempt.pop(s, None)
 
     def _drop_steps(self, steps: set[int]) -> None:
-        """Forget the trajectories held for ``steps``: per-step reward counts, tail, staleness."""
+        """Forget the trajectories held for ``steps``: per-step reward counts, tail, staleness, and
+        which steps a source is looked for in (a redone step below them is then the newest)."""
+        self._reward_steps = [s for s in self._reward_steps if s not in steps]
         for s in steps & self._traj.keys():
             del self._traj[s]
         for rewards in self._rewards.values():
@@ -590,11 +591,19 @@ class RunState:
             if a > (0 if held is None else held):
                 self._traj_gone.discard(s)
                 above = {t for t, h in self._traj_attempt.items() if t > s and h < a and t not in self._traj_gone}
-                self._drop_steps({s} | above)
+                # and those a window holds whose attempt is no longer known: older than every step
+                # held, so the crashed attempt's too (a source seen once in many steps keeps them)
+                windows = {*self._traj, *(t for r in self._rewards.values() for t in (*r.recent, *r.left))}
+                self._drop_steps({s} | above | {t for t in windows - self._traj_attempt.keys() if t > s})
                 self._traj_gone |= above
             self._traj_attempt[s] = a
-        _keep_last(self._traj_attempt, MEDIAN_STEPS)
-        self._traj_gone &= self._traj_attempt.keys()
+        # the last steps held, and apart from them the last steps gone: those are the highest until
+        # redone, and a redone step counted among them would be forgotten at once (then its next
+        # rows would replace its first, as a higher attempt's)
+        live = {s: a for s, a in self._traj_attempt.items() if s not in self._traj_gone}
+        _keep_last(live, MEDIAN_STEPS)
+        self._traj_gone = set(sorted(self._traj_gone)[-MEDIAN_STEPS:])
+        self._traj_attempt = {s: a for s, a in self._traj_attempt.items() if s in live or s in self._traj_gone}
         keep = attempt == top.reindex(step).to_numpy()
         if ignored:
             keep &= ~np.isin(step, ignored)
