@@ -119,6 +119,12 @@ def _color(i: int) -> str:
     return _PALETTE[i % len(_PALETTE)]
 
 
+def _run_colors(runs: Mapping[str, object]) -> dict[str, str]:
+    """Each run's colour by its place in the selection, taken before runs without data are
+    dropped: a run keeps its colour in every chart, even where an earlier run has nothing."""
+    return {label: _color(i) for i, label in enumerate(runs)}
+
+
 def _blank() -> go.Figure:
     return go.Figure(layout={"template": _TEMPLATE})
 
@@ -197,13 +203,14 @@ def step_phases(seconds: pd.DataFrame, *, overlapped: bool = False) -> go.Figure
 
 def step_time_compare(runs: Mapping[str, pd.Series]) -> go.Figure:
     """Whole-step seconds per step, one line per run."""
+    colors = _run_colors(runs)
     runs = {k: v.dropna() for k, v in runs.items() if not v.dropna().empty}
     if not runs:
         return placeholder("no step timers (timing_s/*) recorded yet", "Step time")
     fig = _figure("Step time", "step", "seconds")
-    for i, (label, series) in enumerate(runs.items()):
+    for label, series in runs.items():
         shown = thin(series.to_frame("s"))["s"]
-        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": _color(i)})
+        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
     return fig
 
 
@@ -235,17 +242,18 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
     """Points lost per cause and the resulting MFU, one bar group per run: ``(lost, mfu,
     tail_estimated)``. The runs share one axis of causes, so a run's name in the legend says
     when its long tail is estimated from response lengths."""
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v[0].empty and not math.isnan(v[1])}
     if not runs:
         return placeholder("MFU needs meta.json's model size, GPU count and peak FLOP/s", "MFU: points lost per cause")
     fig = _figure("MFU: points lost per cause", "", "points of 100")
-    for i, (label, (lost, mfu, tail_estimated)) in enumerate(runs.items()):
+    for label, (lost, mfu, tail_estimated) in runs.items():
         causes = [c for c in CAUSES if c in lost.index]
         fig.add_bar(
             x=[*(cause_label(c, False) for c in causes), "MFU"],
             y=[*(float(lost[c]) for c in causes), 100 * mfu],
             name=text(label) + (" (long tail estimated)" if tail_estimated else ""),
-            marker_color=_color(i),
+            marker_color=colors[label],
         )
     fig.update_layout(barmode="group")
     return fig
@@ -257,15 +265,18 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
 def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
     """Share of a step's trajectories finished by each time; the slowest 10% are the tail."""
     title = "Trajectory finish times" + (f", step {step}" if step is not None else "")
+    colors = _run_colors(runs)
     runs = {k: np.sort(np.asarray(v, dtype=float)[np.isfinite(np.asarray(v, dtype=float))]) for k, v in runs.items()}
     runs = {k: v for k, v in runs.items() if v.size}
     if not runs:
         return placeholder("no trajectory finish times for this step", title)
     fig = _figure(title, "seconds since the rollout began", "share of trajectories finished")
-    for i, (label, t) in enumerate(runs.items()):
+    for label, t in runs.items():
         y = np.arange(1, t.size + 1) / t.size
         keep = np.unique(np.linspace(0, t.size - 1, min(t.size, _CDF_POINTS)).round().astype(int))
-        fig.add_scatter(x=t[keep], y=y[keep], name=text(label), mode="lines", line={"shape": "hv", "color": _color(i)})
+        fig.add_scatter(
+            x=t[keep], y=y[keep], name=text(label), mode="lines", line={"shape": "hv", "color": colors[label]}
+        )
     first, last = min(t[0] for t in runs.values()), max(t[-1] for t in runs.values())
     split = tail_split(next(iter(runs.values()))) if len(runs) == 1 else None
     if split is not None and not math.isnan(split.t_thr_s + split.t_tail_s):  # one trajectory: no t90
@@ -288,14 +299,15 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
 
 def tail_shares(runs: Mapping[str, pd.Series]) -> go.Figure:
     """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories."""
+    colors = _run_colors(runs)
     runs = {k: v.dropna() for k, v in runs.items() if not v.dropna().empty}
     title = "Slowest 10%: share of rollout time"
     if not runs:
         return placeholder("no rollout timing yet (trajectories or response lengths)", title)
     fig = _figure(title, "step", "tail share (T_tail / rollout)")
-    for i, (label, series) in enumerate(runs.items()):
+    for label, series in runs.items():
         shown = thin(series.to_frame("f"))["f"]
-        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": _color(i)})
+        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig
@@ -303,6 +315,7 @@ def tail_shares(runs: Mapping[str, pd.Series]) -> go.Figure:
 
 def response_lengths(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
     """Response tokens per step: p10-p90 band, median and max (one run), or medians (several)."""
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty and v.notna().any().any()}
     title = "Response length"
     if not runs:
@@ -330,11 +343,15 @@ def response_lengths(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
             x=shown.index, y=shown["max"], name="max", mode="lines", line={"color": "#E45756", "dash": "dot"}
         )
         return fig
-    for i, (label, frame) in enumerate(runs.items()):
+    for label, frame in runs.items():
         shown = thin(frame)
         column = "p50" if shown["p50"].notna().any() else "mean"
         fig.add_scatter(
-            x=shown.index, y=shown[column], name=f"{text(label)} ({column})", mode="lines", line={"color": _color(i)}
+            x=shown.index,
+            y=shown[column],
+            name=f"{text(label)} ({column})",
+            mode="lines",
+            line={"color": colors[label]},
         )
     return fig
 
@@ -347,15 +364,16 @@ def _engine_key(name: str) -> tuple[str, int]:
 def engine_load(runs: Mapping[str, pd.DataFrame], step: int | None) -> go.Figure:
     """Load per rollout engine at one step (``engine``, ``load``, ``unit`` rows); the mean dashed."""
     title = "Per-engine load" + (f", step {step}" if step is not None else "")
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty}
     if not runs:
         return placeholder("no engine recorded for this step's trajectories", title)
     unit = str(next(iter(runs.values()))["unit"].iloc[0])
     fig = _figure(title, "engine", unit.replace("_", " "))
-    for i, (label, frame) in enumerate(runs.items()):
+    for label, frame in runs.items():
         frame = frame.assign(engine=frame["engine"].astype(str))
         frame = frame.iloc[sorted(range(len(frame)), key=lambda j: _engine_key(frame["engine"].iloc[j]))]
-        fig.add_bar(x=[text(e) for e in frame["engine"]], y=frame["load"], name=text(label), marker_color=_color(i))
+        fig.add_bar(x=[text(e) for e in frame["engine"]], y=frame["load"], name=text(label), marker_color=colors[label])
         if len(runs) == 1:
             loads = frame["load"].to_numpy(dtype=float)
             mean = float(loads.mean())
@@ -373,24 +391,27 @@ def engine_load(runs: Mapping[str, pd.DataFrame], step: int | None) -> go.Figure
 
 def idle_ratios(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
     """verl fully_async's trainer and rollouter idle ratios per step."""
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Idle ratios (fully_async)"
     if not runs:
         return placeholder("no fully_async/*/idle_ratio metrics: verl logs them only in async runs", title)
     fig = _figure(title, "step", "idle share of the step")
-    _run_lines(fig, runs, ("trainer", "rollouter"))
+    _run_lines(fig, runs, ("trainer", "rollouter"), colors)
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig
 
 
-def _run_lines(fig: go.Figure, runs: Mapping[str, pd.DataFrame], columns: tuple[str, str]) -> None:
+def _run_lines(
+    fig: go.Figure, runs: Mapping[str, pd.DataFrame], columns: tuple[str, str], colors: Mapping[str, str]
+) -> None:
     """Each run's two ``columns`` by step, a solid and a dotted line in the run's colour."""
-    for i, (label, frame) in enumerate(runs.items()):
+    for label, frame in runs.items():
         shown = thin(frame)
         for column, dash in zip(columns, ("solid", "dot"), strict=True):
             if column in shown:
                 name = column if len(runs) == 1 else f"{text(label)} · {column}"
-                line = {"color": _color(i), "dash": dash}
+                line = {"color": colors[label], "dash": dash}
                 fig.add_scatter(x=shown.index, y=shown[column], name=name, mode="lines+markers", line=line)
 
 
@@ -398,11 +419,12 @@ def staleness(runs: Mapping[str, pd.DataFrame], verl: Mapping[str, pd.DataFrame]
     """Staleness of consumed samples per step (``lag``, ``n`` rows by step): shares stacked, or
     mean lag per run. When no run has them, verl's own mean and max lag per step are drawn
     (``verl``: ``mean``, ``max`` by step), as diagnose takes them."""
+    colors = _run_colors(runs or verl or {})
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Staleness of consumed samples"
     verl = {k: v for k, v in (verl or {}).items() if not v.empty}
     if verl and not runs:
-        return _verl_staleness(verl, title)
+        return _verl_staleness(verl, title, colors)
     if not runs:
         return placeholder("no policy versions on the trajectories (policy_version_start, trainer_version)", title)
     if len(runs) == 1:
@@ -417,33 +439,34 @@ def staleness(runs: Mapping[str, pd.DataFrame], verl: Mapping[str, pd.DataFrame]
         fig.update_yaxes(tickformat=".0%")
         return fig
     fig = _figure(title + ": mean lag", "step", "policy versions behind")
-    for i, (label, counts) in enumerate(runs.items()):
+    for label, counts in runs.items():
         weighted = (counts["lag"] * counts["n"]).groupby(level=0).sum() / counts["n"].groupby(level=0).sum()
         shown = thin(weighted.to_frame("lag"))["lag"]
-        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": _color(i)})
+        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
     return fig
 
 
-def _verl_staleness(runs: Mapping[str, pd.DataFrame], title: str) -> go.Figure:
+def _verl_staleness(runs: Mapping[str, pd.DataFrame], title: str, colors: Mapping[str, str]) -> go.Figure:
     fig = _figure(title + " (verl's trajectory_staleness_worst)", "step", "policy versions behind")
-    _run_lines(fig, runs, ("mean", "max"))
+    _run_lines(fig, runs, ("mean", "max"), colors)
     fig.update_yaxes(rangemode="tozero")
     return fig
 
 
 def staleness_vs_length(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
     """Mean response tokens at each staleness: long answers are staler, so dropping stale ones drops long ones."""
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Staleness vs response length (recent steps)"
     if not runs:
         return placeholder("no policy versions on the trajectories", title)
     fig = _figure(title, "policy versions behind", "mean response tokens")
-    for i, (label, frame) in enumerate(runs.items()):
+    for label, frame in runs.items():
         fig.add_bar(
             x=frame.index,
             y=frame["mean_tokens"],
             name=text(label),
-            marker_color=_color(i),
+            marker_color=colors[label],
             text=[f"n={n:,}" for n in frame["n"]],
             textposition="outside",
         )
@@ -512,12 +535,13 @@ def mismatch_heatmap(
 
 def mismatch_quantiles(runs: Mapping[str, pd.DataFrame], level: float | None = None) -> go.Figure:
     """Median and p99 per-token |delta| per step (from the histograms), one pair of lines per run."""
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Median and p99 |Δ log p|"
     if not runs:
         return placeholder("no log-prob histograms (logprob table) recorded yet", title)
     fig = _figure(title, "step", "|Δ log p| per token")
-    for i, (label, hist) in enumerate(runs.items()):
+    for label, hist in runs.items():
         summed = thin(hist, how="sum")
         counts = summed.to_numpy(dtype=float)
         for q, dash in ((0.5, "solid"), (0.99, "dot")):
@@ -528,7 +552,7 @@ def mismatch_quantiles(runs: Mapping[str, pd.DataFrame], level: float | None = N
                 y=np.log10(np.where(np.asarray(values) > 0, values, np.nan)),
                 name=name,
                 mode="lines+markers",
-                line={"color": _color(i), "dash": dash},
+                line={"color": colors[label], "dash": dash},
             )
     _thresholds(fig, level if len(runs) == 1 else None)
     ticks = list(range(-7, 3))
@@ -723,6 +747,7 @@ def split_curve(splits: pd.DataFrame, current_rollout: int | None = None) -> go.
 
 def split_drift(runs: Mapping[str, pd.DataFrame], current: Mapping[str, int | None] | None = None) -> go.Figure:
     """Each step's best rollout share of the GPUs (drift ``best_rollout``): how the balanced split moves."""
+    colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Balanced split over the run"
     if not runs:
@@ -732,14 +757,20 @@ def split_drift(runs: Mapping[str, pd.DataFrame], current: Mapping[str, int | No
         )
     topology = str(next(iter(runs.values()))["topology"].iloc[0]).replace("_", " ")
     fig = _figure(f"{title} ({topology})", "step", "rollout GPUs of the best split")
-    for i, (label, frame) in enumerate(runs.items()):
+    for label, frame in runs.items():
         shown = thin(frame)
         fig.add_scatter(
-            x=shown.index, y=shown["best_rollout"], name=text(label), mode="lines+markers", line={"color": _color(i)}
+            x=shown.index,
+            y=shown["best_rollout"],
+            name=text(label),
+            mode="lines+markers",
+            line={"color": colors[label]},
         )
         now = (current or {}).get(label)
         if now:
-            fig.add_hline(y=now, line={"dash": "dash", "color": _color(i)}, annotation_text=f"{text(label)}: current")
+            fig.add_hline(
+                y=now, line={"dash": "dash", "color": colors[label]}, annotation_text=f"{text(label)}: current"
+            )
     fig.update_yaxes(
         tickformat="d", dtick=max(1, math.ceil(max(float(v["best_rollout"].max()) for v in runs.values()) / 10))
     )

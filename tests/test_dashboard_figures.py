@@ -1137,3 +1137,26 @@ def test_the_live_analysis_of_a_run_with_logprob_histograms_judges_the_mismatch(
     live.refresh(force=True)
     mismatch = live.analysis().mismatch
     assert mismatch.source == "histogram" and list(mismatch.histogram.index) == [1, 2]
+
+
+def test_a_run_keeps_its_colour_in_every_chart_even_where_an_earlier_run_has_no_data():
+    steps = pd.Index([1, 2, 3], name="step")
+    seconds = pd.Series([10.0, 11.0, 12.0], index=steps)
+    compare = figures.step_time_compare({"a": seconds, "b": 2 * seconds})
+    colour = {t.name: t.line.color for t in compare.data}
+    assert colour["a"] != colour["b"]
+    # run "a" has no idle ratios, tail shares or staleness: "b" must still be drawn in b's colour
+    idle = pd.DataFrame({"trainer": [0.1, 0.2, 0.3], "rollouter": [0.3, 0.2, 0.1]}, index=steps)
+    lags = pd.DataFrame({"lag": [0, 1, 1], "n": [4, 4, 4]}, index=steps)
+    lengths = pd.DataFrame({"mean_tokens": [100.0, 200.0], "n": [4, 8]}, index=pd.Index([0, 1], name="lag"))
+    drawn = [  # with "a" empty, every trace drawn is b's ("c" is there only for a mean-lag chart)
+        figures.idle_ratios({"a": pd.DataFrame(), "b": idle}),
+        figures.tail_shares({"a": pd.Series(dtype=float), "b": pd.Series([0.2, 0.3, 0.25], index=steps)}),
+        figures.staleness({"a": pd.DataFrame(), "b": lags, "c": lags}),
+        figures.step_time_compare({"a": pd.Series(dtype=float), "b": seconds}),
+    ]
+    for fig in drawn:
+        b_traces = [t for t in fig.data if t.name != "c"]
+        assert b_traces and {t.line.color for t in b_traces} == {colour["b"]}, fig.layout.title.text
+    bars = figures.staleness_vs_length({"a": pd.DataFrame(), "b": lengths, "c": lengths})
+    assert {t.marker.color for t in bars.data if t.name == "b"} == {colour["b"]}

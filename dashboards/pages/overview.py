@@ -117,12 +117,14 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
                 tail_estimated=d.mfu.tail_estimated,
             )
     else:
-        phases = figures.step_time_compare({r.label: r.phases["step"] for r in runs if not r.phases.empty})
+        # every selected run is passed, with or without data, so that each keeps its colour
+        phases = figures.step_time_compare({r.label: r.phases.get("step", pd.Series(dtype=float)) for r in runs})
         waterfall = figures.mfu_compare(
             {
                 label: (d.mfu.waterfall, d.mfu.mfu, d.mfu.tail_estimated)
-                for label, d in analyses.items()
                 if d is not None
+                else (pd.Series(dtype=float), math.nan, False)
+                for label, d in analyses.items()
             }
         )
     found = []

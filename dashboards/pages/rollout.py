@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dash
+import numpy as np
+import pandas as pd
 from dash import Input, Output, State, callback, dcc, html
 from dash.exceptions import PreventUpdate
 
@@ -61,7 +63,8 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     shown = {s for s in steps if s is not None}
     one = next(iter(shown)) if len(shown) == 1 else None  # the title's step when every run shows the same
     for run, step in zip(runs, steps, strict=True):
-        if step is None:
+        if step is None:  # no data, but its place is kept so that each run keeps its colour
+            finish[run.label], engines[run.label] = np.empty(0), pd.DataFrame()
             continue
         label = run.label if one is not None else f"{run.label} (step {step})"
         traj = run.trajectories(step)
@@ -72,7 +75,7 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     return (
         common.notices(runs),
         figures.finish_cdf(finish, one),
-        figures.tail_shares({r.label: r.tails["tail_share"] for r in runs if not r.tails.empty}),
+        figures.tail_shares({r.label: r.tails.get("tail_share", pd.Series(dtype=float)) for r in runs}),
         figures.response_lengths({r.label: r.lengths for r in runs}),
         figures.engine_load(engines, one),
     )
