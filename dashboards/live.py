@@ -539,16 +539,18 @@ class LiveRun:
             return frame
 
     def gpu_window(self, steps: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """NVML samples and phase spans of the last ``steps`` steps (the last hour without spans)."""
+        """NVML samples and phase spans of the last ``steps`` steps (the last hour without spans),
+        with the spans of earlier steps that ran in that time: an overlapped run trains step N - 1
+        while it generates step N, and its trainer GPUs' work must not look unexplained."""
         with self._lock:
             gpu = pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu")
             spans = self._spans.reset_index(drop=True).dropna(subset=["start", "end"])
         if not spans.empty:
-            last = sorted(spans["step"].unique())[-steps:]
-            spans = spans[spans["step"].isin(last)]
             attempt = spans["attempt"].fillna(0)  # a resumed run's repeat of a step replaces it, as in gpu_idle
             spans = spans[attempt == attempt.groupby(spans["step"]).transform("max")]
-            lo, hi = spans["start"].min(), spans["end"].max()
+            last = spans[spans["step"].isin(sorted(spans["step"].unique())[-steps:])]
+            lo, hi = last["start"].min(), last["end"].max()
+            spans = spans[spans["step"].isin(last["step"]) | ((spans["end"] > lo) & (spans["start"] < hi))]
             gpu = gpu[(gpu["time"] >= lo) & (gpu["time"] <= hi)]
         return gpu.sort_values("time", kind="stable").reset_index(drop=True), spans
 

@@ -1160,3 +1160,25 @@ def test_a_run_keeps_its_colour_in_every_chart_even_where_an_earlier_run_has_no_
         assert b_traces and {t.line.color for t in b_traces} == {colour["b"]}, fig.layout.title.text
     bars = figures.staleness_vs_length({"a": pd.DataFrame(), "b": lengths, "c": lengths})
     assert {t.marker.color for t in bars.data if t.name == "b"} == {colour["b"]}
+
+
+def test_the_gpu_window_shows_an_earlier_steps_phases_that_ran_beside_its_steps(tmp_path):
+    # one-step overlap: step s generates in [100 s, 100 s + 80] and trains in [100 (s + 1) + 10, + 60],
+    # beside step s + 1's generation; the last two steps (3, 4) span [300, 560], where step 2 trains
+    run_dir = tmp_path / "run"
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}, "topology": "one_step_overlap"}) as rec:
+        for step in (1, 2, 3, 4):
+            rec.log_step(step, {"timing_s/step": 100.0, "timing_s/gen": 80.0})
+            rec.log_span(step, "gen", 100.0 * step, 100.0 * step + 80, role="rollout")
+            rec.log_span(step, "update_actor", 100.0 * (step + 1) + 10, 100.0 * (step + 1) + 60)
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    live.refresh(force=True)
+    _, spans = live.gpu_window(2)
+    shown = sorted(zip(spans["step"], spans["phase"], spans["start"], strict=True))
+    assert shown == [
+        (2, "update_actor", 310.0),
+        (3, "gen", 300.0),
+        (3, "update_actor", 410.0),
+        (4, "gen", 400.0),
+        (4, "update_actor", 510.0),
+    ]
