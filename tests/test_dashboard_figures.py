@@ -1093,8 +1093,8 @@ def test_the_generation_card_of_a_run_without_a_gen_timer_is_unknown(tmp_path, c
     run = LiveRun(0, str(path), "run")
     run.refresh(force=True)
     shown = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
-    assert shown["step time (last 1 steps)"] == "140 s"
-    assert shown["generation / step (last 1 steps)"] == "-"
+    assert shown["step time (last step)"] == "140 s"
+    assert shown["generation / step (last step)"] == "-"
 
 
 def test_a_step_generated_again_shows_its_last_attempts_trajectories_and_logprob_live(tmp_path):

@@ -55,9 +55,13 @@ def _card(name: str, value: str) -> html.Div:
     )
 
 
+def _last_steps(n: int) -> str:
+    return "last step" if n == 1 else f"last {n} steps"
+
+
 def _last(per_step: pd.DataFrame) -> str:
     """The steps a headline number describes: the last quarter of those in the analysed window."""
-    return f" (last {len(recent(per_step))} steps)" if len(per_step) else ""
+    return f" ({_last_steps(len(recent(per_step)))})" if len(per_step) else ""
 
 
 def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
@@ -72,7 +76,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     timed = tailed = rated = found_in = ""
     if d is not None:
         timed, tailed, rated = _last(d.anatomy.seconds), _last(d.longtail.per_step), _last(d.mfu.per_step)
-        found_in = f" (last {min(run.n_steps, run.window)} steps)"
+        found_in = f" ({_last_steps(min(run.n_steps, run.window))})"
         if not d.anatomy.seconds.empty:
             now = recent(d.anatomy.seconds).mean()
             step_s, gen = float(now["step"]), float(now["gen"] / now["step"]) if now["step"] > 0 else math.nan
@@ -130,7 +134,7 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
     found = []
     for run in runs:
         d = analyses[run.label]
-        title = f"{run.label}: last {len(d.anatomy.seconds) if d else 0} steps"
+        title = f"{run.label}: {_last_steps(len(d.anatomy.seconds) if d else 0)}"
         found += [html.H4(title), common.findings_list(d.findings if d else [])]
     whole = []
     for run in runs:
