@@ -33,6 +33,7 @@ from rlscope.collectors.verl_metrics import is_validation_key, timer_stage
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import Recorder
+from rlscope.trace.store import segment_written_ns
 
 __all__ = [
     "CROSSCHECK_KEY",
@@ -86,20 +87,14 @@ def _attempts_on_disk(run_dir: str, before: float) -> dict[int, int]:
         return {}
     out = {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
     # a compacted segment is named when compacted: its rows were written when its origins were
-    earlier = [s for s in reader.segments("trajectories") if max(_written_ns(n) for n, _ in s.origins) < before * 1e9]
+    earlier = [
+        s for s in reader.segments("trajectories") if max(segment_written_ns(n) for n, _ in s.origins) < before * 1e9
+    ]
     if earlier:
         beyond = pc.field("step") > max(out, default=-1)
         tail = reader.read("trajectories", ["step", "attempt"], filter=beyond, segments=earlier).to_pandas()
         out.update({int(k): int(v) for k, v in tail["attempt"].fillna(0).groupby(tail["step"]).max().items()})
     return out
-
-
-def _written_ns(segment: str) -> int:
-    """When a segment was written, from its name (``part-<unix ns>-...``); unknown: never before."""
-    try:
-        return int(segment.split("-")[1])
-    except (IndexError, ValueError):
-        return 2**63
 
 
 def _in_background(fn: Any, *args: Any) -> Future:

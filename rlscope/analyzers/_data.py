@@ -51,6 +51,7 @@ __all__ = [
     "kept",
     "labels",
     "last_attempt_rows",
+    "last_attempt_table",
     "load",
     "numbers",
     "recent",
@@ -398,9 +399,7 @@ class Trajectories:
                 source = pa.table({str(c): _from_pandas(source[c]) for c in source.columns})
             self._frame = pa.table({}) if source is None else source
             if "attempt" in self._frame.column_names and "step" in self._frame.column_names:
-                keep = last_attempt_rows(numbers(self._frame.column("step")), numbers(self._frame.column("attempt")))
-                if keep is not None:
-                    self._frame = self._frame.filter(pa.array(keep))
+                self._frame = last_attempt_table(self._frame)
             self._rows = self._raw_rows = self._frame.num_rows
             self._names = frozenset(self._frame.column_names) if self._rows else frozenset()
 
@@ -572,10 +571,16 @@ def last_attempt_rows(steps: np.ndarray, attempts: np.ndarray) -> np.ndarray | N
     redone, inverse = np.unique(steps[again], return_inverse=True)
     last = np.zeros(redone.size, dtype=attempts.dtype)
     np.maximum.at(last, inverse, attempts[again])
-    position = np.clip(np.searchsorted(redone, steps), 0, max(redone.size - 1, 0))
+    position = np.clip(np.searchsorted(redone, steps), 0, redone.size - 1)  # ``again`` holds some row
     in_redone = redone[position] == steps
     keep = ~in_redone | (attempts == last[position])
     return None if keep.all() else keep
+
+
+def last_attempt_table(table: pa.Table) -> pa.Table:
+    """``table`` (with ``step`` and ``attempt`` columns) of each step's last attempt."""
+    keep = last_attempt_rows(numbers(table.column("step")), numbers(table.column("attempt")))
+    return table if keep is None else table.filter(pa.array(keep))
 
 
 def _with_gaps(column: pa.ChunkedArray, segments: list[SegmentInfo], left_out: set[str]) -> pa.ChunkedArray:

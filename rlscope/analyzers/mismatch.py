@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity
@@ -33,7 +32,7 @@ from rlscope.advice.thresholds import (
     RECENT_FRACTION,
     STALE_FOR_MISMATCH,
 )
-from rlscope.analyzers._data import group_rows, last_attempt_rows, numbers, wide_steps
+from rlscope.analyzers._data import group_rows, last_attempt_table, wide_steps
 from rlscope.trace.reader import RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, whole_histograms
 
@@ -106,8 +105,7 @@ def analyze(run: RunReader | str | os.PathLike[str], stale_versions: float = 0.0
     reader = run if isinstance(run, RunReader) else RunReader(run)
     precision, model_type, level = expected_level(reader.meta)
     rows = reader.read("logprob", ["step", "attempt", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"])
-    keep = last_attempt_rows(numbers(rows.column("step")), numbers(rows.column("attempt")))  # a restart's redone steps
-    table, broken = whole_histograms(rows if keep is None else rows.filter(pa.array(keep)))
+    table, broken = whole_histograms(last_attempt_table(rows))  # a restart's redone steps: their last attempt
     if broken:
         log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", reader.location, broken)
     if table.num_rows:

@@ -51,8 +51,8 @@ __all__ = ["main"]
 @contextlib.contextmanager
 def _interrupts(tail: Tail) -> Iterator[None]:
     """Make SIGTERM stop a followed import like Ctrl-C does, and let either wait while the lines
-    of a followed pipe's last read, or a followed file's line, are imported (``Tail.hold``), which an interrupt
-    raised in the middle would lose; a second one stops at once. Main thread only; a signal
+    already read are imported and written (``Tail.hold``; when, see ``Tail.holding``), which an
+    interrupt raised in the middle would lose; a second one stops at once. Main thread only; a signal
     that is ignored (Ctrl-C in a job a script started with ``&``; SIGTERM, by the parent's
     choice), or a Ctrl-C handled by someone else, is left so."""
     if not tail.follow or threading.current_thread() is not threading.main_thread():

@@ -77,6 +77,8 @@ GPU_STALE_SECONDS = 300.0
 STALL_FIRST_STEP_SECONDS = 3600.0
 STALL_STEP_FACTOR = 4.0
 STALL_FOR_SECONDS = 300.0
+# the shortest gap RunState._relaunch_seconds gives (a run whose median step is short, or unknown)
+_MIN_RELAUNCH_SECONDS = STALL_FIRST_STEP_SECONDS + 2 * STALL_FOR_SECONDS
 
 # Label caps: beyond these, new values share the "__other__" label.
 MAX_SOURCES = 50
@@ -696,7 +698,7 @@ class RunState:
         later = when[when > self._trained()]
         starts = sorted([*self._job_starts, *later.tolist()])
         if len(starts) > _RECORDS:
-            starts = _thin_starts(starts, STALL_FIRST_STEP_SECONDS + 2 * STALL_FOR_SECONDS)[-_RECORDS:]
+            starts = _thin_starts(starts, _MIN_RELAUNCH_SECONDS)[-_RECORDS:]
         self._job_starts = starts
 
     def _ingest_logprob(self, rows: pa.Table) -> None:

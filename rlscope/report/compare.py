@@ -43,6 +43,11 @@ def _recent_count(steps: int) -> int:
     return max(1, math.ceil(steps * RECENT_FRACTION))
 
 
+def _recent_steps(doc: dict[str, Any]) -> int:
+    """How many of the run's last steps its recent means are taken over."""
+    return _recent_count(_get(doc, "run", "steps") or 0)
+
+
 def _steps(doc: dict[str, Any]) -> str | None:
     """The run's steps and, in brackets, how many of them the recent means rest on: "40 (10)";
     "0" for a run of no training step (a validation only)."""
@@ -72,7 +77,7 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
 
 def _partly_timed(doc: dict[str, Any]) -> dict[str, int]:
     """The phases the run timed in some of its recent steps but not all, and in how many."""
-    n = _recent_count(_get(doc, "run", "steps") or 0)
+    n = _recent_steps(doc)
     counts = _get(doc, "phases", "timed_recent") or {}
     return {p: k for p, k in counts.items() if 0 < k < n}
 
@@ -80,7 +85,7 @@ def _partly_timed(doc: dict[str, Any]) -> dict[str, int]:
 def _timed_means(doc: dict[str, Any], per_step: dict[str, float]) -> dict[str, float]:
     """The rows' phase seconds: a phase timed in some recent steps only is the mean of those steps,
     what it takes when it is timed, not that spread over steps that did not time it."""
-    n = _recent_count(_get(doc, "run", "steps") or 0)
+    n = _recent_steps(doc)
     partly = _partly_timed(doc)
     return {p: v * n / partly[p] if p in partly else v for p, v in per_step.items()}
 
@@ -225,7 +230,7 @@ def _partial_timing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     for name, doc in (("A", a), ("B", b)):
         partly = _partly_timed(doc)
         if partly:
-            n = _recent_count(_get(doc, "run", "steps") or 0)
+            n = _recent_steps(doc)
             which = ", ".join(f"{p} in {k}" for p, k in sorted(partly.items()))
             out.append(
                 f"{name} timed {which} of its {n} recent steps: the rows are the means of the steps that timed"

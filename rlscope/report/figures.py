@@ -12,11 +12,10 @@ import math
 
 import numpy as np
 import plotly.graph_objects as go
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis
-from rlscope.analyzers._data import last_attempt_rows, numbers
+from rlscope.analyzers._data import last_attempt_table
 from rlscope.analyzers.mfu import cause_label
 from rlscope.trace.reader import RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, LOGPROB_BINS_PER_DECADE
@@ -63,8 +62,7 @@ def finish_cdf(reader: RunReader, d: Diagnosis) -> go.Figure | None:
         return None
     step = int(d.longtail.per_step.index.max())
     table = reader.read("trajectories", ["step", "attempt", "finish_time"], filter=pc.field("step") == step)
-    keep = last_attempt_rows(numbers(table.column("step")), numbers(table.column("attempt")))  # a restart's redo
-    table = table if keep is None else table.filter(pa.array(keep))
+    table = last_attempt_table(table)  # a restart's redone step: its last attempt's rows
     t = np.sort(table.column("finish_time").to_numpy(zero_copy_only=False).astype(float))
     t = t[np.isfinite(t)]
     if t.size == 0:

@@ -69,31 +69,27 @@ def compact_run(run_dir: str | os.PathLike[str] | RunLocation) -> list[CompactRe
                 for seg in segments:
                     # one input at a time: memory stays at one segment, row order follows the origins
                     out.write_table(_read_whole(reader, table, seg).replace_schema_metadata(schema.metadata))
-        except FileNotFoundError as exc:
+        except BaseException as exc:  # a full disk, Ctrl-C: leave no partial file to fill the disk further
             with contextlib.suppress(OSError):
                 loc.fs.delete_file(tmp)
-            raise RunDirError(
-                f"a {table} segment went away while compacting (another rlscope compact?): {exc}; "
-                "nothing was lost, run it again"
-            ) from None
-        except _Unreadable as exc:
-            # all or nothing: a merge of some inputs could overlap another compaction's merge of
-            # others without either holding the other, which readers cannot settle
-            with contextlib.suppress(OSError):
-                loc.fs.delete_file(tmp)
-            log.warning("%s: unreadable data (%s); table %s left as it is: move the file out, then compact", *exc.args)
-            results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
-            continue
-        except OSError as exc:  # a full disk: leave no partial file to fill it further, and say where
-            with contextlib.suppress(OSError):
-                loc.fs.delete_file(tmp)
-            raise RunDirError(
-                f"{loc.join(table)}: cannot write the merged segment ({exc.strerror or error_line(exc)}); "
-                "the table is left as it was"
-            ) from None
-        except BaseException:  # Ctrl-C: leave no partial file behind
-            with contextlib.suppress(OSError):
-                loc.fs.delete_file(tmp)
+            if isinstance(exc, _Unreadable):
+                # all or nothing: a merge of some inputs could overlap another compaction's merge of
+                # others without either holding the other, which readers cannot settle
+                log.warning(
+                    "%s: unreadable data (%s); table %s left as it is: move the file out, then compact", *exc.args
+                )
+                results.append(CompactResult(table, len(segments), len(segments), sum(s.rows for s in segments)))
+                continue
+            if isinstance(exc, FileNotFoundError):
+                raise RunDirError(
+                    f"a {table} segment went away while compacting (another rlscope compact?): {exc}; "
+                    "nothing was lost, run it again"
+                ) from None
+            if isinstance(exc, OSError):  # say where
+                raise RunDirError(
+                    f"{loc.join(table)}: cannot write the merged segment ({exc.strerror or error_line(exc)}); "
+                    "the table is left as it was"
+                ) from None
             raise
         loc.fs.move(tmp, dest)
         for seg in segments:

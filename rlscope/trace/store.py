@@ -37,6 +37,7 @@ __all__ = [
     "read_meta",
     "require_directory",
     "segment_name",
+    "segment_written_ns",
     "tmp_path_for",
     "write_atomic_bytes",
     "write_meta",
@@ -107,6 +108,14 @@ def is_segment_name(name: str) -> bool:
 def segment_name(writer_id: str, seq: int) -> str:
     """``part-<ns timestamp>-<seq>-<writer>.parquet``: sorts by creation time across writers."""
     return f"{_SEGMENT_PREFIX}{time.time_ns():020d}-{seq:06d}-{writer_id}{_SEGMENT_SUFFIX}"
+
+
+def segment_written_ns(name: str) -> int:
+    """When a segment was written, from its name (:func:`segment_name`); unknown: never before."""
+    try:
+        return int(name.split("-")[1])
+    except (IndexError, ValueError):
+        return 2**63
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
