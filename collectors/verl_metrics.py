@@ -42,18 +42,20 @@ but the model-engine workers log ``actor/entropy_loss`` again since f1d5e0e27 (2
 from __future__ import annotations
 
 import functools
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "PHASES",
     "RENAMED_KEYS",
     "RENAMED_PREFIXES",
     "STAGE_PHASES",
+    "STEP_TIMER",
     "SUBSTAGES",
     "canonical",
     "canonical_metric",
     "is_substage",
     "is_validation_key",
+    "makes_step",
     "timer_stage",
     "timing_phase",
     "timing_stage",
@@ -208,3 +210,30 @@ def is_validation_key(key: str) -> bool:
     """Whether ``key`` is a validation metric (``val-core/``, ``val-aux/``, or v0.1's ``val/``), or
     the fully async rollouter's validation timer (``rollouter/validate_time``)."""
     return key.startswith(_VALIDATION_PREFIXES) or key in _VALIDATION_KEYS
+
+
+STEP_TIMER: Final = "timing_s/step"
+# Timers of stages that compute no part of a training step: validation, checkpointing, and the
+# profiling and dump hooks verl times around them (``STAGE_PHASES``'s other known stages).
+_NO_STEP_TIMERS: Final = frozenset(
+    "timing_s/" + stage for stage, phase in STAGE_PHASES.items() if phase in ("validation", "checkpoint", "other")
+)
+
+
+def makes_step(key: str, value: Any) -> Any:
+    """Whether a step metric (canonical ``key`` and its ``value``, a number or a Series of them)
+    shows that its record is a training step.
+
+    Validation metrics (``val-core/``, ..., the fully async rollouter's
+    ``rollouter/validate_time``), the timers of stages that compute nothing of a step
+    (``timing_s/testing``, ``merge_val``, ``save_checkpoint``, ``start_profile``,
+    ``stop_profile``, ``dump_rollout_generations``) and a step timer of zero or less (it timed
+    nothing) do not, whatever else of them a record holds: it is a validation or a checkpoint
+    logged on its own (verl's ``val_before_train``, a resume's validation, a trainer that
+    profiles its validation), no training step. Every other metric does (an unknown timer may
+    be a stage of the step). The step anatomy, the exporter and the importers' summaries all
+    count steps by this rule.
+    """
+    if key == STEP_TIMER:
+        return value > 0
+    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
+from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key, makes_step
 from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
@@ -260,8 +260,6 @@ class StepSink:
             self._rows(step, self._attempts.attempt(step), named, when)
 
     def _write(self, step: int, named: dict[str, float], when: float | None, *, restart: bool = False) -> None:
-        from rlscope.analyzers.anatomy import makes_step  # diagnose's rule for a training step
-
         before = len(self._attempts.closed)
         attempt, new_step = self._attempts.place(step, set(named), restart=restart)
         self.summary.restarts += len(self._attempts.closed) - before

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
@@ -39,13 +38,12 @@ from rlscope.advice.thresholds import (
     UNTRACKED_TIME_WARN,
 )
 from rlscope.analyzers._data import RunFrames, Trend, early, load, recent, trend
-from rlscope.collectors.verl_metrics import STAGE_PHASES, is_validation_key
+from rlscope.collectors.verl_metrics import STEP_TIMER, makes_step
 from rlscope.trace.reader import RunReader
 
 __all__ = ["GROUPS", "PHASES", "STEP_TIMER", "AnatomyResult", "analyze", "group_seconds", "makes_step", "phase_seconds"]
 
 _PREFIX = "timing_s/"
-STEP_TIMER = "timing_s/step"
 
 # phase -> verl stage timers whose seconds it sums (waiting also takes every ``wait*`` timer)
 PHASES: dict[str, tuple[str, ...]] = {
@@ -63,31 +61,6 @@ PHASES: dict[str, tuple[str, ...]] = {
     "validation": ("testing",),
     "checkpoint": ("save_checkpoint",),
 }
-
-# Timers of stages that compute no part of a training step: validation, checkpointing, and the
-# profiling and dump hooks verl times around them (``STAGE_PHASES``'s other known stages).
-_NO_STEP_TIMERS = frozenset(
-    _PREFIX + stage for stage, phase in STAGE_PHASES.items() if phase in ("validation", "checkpoint", "other")
-)
-
-
-def makes_step(key: str, value: Any) -> Any:
-    """Whether a step metric (canonical ``key`` and its ``value``, a number or a Series of them)
-    shows that its record is a training step.
-
-    Validation metrics (``val-core/``, ..., the fully async rollouter's
-    ``rollouter/validate_time``), the timers of stages that compute nothing of a step
-    (``timing_s/testing``, ``merge_val``, ``save_checkpoint``, ``start_profile``,
-    ``stop_profile``, ``dump_rollout_generations``) and a step timer of zero or less (it timed
-    nothing) do not, whatever else of them a record holds: it is a validation or a checkpoint
-    logged on its own (verl's ``val_before_train``, a resume's validation, a trainer that
-    profiles its validation), no training step. Every other metric does (an unknown timer may
-    be a stage of the step). The step anatomy and the exporter both count steps by this rule.
-    """
-    if key == STEP_TIMER:
-        return value > 0
-    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
-
 
 # coarse groups the MFU waterfall and the topology model use; "rest" is everything else
 GROUPS: dict[str, tuple[str, ...]] = {
