@@ -92,6 +92,11 @@ _LEGEND = {
     "x": 0.0,
     "xanchor": "left",
 }  # under the plot, clear of the title
+# beside the plot, for bars over long category names: the names, turned, take the room under
+# the axis that automargin gives them, which a legend under the plot (placed at a share of the
+# plot's height) would cover with several runs
+_LEGEND_RIGHT = {"orientation": "v", "yanchor": "top", "y": 1.0, "x": 1.02, "xanchor": "left"}
+_LENGTH_COUNT_RUNS = 2  # n= over the bars of more runs than this is too small to read
 _GRID = {"gridcolor": "#ebebeb", "zerolinecolor": "#d9d9d9", "automargin": True}
 # a lean template made once: plotly copies the template into every figure, and its stock ones
 # ("plotly_white") cost ~20 ms a figure, more than the rest of a refresh's figures together
@@ -255,7 +260,7 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
             name=text(label) + (" (long tail estimated)" if tail_estimated else ""),
             marker_color=colors[label],
         )
-    fig.update_layout(barmode="group")
+    fig.update_layout(barmode="group", legend=_LEGEND_RIGHT)
     return fig
 
 
@@ -382,7 +387,7 @@ def engine_load(runs: Mapping[str, pd.DataFrame], step: int | None) -> go.Figure
             fig.update_layout(
                 title_text=f"{title}: CV {cv:.0%}, engines {mean / loads.max():.0%} utilised", showlegend=False
             )
-    fig.update_layout(barmode="group")
+    fig.update_layout(barmode="group", legend=_LEGEND_RIGHT)
     return fig
 
 
@@ -454,21 +459,27 @@ def _verl_staleness(runs: Mapping[str, pd.DataFrame], title: str, colors: Mappin
 
 
 def staleness_vs_length(runs: Mapping[str, pd.DataFrame]) -> go.Figure:
-    """Mean response tokens at each staleness: long answers are staler, so dropping stale ones drops long ones."""
+    """Mean response tokens at each staleness: long answers are staler, so dropping stale ones drops long ones.
+    Each bar's sample count is written over it for up to two runs, and is in its hover always."""
     colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v.empty}
     title = "Staleness vs response length (recent steps)"
     if not runs:
         return placeholder("no policy versions on the trajectories", title)
     fig = _figure(title, "policy versions behind", "mean response tokens")
+    counted = len(runs) <= _LENGTH_COUNT_RUNS
     for label, frame in runs.items():
+        counts = [f"n={n:,}" for n in frame["n"]]
         fig.add_bar(
             x=frame.index,
             y=frame["mean_tokens"],
             name=text(label),
             marker_color=colors[label],
-            text=[f"n={n:,}" for n in frame["n"]],
+            text=counts if counted else None,
             textposition="outside",
+            constraintext="none",  # at the font's size, not shrunk to the bar's width
+            customdata=counts,
+            hovertemplate="%{x} behind: %{y:,.0f} tokens, %{customdata}",
         )
     fig.update_layout(barmode="group", showlegend=len(runs) > 1)
     fig.update_xaxes(dtick=1)
@@ -502,6 +513,8 @@ def _thresholds(fig: go.Figure, level: float | None) -> None:
             line={"color": "#E45756" if own else "#333", "dash": "solid" if own else "dash", "width": 1.5},
             annotation_text=f"{label} ({value:g})",
             annotation_position="top left",
+            annotation_bgcolor="rgba(255,255,255,0.85)",  # readable on the heatmap's bright cells
+            annotation_borderpad=2,
         )
 
 

@@ -134,6 +134,22 @@ def test_compare_views_overlay_one_trace_per_run(runs):
     assert fig.data[0].y[-1] == pytest.approx(100 * d1.mfu.mfu)
 
 
+def _legend_beside_the_plot(fig) -> bool:
+    """The legend right of the plot, clear of everything under the x axis: turned category names
+    take what room automargin gives them there, which a legend under the plot (at a share of
+    the plot's height, not below the tick labels) covers once several runs make it tall."""
+    legend = fig.layout.legend
+    return legend.x >= 1 and legend.xanchor == "left" and legend.y >= 0 and fig.layout.template.layout.xaxis.automargin
+
+
+def test_mfu_causes_of_several_runs_leave_the_cause_names_readable(runs):
+    analyses = {label: run.analysis() for label, run in runs.items()}
+    fig = figures.mfu_compare({k: (d.mfu.waterfall, d.mfu.mfu, False) for k, d in analyses.items()})
+    assert len(fig.data) == len(runs) and fig.layout.showlegend is not False
+    assert {"decode throughput", "forward (logprobs)", "idle / other"} <= set(fig.data[0].x)  # whole names
+    assert _legend_beside_the_plot(fig)
+
+
 # -- rollout -------------------------------------------------------------------------------
 
 
@@ -216,6 +232,16 @@ def test_idle_ratios_are_verls_fully_async_metrics(runs):
     assert _is_placeholder(fig) and "async" in fig.layout.annotations[0].text
 
 
+def test_engine_loads_of_several_runs_keep_each_engines_whole_name_readable(runs):
+    shown = {label: run.engines[run.engines.index == run.engines.index.max()] for label, run in runs.items()}
+    fig = figures.engine_load(shown, None)
+    longtail = next(t for t in fig.data if t.name == "longtail-8b")
+    engines = _table("longtail-8b", "trajectories", ["step", "engine"])
+    last = engines[engines["step"] == engines["step"].max()]["engine"].unique()
+    assert sorted(longtail.x) == sorted(last) and "engine-10" in longtail.x  # the whole name is the tick
+    assert fig.layout.xaxis.title.text == "engine" and _legend_beside_the_plot(fig)
+
+
 def _lags(name: str) -> pd.DataFrame:
     traj = _table(name, "trajectories", ["step", "policy_version_start", "trainer_version", "response_tokens"])
     return traj.assign(lag=traj["trainer_version"] - traj["policy_version_start"])
@@ -279,6 +305,21 @@ def test_staleness_vs_length_shows_longer_answers_are_staler(runs):
     assert fig.layout.xaxis.title.text == "policy versions behind"
 
 
+def test_staleness_vs_length_writes_sample_counts_over_the_bars_of_at_most_two_runs(runs):
+    run = runs["async-drift"]
+    counts = [f"n={n:,}" for n in _lags(run.label).groupby("lag").size()]  # 20 steps: all inside the window
+    two = figures.staleness_vs_length(
+        {run.label: run.lag_lengths(), "healthy-colocated": runs["healthy-colocated"].lag_lengths()}
+    )
+    assert list(two.data[0].text) == counts and two.data[0].constraintext == "none"  # at the font's size
+    three = figures.staleness_vs_length({k: r.lag_lengths() for k, r in list(runs.items())[:3]})
+    assert run.label in three.data[1].name
+    assert len(three.data) == 3 and all(t.text is None for t in three.data)  # too small to read over thin bars
+    for fig in (two, three):  # the hover says it always
+        (drift,) = [t for t in fig.data if t.name == run.label]
+        assert list(drift.customdata) == counts and "%{customdata}" in drift.hovertemplate
+
+
 # -- mismatch ------------------------------------------------------------------------------
 
 
@@ -300,6 +341,14 @@ def test_mismatch_heatmap_is_each_steps_histogram_with_the_precision_thresholds(
     lines = {round(s.y0, 6): s.line.dash for s in fig.layout.shapes}
     assert lines == {-3.0: "dash", -2.0: "solid", 0.0: "dash"}  # fp8 run: its own level solid
     assert fig.layout.yaxis.title.text == "|Δ log p| per token"
+
+
+def test_mismatch_threshold_labels_stand_on_a_background_over_the_heatmap(runs):
+    fig = figures.mismatch_heatmap(runs["moe-mismatch"].logprob, 1e-2)
+    labels = {a.text: a.bgcolor for a in fig.layout.annotations}
+    assert set(labels) == {"bf16 normal (0.001)", "fp8 normal (0.01)", "MoE routing flip (1)"}
+    for text, bgcolor in labels.items():  # the bright cells of the colour scale would show through
+        assert bgcolor is not None and bgcolor not in ("rgba(0,0,0,0)", "transparent"), text
 
 
 def test_mismatch_median_lies_in_the_bin_holding_half_the_tokens(runs):
