@@ -981,6 +981,21 @@ def test_the_advice_page_says_why_a_run_has_no_what_if_and_keeps_its_advice(tmp_
     assert "async-idle-imbalanced" in str(found) and _is_placeholder(curve)
 
 
+def test_the_what_if_table_says_its_split_is_each_topologys_best_as_diagnose_does(client, capsys):
+    from rlscope.cli import main
+    from rlscope.dashboards.pages import advice
+
+    sample = SAMPLES / "separated-8b"  # 46:18 now; separated sync is best at another split
+    run = LiveRun(0, str(sample), "sep")
+    run.refresh(force=True)
+    _, table, *_ = advice._render([run])
+    header = [th.children for th in table.children[0].children.children]
+    assert header == ["run", "topology", "best rollout:train", "predicted step s", "vs current"]
+    assert main(["diagnose", str(sample)]) == 0
+    printed = capsys.readouterr().out.split("Topology what-if", 1)[1].splitlines()[1].split()
+    assert printed == ["topology", "best", "split", "step", "speedup"]
+
+
 def test_a_better_split_of_the_current_topology_is_told_as_a_rebalancing(tmp_path, client):
     from rlscope.dashboards.pages import advice
 

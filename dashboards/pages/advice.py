@@ -102,7 +102,9 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
             curve = figures.split_curve(d.topology.splits, d.topology.n_rollout)
             if len(runs) > 1:
                 curve.update_layout(title_text=f"Predicted step time by split: {figures.text(run.label)}")
-    table = common.table(["run", "topology", "rollout:train", "predicted step s", "vs current"], rows) if rows else []
+    table = (
+        common.table(["run", "topology", "best rollout:train", "predicted step s", "vs current"], rows) if rows else []
+    )
     drift = figures.split_drift(
         {r.label: r.splits() for r in runs},
         {r.label: r.facts.rollout_gpus if r.facts.is_pooled else None for r in runs},

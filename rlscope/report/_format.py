@@ -30,7 +30,7 @@ __all__ = [
 
 # the headline's window: its figures are means over the last quarter of steps unless a row says otherwise
 HEADLINE_TITLE = "Headline (the last quarter of steps, unless a row says otherwise)"
-WHAT_IF_COLUMNS = ("topology", "split", "step", "speedup")
+WHAT_IF_COLUMNS = ("topology", "best split", "step", "speedup")  # each topology at its best split
 REWARD_COLUMNS = (
     "source",
     "samples",
