@@ -996,15 +996,21 @@ def test_a_crashed_steps_samples_compacted_after_the_resumed_process_started_sti
     assert sorted((r["step"], r["attempt"]) for r in traj) == [(1, 0)] * 2 + [(2, 0)] * 3 + [(2, 1)]
 
 
+def _with_step_7(tmp_path: Path) -> Path:
+    """A run an earlier process logged step 7 of (attempt 0): a resumed process redoes it as attempt 1."""
+    run = tmp_path / "run"
+    first = Hook(str(run))
+    first.on_log(7, {"timing_s/step": 1.0})
+    first.flush()
+    return run
+
+
 @pytest.mark.parametrize("read_s", [1.0, 60.0])
 def test_trajectories_held_for_a_slow_read_are_written_as_the_process_exits(tmp_path, read_s):
     # a resumed process logs samples of step 7 (on disk: attempt 1) and 8 while the steps on disk are
     # still being read, and exits without a flush: they are written at exit, under the attempts read
     # if the read ends within EXIT_WAIT (5 s), else as attempt 0 (a "resume" fault) without waiting longer
-    run = tmp_path / "run"
-    first = Hook(str(run))
-    first.on_log(7, {"timing_s/step": 1.0})
-    first.flush()
+    run = _with_step_7(tmp_path)
     code = textwrap.dedent(
         f"""
         import time
@@ -1038,10 +1044,7 @@ def test_a_process_forked_while_trajectories_are_held_does_not_wait_for_them_at_
     # a process holds samples for the read of the steps on disk (2 s) and forks: the child has no
     # such read (its thread stayed in the parent) and no Recorder of its own, so its exit neither
     # waits EXIT_WAIT for it nor counts a fault; the parent writes them at its exit
-    run = tmp_path / "run"
-    first = Hook(str(run))
-    first.on_log(7, {"timing_s/step": 1.0})
-    first.flush()
+    run = _with_step_7(tmp_path)
     code = textwrap.dedent(
         f"""
         import os, sys, time
