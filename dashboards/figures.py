@@ -66,6 +66,7 @@ MAX_POINTS = 600
 """Most points a per-step series sends to the browser; longer runs are averaged over buckets of steps."""
 
 PHASE_ORDER: tuple[str, ...] = (*PHASES, "other")
+_STAGE_PHASE = {stage: phase for phase, stages in PHASES.items() for stage in stages}  # verl stage -> phase
 
 _PALETTE = (
     "#4C78A8",
@@ -702,7 +703,9 @@ def gpu_timeline(runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], max_poin
                 col=1,
             )
         phases = spans[spans["phase"] != "step"] if not spans.empty else spans
-        for phase, rows in phases.groupby("phase", sort=False):
+        # a stage by its phase, as the Overview's step anatomy names and colours it (param_sync: weight_sync)
+        named = phases["phase"].map(lambda stage: _STAGE_PHASE.get(stage, stage))
+        for phase, rows in phases.groupby(named, sort=False):
             fig.add_bar(
                 base=rows["start"] - t0,
                 x=rows["end"] - rows["start"],

@@ -23,6 +23,7 @@ pytest.importorskip("plotly")
 
 from rlscope import Recorder
 from rlscope.analyzers import analyze_run, drift
+from rlscope.analyzers.anatomy import PHASES
 from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
 from rlscope.trace.compact import RunReader, compact_run
@@ -424,7 +425,9 @@ def test_gpu_timeline_aligns_nvml_samples_with_phase_spans(runs):
     assert lines[0].name == "node-00:0 (actor_rollout)"
     np.testing.assert_allclose(lines[0].x, first["time"] - t0)
     np.testing.assert_allclose(lines[0].y, first["util_pct"])
-    assert {t.name for t in bars} == set(last3["phase"]) - {"step"}
+    # each stage named by the step anatomy's phase that sums it (update_weights: weight_sync)
+    phase_of = {stage: phase for phase, stages in PHASES.items() for stage in stages}
+    assert {t.name for t in bars} == {phase_of.get(p, p) for p in last3["phase"]} - {"step"}
     gen = [t for t in bars if t.name == "gen"]
     rows = last3[last3["phase"] == "gen"]
     np.testing.assert_allclose(np.concatenate([t.base for t in gen]).astype(float), rows["start"] - t0)
@@ -1246,3 +1249,28 @@ def test_the_gpu_window_shows_an_earlier_steps_phases_that_ran_beside_its_steps(
         (4, "gen", 400.0),
         (4, "update_actor", 510.0),
     ]
+
+
+def test_the_gpu_timeline_names_and_colours_a_stage_by_its_phase_as_the_overview_does():
+    # verl's fully async trainer times its weight sync as param_sync: the Overview's step anatomy
+    # calls it weight_sync; the GPU page's bars say the same, in the same colour
+    spans = pd.DataFrame(
+        {
+            "step": [1, 1, 1],
+            "attempt": [0, 0, 0],
+            "phase": ["gen", "param_sync", "my_stage"],
+            "role": ["rollout", "trainer", "trainer"],
+            "host": ["h", "h", "h"],
+            "start": [0.0, 10.0, 12.0],
+            "end": [10.0, 12.0, 13.0],
+        }
+    )
+    gpu = pd.DataFrame({"time": [1.0], "host": ["h"], "gpu": [0], "role": ["trainer"], "util_pct": [50.0]})
+    bars = {t.name: t for t in figures.gpu_timeline({"run": (gpu, spans)}).data if t.type == "bar"}
+    assert set(bars) == {"gen", "weight_sync", "my_stage"}  # an unknown stage keeps its own name
+    seconds = pd.DataFrame(
+        {"gen": [10.0], "weight_sync": [2.0], "other": [1.0], "step": [13.0]}, index=pd.Index([1], name="step")
+    )
+    overview = {t.name: t for t in figures.step_phases(seconds).data}
+    assert bars["weight_sync"].marker.color == overview["weight_sync"].marker.color
+    assert bars["gen"].marker.color == overview["gen"].marker.color
