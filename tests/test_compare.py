@@ -325,11 +325,15 @@ def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
     assert main(["compare", str(log), b, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)["explanations"]
     # A's estimate: the 90th percentile length 400 ln 10 = 921 of the longest 2000, so a tail of
-    # 1 - 921 / 2000 = 54% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s)
+    # 1 - 921 / 2000 = 53.9% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s): to the table's
+    # one decimal, which the sentence shares
     assert _said(out, "generation's") == (
         "generation's throughput part changed +33.9 s and its tail -33.9 s "
-        "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
+        "(tail share 53.9% -> 20.0%; A's estimated from response lengths); more GPUs shrink only the throughput part"
     )
+    assert main(["compare", str(log), b]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "slowest-10% share" in line]
+    assert [c.strip() for c in row.split("│")[2:4]] == ["53.9%", "20.0%"]
 
 
 def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):

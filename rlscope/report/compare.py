@@ -304,7 +304,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
             out.append(
                 f"generation's throughput part changed {signed_secs(dthr)} and its tail {signed_secs(dtail)} "
-                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}{_estimates(ha, hb)}); "
+                f"(tail share {ha['tail_share']:.1%} -> {hb['tail_share']:.1%}{_estimates(ha, hb)}); "
                 "more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
