@@ -782,3 +782,24 @@ def test_piped_explanations_are_whole_lines_without_trailing_blanks(capsys):
     explained = out.split("What differs\n", 1)[1].splitlines()
     assert explained and all(line.startswith("  - ") for line in explained)
     assert not [line for line in out.splitlines() if line != line.rstrip()]
+
+
+def test_stage_timers_overlap_is_judged_over_every_step_untracked_time_over_the_recent(tmp_path, capsys):
+    # B's 8 steps of gen 100 and update 30: the first 6 in 140 s step timers, the recent 2 (the last
+    # quarter) with none. stage-timers-overlap is judged over every step a step timer holds, so B's
+    # first 6 were checked (130 s of stages within 140 s: clean); untracked-time over the recent
+    # steps, none of which has a step timer, so B could not evaluate it
+    b = [GEN_UPDATE | ({"timing_s/step": 140.0} if i < 6 else {}) for i in range(8)]
+    overlapping = _timed_runs(tmp_path / "overlap", [GEN_UPDATE | {"timing_s/step": 120.0}] * 4, b)  # 130 s in 120 s
+    untracked = _timed_runs(tmp_path / "untracked", [GEN_UPDATE | {"timing_s/step": 160.0}] * 4, b)  # 30 of 160 s
+    assert main(["diagnose", overlapping[1], "--format", "json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert (phases["step_timed"], phases["step_timed_recent"]) == (6, 0)
+    explanations = _compared(capsys, overlapping)[1]
+    assert "stage-timers-overlap" in _said(explanations, "only A: ").removeprefix("only A: ").split(", ")
+    assert not [e for e in explanations if "could not evaluate" in e]
+    explanations = _compared(capsys, untracked)[1]
+    assert _said(explanations, "only A, as B could not evaluate: ") == (
+        "only A, as B could not evaluate: untracked-time (no timing_s/step in its recent steps)"
+    )
+

@@ -358,9 +358,12 @@ def _pooled_what_if(kinds: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
 _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
     "timing_s/gen": (_has_timer("gen"), "no timing_s/gen in its recent steps"),
     "timing_s/gen over the run": (_has_timer("gen", recent_only=False), "no timing_s/gen"),
-    "timing_s/step": (
-        lambda doc: _get(doc, "headline", "step_s_basis") in ("step timer", "mixed"),
-        "no timing_s/step",
+    # a step timer above zero in some step (stage-timers-overlap checks each), in some recent step
+    # (untracked-time: other is measured only there, and is judged over the recent steps)
+    "timing_s/step": (lambda doc: (_get(doc, "phases", "step_timed") or 0) > 0, "no timing_s/step"),
+    "timing_s/step recent": (
+        lambda doc: (_get(doc, "phases", "step_timed_recent") or 0) > 0,
+        "no timing_s/step in its recent steps",
     ),
     "switching": (_has_timer("switching"), "no switching timer in its recent steps"),
     "tail": (
@@ -410,7 +413,7 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
 _JUDGED_FROM = {
     "generation-dominates": "timing_s/gen",
     "generation-share-growing": "timing_s/gen over the run",
-    "untracked-time": "timing_s/step",
+    "untracked-time": "timing_s/step recent",
     "stage-timers-overlap": "timing_s/step",
     "switching-costly": "switching",
     "long-tail-dominates": "tail",
