@@ -803,3 +803,26 @@ def test_stage_timers_overlap_is_judged_over_every_step_untracked_time_over_the_
         "only A, as B could not evaluate: untracked-time (no timing_s/step in its recent steps)"
     )
 
+
+def test_other_of_a_run_with_a_step_timer_in_some_recent_steps_is_the_mean_of_those(tmp_path, capsys):
+    # 8 steps of gen 100 and update 30 (recent: the last 2). A's step timers hold 140 s (other 10 s);
+    # B's hold 160 s in its odd steps (other 30 s) and its even steps have none (130 s, other 0 s by
+    # definition). B's recent other is 30 s where a step timer measured it (not 15 s), while per
+    # step B's (130 + 160) / 2 = 145 s is 5 s longer than A's, all of it other (15 - 10 s)
+    a = [GEN_UPDATE | {"timing_s/step": 140.0}] * 8
+    b = [GEN_UPDATE | ({"timing_s/step": 160.0} if i % 2 else {}) for i in range(8)]
+    runs = _timed_runs(tmp_path, a, b)
+    assert main(["diagnose", runs[1], "--format", "json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert (phases["step_timed"], phases["step_timed_recent"]) == (4, 1)
+    rows, explanations = _compared(capsys, runs)
+    assert rows["other"] == pytest.approx((10.0, 30.0)) and rows["step time"] == pytest.approx((140.0, 145.0))
+    assert _said(explanations, "B's steps") == (
+        "B's steps are 5 s slower than A's (+4%): other +5 s;"
+        " B's step time is the sum of its stage timers where a step has no timing_s/step, a lower bound there"
+    )
+    assert _said(explanations, "B timed") == (
+        "B timed other (timing_s/step) in 1 of its 2 recent steps: the rows are the means of the steps that timed"
+        " them, the step difference counts 0 s in the others"
+    )
+    assert not [e for e in explanations if e.startswith("A timed")]

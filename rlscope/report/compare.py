@@ -76,9 +76,10 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
 
 
 def _partly_timed(doc: dict[str, Any]) -> dict[str, int]:
-    """The phases the run timed in some of its recent steps but not all, and in how many."""
+    """The phases the run timed in some of its recent steps but not all, and in how many; ``other``
+    too, measured in the steps a step timer holds (0 s by definition in the rest)."""
     n = _recent_steps(doc)
-    counts = _get(doc, "phases", "timed_recent") or {}
+    counts = {**(_get(doc, "phases", "timed_recent") or {}), "other": _get(doc, "phases", "step_timed_recent") or 0}
     return {p: k for p, k in counts.items() if 0 < k < n}
 
 
@@ -231,7 +232,10 @@ def _partial_timing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         partly = _partly_timed(doc)
         if partly:
             n = _recent_steps(doc)
-            which = ", ".join(f"{p} in {k}" for p, k in sorted(partly.items()))
+            # other is no timer's: the step timer measures it
+            which = ", ".join(
+                f"{p}{' (timing_s/step)' if p == 'other' else ''} in {k}" for p, k in sorted(partly.items())
+            )
             out.append(
                 f"{name} timed {which} of its {n} recent steps: the rows are the means of the steps that timed"
                 " them, the step difference counts 0 s in the others"
