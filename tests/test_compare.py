@@ -325,11 +325,15 @@ def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
     assert main(["compare", str(log), b, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)["explanations"]
     # A's estimate: the 90th percentile length 400 ln 10 = 921 of the longest 2000, so a tail of
-    # 1 - 921 / 2000 = 54% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s)
+    # 1 - 921 / 2000 = 53.9% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s): to the table's
+    # one decimal, which the sentence shares
     assert _said(out, "generation's") == (
         "generation's throughput part changed +33.9 s and its tail -33.9 s "
-        "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
+        "(tail share 53.9% -> 20.0%; A's estimated from response lengths); more GPUs shrink only the throughput part"
     )
+    assert main(["compare", str(log), b]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "slowest-10% share" in line]
+    assert [c.strip() for c in row.split("│")[2:4]] == ["53.9%", "20.0%"]
 
 
 def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
@@ -778,3 +782,47 @@ def test_piped_explanations_are_whole_lines_without_trailing_blanks(capsys):
     explained = out.split("What differs\n", 1)[1].splitlines()
     assert explained and all(line.startswith("  - ") for line in explained)
     assert not [line for line in out.splitlines() if line != line.rstrip()]
+
+
+def test_stage_timers_overlap_is_judged_over_every_step_untracked_time_over_the_recent(tmp_path, capsys):
+    # B's 8 steps of gen 100 and update 30: the first 6 in 140 s step timers, the recent 2 (the last
+    # quarter) with none. stage-timers-overlap is judged over every step a step timer holds, so B's
+    # first 6 were checked (130 s of stages within 140 s: clean); untracked-time over the recent
+    # steps, none of which has a step timer, so B could not evaluate it
+    b = [GEN_UPDATE | ({"timing_s/step": 140.0} if i < 6 else {}) for i in range(8)]
+    overlapping = _timed_runs(tmp_path / "overlap", [GEN_UPDATE | {"timing_s/step": 120.0}] * 4, b)  # 130 s in 120 s
+    untracked = _timed_runs(tmp_path / "untracked", [GEN_UPDATE | {"timing_s/step": 160.0}] * 4, b)  # 30 of 160 s
+    assert main(["diagnose", overlapping[1], "--format", "json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert (phases["step_timed"], phases["step_timed_recent"]) == (6, 0)
+    explanations = _compared(capsys, overlapping)[1]
+    assert "stage-timers-overlap" in _said(explanations, "only A: ").removeprefix("only A: ").split(", ")
+    assert not [e for e in explanations if "could not evaluate" in e]
+    explanations = _compared(capsys, untracked)[1]
+    assert _said(explanations, "only A, as B could not evaluate: ") == (
+        "only A, as B could not evaluate: untracked-time (no timing_s/step in its recent steps)"
+    )
+
+
+def test_other_of_a_run_with_a_step_timer_in_some_recent_steps_is_the_mean_of_those(tmp_path, capsys):
+    # 8 steps of gen 100 and update 30 (recent: the last 2). A's step timers hold 140 s (other 10 s);
+    # B's hold 160 s in its odd steps (other 30 s) and its even steps have none (130 s, other 0 s by
+    # definition). B's recent other is 30 s where a step timer measured it (not 15 s), while per
+    # step B's (130 + 160) / 2 = 145 s is 5 s longer than A's, all of it other (15 - 10 s)
+    a = [GEN_UPDATE | {"timing_s/step": 140.0}] * 8
+    b = [GEN_UPDATE | ({"timing_s/step": 160.0} if i % 2 else {}) for i in range(8)]
+    runs = _timed_runs(tmp_path, a, b)
+    assert main(["diagnose", runs[1], "--format", "json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert (phases["step_timed"], phases["step_timed_recent"]) == (4, 1)
+    rows, explanations = _compared(capsys, runs)
+    assert rows["other"] == pytest.approx((10.0, 30.0)) and rows["step time"] == pytest.approx((140.0, 145.0))
+    assert _said(explanations, "B's steps") == (
+        "B's steps are 5 s slower than A's (+4%): other +5 s;"
+        " B's step time is the sum of its stage timers where a step has no timing_s/step, a lower bound there"
+    )
+    assert _said(explanations, "B timed") == (
+        "B timed other (timing_s/step) in 1 of its 2 recent steps: the rows are the means of the steps that timed"
+        " them, the step difference counts 0 s in the others"
+    )
+    assert not [e for e in explanations if e.startswith("A timed")]

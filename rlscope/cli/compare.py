@@ -8,8 +8,8 @@ The explanation says first where the runs are not like for like (GPU count or ty
 shape, model), then splits B's step-time difference into the phases (recent means) and the
 generation difference into throughput part and tail. It says where a step time is summed
 from the stage timers (a lower bound), a tail estimated from response lengths, or a phase
-timed in some recent steps only, and which findings only one run has (or only one could
-evaluate) or are more or less severe in B.
+timed in some recent steps only (other too, where a step timer holds some only), and which
+findings only one run has (or only one could evaluate) or are more or less severe in B.
 
 The hardware and model options are those of `rlscope diagnose` and apply to both runs,
 as when two logs of one job on the same GPUs are compared:

@@ -76,9 +76,10 @@ def _recent_phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
 
 
 def _partly_timed(doc: dict[str, Any]) -> dict[str, int]:
-    """The phases the run timed in some of its recent steps but not all, and in how many."""
+    """The phases the run timed in some of its recent steps but not all, and in how many; ``other``
+    too, measured in the steps a step timer holds (0 s by definition in the rest)."""
     n = _recent_steps(doc)
-    counts = _get(doc, "phases", "timed_recent") or {}
+    counts = {**(_get(doc, "phases", "timed_recent") or {}), "other": _get(doc, "phases", "step_timed_recent") or 0}
     return {p: k for p, k in counts.items() if 0 < k < n}
 
 
@@ -231,7 +232,10 @@ def _partial_timing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         partly = _partly_timed(doc)
         if partly:
             n = _recent_steps(doc)
-            which = ", ".join(f"{p} in {k}" for p, k in sorted(partly.items()))
+            # other is no timer's: the step timer measures it
+            which = ", ".join(
+                f"{p}{' (timing_s/step)' if p == 'other' else ''} in {k}" for p, k in sorted(partly.items())
+            )
             out.append(
                 f"{name} timed {which} of its {n} recent steps: the rows are the means of the steps that timed"
                 " them, the step difference counts 0 s in the others"
@@ -304,7 +308,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
             out.append(
                 f"generation's throughput part changed {signed_secs(dthr)} and its tail {signed_secs(dtail)} "
-                f"(tail share {ha['tail_share']:.0%} -> {hb['tail_share']:.0%}{_estimates(ha, hb)}); "
+                f"(tail share {ha['tail_share']:.1%} -> {hb['tail_share']:.1%}{_estimates(ha, hb)}); "
                 "more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
@@ -358,9 +362,12 @@ def _pooled_what_if(kinds: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
 _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
     "timing_s/gen": (_has_timer("gen"), "no timing_s/gen in its recent steps"),
     "timing_s/gen over the run": (_has_timer("gen", recent_only=False), "no timing_s/gen"),
-    "timing_s/step": (
-        lambda doc: _get(doc, "headline", "step_s_basis") in ("step timer", "mixed"),
-        "no timing_s/step",
+    # a step timer above zero in some step (stage-timers-overlap checks each), in some recent step
+    # (untracked-time: other is measured only there, and is judged over the recent steps)
+    "timing_s/step": (lambda doc: (_get(doc, "phases", "step_timed") or 0) > 0, "no timing_s/step"),
+    "timing_s/step recent": (
+        lambda doc: (_get(doc, "phases", "step_timed_recent") or 0) > 0,
+        "no timing_s/step in its recent steps",
     ),
     "switching": (_has_timer("switching"), "no switching timer in its recent steps"),
     "tail": (
@@ -410,7 +417,7 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
 _JUDGED_FROM = {
     "generation-dominates": "timing_s/gen",
     "generation-share-growing": "timing_s/gen over the run",
-    "untracked-time": "timing_s/step",
+    "untracked-time": "timing_s/step recent",
     "stage-timers-overlap": "timing_s/step",
     "switching-costly": "switching",
     "long-tail-dominates": "tail",

@@ -205,6 +205,9 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "logged": list(d.anatomy.logged),
             "logged_recent": list(d.anatomy.logged_recent),
             "timed_recent": d.anatomy.timed_recent,
+            # which steps a step timer holds: what stage-timers-overlap judges, and where other is measured
+            "step_timed": int(d.anatomy.timed.sum()),
+            "step_timed_recent": int(recent(d.anatomy.timed).sum()),
         },
         "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
         "mfu": {
