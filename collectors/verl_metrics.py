@@ -42,6 +42,7 @@ but the model-engine workers log ``actor/entropy_loss`` again since f1d5e0e27 (2
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, Final
 
 __all__ = [
@@ -54,8 +55,10 @@ __all__ = [
     "canonical",
     "canonical_metric",
     "is_substage",
+    "is_training_key",
     "is_validation_key",
     "makes_step",
+    "record_trains",
     "timer_stage",
     "timing_phase",
     "timing_stage",
@@ -220,6 +223,13 @@ _NO_STEP_TIMERS: Final = frozenset(
 )
 
 
+def is_training_key(key: str) -> bool:
+    """Whether ``key`` (canonical) is a metric of a step's training, by its name: neither a
+    validation metric nor the timer of a stage that computes nothing of a step. A resumed run's
+    validation of its checkpoint step holds only the others, so the step keeps its training."""
+    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
+
+
 def makes_step(key: str, value: Any) -> Any:
     """Whether a step metric (canonical ``key`` and its ``value``, a number or a Series of them)
     shows that its record is a training step.
@@ -236,4 +246,22 @@ def makes_step(key: str, value: Any) -> Any:
     """
     if key == STEP_TIMER:
         return value > 0
-    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
+    return is_training_key(key)
+
+
+def record_trains(metrics: Mapping[str, Any]) -> bool:
+    """Whether one logged record (raw names, values of any type) is a training step by
+    :func:`makes_step`, so that placing a resumed run's record of a step already trained asks
+    what :func:`makes_step` counts: a validation that also timed ``testing`` repeats no training.
+    A step timer whose value is no number (a collector never crashes on one) is judged by its
+    name alone, as a training metric."""
+    for raw, value in metrics.items():
+        key = _resolve(str(raw))[0]
+        if key == STEP_TIMER:
+            try:
+                value = float(value)
+            except (TypeError, ValueError, OverflowError):
+                return True
+        if makes_step(key, value):
+            return True
+    return False

@@ -431,15 +431,17 @@ def test_pretty_printed_validation_dicts(tmp_path):
     assert summary.skipped == {"duplicate_of_step_line": 1} and value(df, 4, "timing_s/gen") == 13.0
 
 
-def test_verl_0_1_final_validation_goes_under_the_step_that_logs_it(tmp_path):
+@pytest.mark.parametrize("timer", ["", " - timing_s/testing:1.5"], ids=["untimed", "timed"])
+def test_verl_0_1_final_validation_goes_under_the_step_that_logs_it(tmp_path, timer):
     # verl <= 0.2 and TinyZero raise global_steps, print the final validation, then log it at the
     # next step: the value belongs to step 3 alone, not also to step 2 (which did not validate);
-    # the console line rounds to 3 decimals, the printed dict keeps its digits
+    # the console line rounds to 3 decimals, the printed dict keeps its digits. A validation
+    # timer on that line trains nothing: still the final validation's own line
     summary, df = import_lines(
         tmp_path,
         "(main_task pid=1) step:2 - timing_s/gen:5.041 - timing_s/step:8.858 - critic/score/mean:0.035",
         "(main_task pid=1) \"Final validation metrics: {'val/test_score/countdown': 0.0390625}\"",
-        "(main_task pid=1) step:3 - val/test_score/countdown:0.039",
+        f"(main_task pid=1) step:3 - val/test_score/countdown:0.039{timer}",
     )
     assert df[df.key == "val/test_score/countdown"][["step", "value"]].values.tolist() == [[3, 0.0390625]]
     assert summary.restarts == 0 and summary.skipped == {"duplicate_of_step_line": 1}
@@ -463,6 +465,33 @@ def test_a_final_validation_whose_own_step_line_never_came_stays_with_its_run(tm
     val = df[df.key == "val/test_score/countdown"]
     assert val[["step", "attempt", "value"]].values.tolist() == [[2, 0, 0.0390625]]
     assert sorted(set(df.step)) == [1, 2] and summary.restarts == 1
+
+
+def test_a_resumed_runs_initial_validation_timed_on_its_line_goes_under_that_step(tmp_path):
+    # resumed from step 2's checkpoint: the printed dict and the line after it are one validation
+    # of step 2 (the line times it, trains nothing), not of the weights before step 2
+    summary, df = import_lines(
+        tmp_path,
+        "(main_task pid=1) \"Initial validation metrics: {'val-core/a': 0.5, 'val-aux/b': 0.25}\"",
+        "(main_task pid=1) step:2 - val-core/a:0.5 - timing_s/testing:3.0",
+        "(main_task pid=1) step:3 - timing_s/step:8.0",
+    )
+    val = df[df.key.str.startswith("val")]
+    assert sorted(val[["step", "key"]].values.tolist()) == [[2, "val-aux/b"], [2, "val-core/a"]]
+    assert summary.restarts == 0 and df.attempt.eq(0).all()
+
+
+def test_fully_async_late_timed_validation_is_not_a_restart(tmp_path):
+    # a validation logged late, after the next step's training, with its timer: no restart
+    summary, df = import_lines(
+        tmp_path,
+        "step:1 - timing_s/gen:5.0 - timing_s/step:9.0",
+        "step:2 - timing_s/gen:5.5 - timing_s/step:9.5",
+        "step:1 - val-core/x:0.4 - timing_s/testing:2.0",
+        "step:3 - timing_s/gen:6.0 - timing_s/step:10.0",
+    )
+    assert summary.restarts == 0 and df.attempt.eq(0).all()
+    assert value(df, 1, "timing_s/testing") == 2.0 and value(df, 1, "timing_s/step") == 9.0
 
 
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):

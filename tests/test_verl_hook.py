@@ -593,8 +593,13 @@ def test_a_resumed_process_logs_the_steps_it_repeats_as_a_later_attempt(tmp_path
 
 @pytest.mark.parametrize(
     "validation",
-    [{"val-core/acc": 0.25}, {"rollouter/validate_time": 7.0, "val-core/acc": 0.25}],  # the fully async one timed
-    ids=["trainer", "fully-async-rollouter"],
+    [
+        {"val-core/acc": 0.25},
+        {"rollouter/validate_time": 7.0, "val-core/acc": 0.25},  # the fully async one timed
+        {"val-core/acc": 0.25, "timing_s/testing": 4.0},  # a trainer that times its validation
+        {"val-core/acc": "0.25", "timing/testing": 4.0},  # verl's older timer name; a value as text
+    ],
+    ids=["trainer", "fully-async-rollouter", "timed", "timed-old-names"],
 )
 def test_a_resumed_process_validating_its_checkpoint_step_keeps_that_steps_training(tmp_path, validation):
     # verl's val_before_train: a resumed process first logs validation alone at the checkpoint step

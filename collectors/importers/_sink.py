@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key, makes_step
+from rlscope.collectors.verl_metrics import canonical_metric, makes_step
 from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
@@ -243,9 +243,9 @@ class StepSink:
                 return
             self._settle(restart=self._attempts.last is not None and step <= self._attempts.last)
         last = self._attempts.last
-        if last is not None and step < last and all(is_validation_key(k) for k in named):
-            # validation of an earlier step: logged late (async trainers) or the first line of
-            # a restart; the next record tells which
+        if last is not None and step < last and not any(makes_step(k, v) for k, v in named.items()):
+            # validation (with its timer, say) of an earlier step: logged late (async trainers)
+            # or the first line of a restart; the next record tells which
             self._pending = (step, named, when)
             return
         self._write(step, named, when)

@@ -61,7 +61,7 @@ from rlscope.collectors.importers._common import (
 from rlscope.collectors.importers._sink import ImportSummary, StepSink
 from rlscope.collectors.importers._source import IDLE, Tail, stdin_is_file
 from rlscope.collectors.verl_config import MAX_LAUNCH_CHARS, LogFacts
-from rlscope.collectors.verl_metrics import is_validation_key
+from rlscope.collectors.verl_metrics import record_trains
 
 __all__ = ["import_verl_log"]
 
@@ -545,9 +545,9 @@ class _Parser:
         self.waiting = None
         last = self.last_line
         if final and following is not None and last is not None:
-            # its own step line validates only, after the last step, and repeats it; any other (a
+            # its own step line trains nothing, after the last step, and repeats it; any other (a
             # restarted run's first line, the log of this one cut short) is not the final validation's
-            own = following.step > last.step and all(is_validation_key(k) for k in following.metrics)
+            own = following.step > last.step and not record_trains(following.metrics)
             if not own or following.unseen(metrics) == metrics:
                 following = None
         if following is None:
@@ -561,7 +561,7 @@ class _Parser:
             for key in metrics.keys() - unseen.keys():
                 after[key] = metrics[key]
             metrics = unseen
-            if not all(is_validation_key(k) for k in after):
+            if record_trains(after):
                 step = max(step - 1, 0)  # validation before a training step: of the weights before it
         if metrics:
             self.sink.add(step, metrics)

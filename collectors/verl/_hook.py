@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from rlscope.collectors.verl_metrics import is_validation_key, timer_stage
+from rlscope.collectors.verl_metrics import record_trains, timer_stage
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import Recorder
@@ -310,12 +310,12 @@ class Hook:
     def _attempt(self, step: int, data: Mapping[str, Any]) -> int:
         """The attempt this process logs ``step`` under: 0, or one more than the last attempt on
         disk when an earlier process of the run (before a crash and resume) logged it. A record
-        of validation metrics alone (verl validates the checkpoint step it resumes from) joins
-        the attempt this process already logged the step under, else the step's attempt on disk:
-        it repeats no training."""
+        that trains nothing (``record_trains``: verl validates the checkpoint step it resumes
+        from, timing ``testing`` too) joins the attempt this process already logged the step
+        under, else the step's attempt on disk: it repeats no training."""
         prior = self._settle_prior(RESUME_WAIT)
         assert prior is not None
-        if data and all(is_validation_key(str(k)) for k in data):
+        if data and not record_trains(data):
             return self._logged.get(step, prior.get(step, 0))
         attempt = prior.get(step, -1) + 1
         self._logged[step] = attempt
