@@ -55,7 +55,6 @@ __all__ = [
     "canonical",
     "canonical_metric",
     "is_substage",
-    "is_training_key",
     "is_validation_key",
     "makes_step",
     "record_trains",
@@ -223,13 +222,6 @@ _NO_STEP_TIMERS: Final = frozenset(
 )
 
 
-def is_training_key(key: str) -> bool:
-    """Whether ``key`` (canonical) is a metric of a step's training, by its name: neither a
-    validation metric nor the timer of a stage that computes nothing of a step. A resumed run's
-    validation of its checkpoint step holds only the others, so the step keeps its training."""
-    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
-
-
 def makes_step(key: str, value: Any) -> Any:
     """Whether a step metric (canonical ``key`` and its ``value``, a number or a Series of them)
     shows that its record is a training step.
@@ -246,7 +238,7 @@ def makes_step(key: str, value: Any) -> Any:
     """
     if key == STEP_TIMER:
         return value > 0
-    return is_training_key(key)
+    return not (is_validation_key(key) or key in _NO_STEP_TIMERS)
 
 
 def record_trains(metrics: Mapping[str, Any]) -> bool:
