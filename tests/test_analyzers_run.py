@@ -175,6 +175,25 @@ def test_anatomy_trend_untracked_time_and_switching(tmp_path):
     assert found["switching-costly"].evidence["switching_share"] == pytest.approx(0.08)
 
 
+def test_untracked_time_is_judged_over_the_recent_steps_a_step_timer_holds(tmp_path):
+    # 8 steps of gen 50 + update 30 = 80 s (recent: the last 2). Steps 0-5 and 7 have a step timer,
+    # 90 s and 92 s; step 6 has none, so its step is the 80 s sum and its other 0 by definition, no
+    # measurement. Over the timed recent step 7 alone other is 12 s of 92 s (13%, above 10%); spread
+    # over both recent steps it would read 6 s of 86 s (7%) and hide the finding
+    stages = {"timing_s/gen": 50, "timing_s/update_actor": 30}
+    steps = {s: stages | ({"timing_s/step": 92 if s == 7 else 90} if s != 6 else {}) for s in range(8)}
+    r = anatomy.analyze(make_run(tmp_path / "partly", {}, steps))
+    found = {f.id: f for f in r.findings}
+    evidence = found["untracked-time"].evidence
+    assert evidence["other_s"] == pytest.approx(12) and evidence["step_s"] == pytest.approx(92)
+    assert evidence["other_share"] == pytest.approx(12 / 92)
+    assert (evidence["timed_steps"], evidence["recent_steps"]) == (1, 2)
+    assert "in 1 of the 2 recent steps" in found["untracked-time"].recommendation
+    # no recent step timer (only steps 0-5 have one): other is measured in none of them, nothing to judge
+    steps = {s: stages | ({"timing_s/step": 120} if s < 6 else {}) for s in range(8)}
+    assert "untracked-time" not in ids(anatomy.analyze(make_run(tmp_path / "early", {}, steps)))
+
+
 def test_anatomy_overlapped_generation_is_beside_the_step(tmp_path):
     # one-step overlap: a 200 s rollout runs beside a 120 s trainer step timed at 50 + 10 s;
     # the 60 s no timer covers is the trainer waiting for samples (at most the rollout's 200 s)

@@ -826,3 +826,15 @@ def test_other_of_a_run_with_a_step_timer_in_some_recent_steps_is_the_mean_of_th
         " them, the step difference counts 0 s in the others"
     )
     assert not [e for e in explanations if e.startswith("A timed")]
+
+
+def test_untracked_time_of_a_run_with_a_step_timer_in_some_recent_steps_is_judged_over_those(tmp_path, capsys):
+    # 8 steps of gen 100 and update 30 (recent: the last 2). A's step timers hold 140 s (other 10 s,
+    # 7%: clean). B's hold 140 s too but for step 6, which has none (130 s, other 0 s by definition,
+    # no measurement), and step 7, 146 s (other 16 s): B's untracked time is 16 of 146 s (11%, above
+    # 10%) in the one recent step that measured it, not 8 of 138 s (6%) spread over both
+    a = [GEN_UPDATE | {"timing_s/step": 140.0}] * 8
+    b = [GEN_UPDATE | ({} if i == 6 else {"timing_s/step": 146.0 if i == 7 else 140.0}) for i in range(8)]
+    explanations = _compared(capsys, _timed_runs(tmp_path, a, b))[1]
+    assert _said(explanations, "only B: ") == "only B: untracked-time"  # A's recent steps were judged: clean
+    assert not [e for e in explanations if "could not evaluate" in e]

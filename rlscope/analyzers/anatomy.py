@@ -10,7 +10,8 @@ trainer and engine; ``wait*`` and ``switch_wait`` are waiting; ``testing`` is va
 the profiling hooks' timers, and no step timer (a validation logged on its own) is no training
 step and is left out (:func:`makes_step`). ``other`` is
 ``timing_s/step`` minus the named phases (zero when there is no step timer, whose time is
-then the sum of the phases). Timers nested inside a stage (``generate_sequences``,
+then the sum of the phases: ``untracked-time`` is judged over the recent steps that have a
+step timer alone, and not at all when none has). Timers nested inside a stage (``generate_sequences``,
 ``reshard``) and unknown timers are not added, so nothing is counted twice; unknown time
 shows up in ``other``.
 
@@ -269,16 +270,7 @@ def _findings(r: AnatomyResult) -> list[Finding]:
                 "the balanced rollout:train split has moved towards rollout; re-run the topology what-if",
             )
         )
-    if r.step_timer and share["other"] >= UNTRACKED_TIME_WARN:
-        out.append(
-            finding(
-                "untracked-time",
-                Severity.WARN,
-                {"other_share": share["other"], "other_s": now["other"], "step_s": now["step"]},
-                f"{fmt_seconds(now['other'])} s of each {fmt_seconds(now['step'])} s step is in no stage timer: "
-                "add spans around data loading, logging and hooks to find it",
-            )
-        )
+    out.extend(_untracked_time(recent(r.seconds), recent(r.timed)))
     if share["switching"] >= SWITCHING_WARN:
         out.append(
             finding(
@@ -290,3 +282,33 @@ def _findings(r: AnatomyResult) -> list[Finding]:
             )
         )
     return out
+
+
+def _untracked_time(last: pd.DataFrame, timed: pd.Series) -> list[Finding]:
+    """``untracked-time`` over the recent steps ``last`` that a step timer holds (``timed``): only
+    there is ``other`` measured; elsewhere it is 0 by definition, and the step the phases' sum, so
+    counting those steps would dilute the share. No such step: nothing to judge."""
+    held = last[timed.reindex(last.index, fill_value=False)]
+    if held.empty:
+        return []
+    other, step = float(held["other"].mean()), float(held["step"].mean())  # step > 0: a timer above zero
+    if other / step < UNTRACKED_TIME_WARN:
+        return []
+    partly = (
+        f" (in {len(held)} of the {len(last)} recent steps that timing_s/step holds)" if len(held) < len(last) else ""
+    )
+    return [
+        finding(
+            "untracked-time",
+            Severity.WARN,
+            {
+                "other_share": other / step,
+                "other_s": other,
+                "step_s": step,
+                "timed_steps": len(held),
+                "recent_steps": len(last),
+            },
+            f"{fmt_seconds(other)} s of each {fmt_seconds(step)} s step{partly} is in no stage timer: "
+            "add spans around data loading, logging and hooks to find it",
+        )
+    ]
