@@ -838,3 +838,21 @@ def test_untracked_time_of_a_run_with_a_step_timer_in_some_recent_steps_is_judge
     explanations = _compared(capsys, _timed_runs(tmp_path, a, b))[1]
     assert _said(explanations, "only B: ") == "only B: untracked-time"  # A's recent steps were judged: clean
     assert not [e for e in explanations if "could not evaluate" in e]
+
+
+def test_a_saved_report_is_refused_naming_its_schema(tmp_path, capsys):
+    # compare reads runs, not saved reports: a report of an older rlscope lacks the fields added
+    # since (phases.step_timed, ...) and would be misread as a run without them. Refused in one
+    # line naming the report's schema, compact as diagnose writes it or indented as jq . prints it
+    run = _timed_runs(tmp_path, [GEN_UPDATE | {"timing_s/step": 140.0}] * 4, [])[0]
+    saved = tmp_path / "report.json"
+    assert main(["diagnose", run, "--format", "json", "--output", str(saved)]) == 0
+    indented = tmp_path / "indented.json"
+    indented.write_text(json.dumps(json.loads(saved.read_text()), indent=2))
+    for report, command in ((saved, ["compare", str(saved), run]), (indented, ["diagnose", str(indented)])):
+        capsys.readouterr()
+        assert main(command) == 1
+        assert capsys.readouterr().err == (
+            f"rlscope: {report}: an rlscope report (rlscope.diagnose/1), not a run: give the run directory"
+            " or log it was made from\n"
+        )

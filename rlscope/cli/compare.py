@@ -3,7 +3,8 @@
 usage: rlscope compare RUN_A RUN_B [--format text|json]
                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
-Each RUN is a run directory, or a verl console log or JSONL file (imported first).
+Each RUN is a run directory, or a verl console log or JSONL file (imported first); not a
+saved report (`diagnose --format json`): compare reads the runs themselves.
 The explanation says first where the runs are not like for like (GPU count or type, batch
 shape, model), then splits B's step-time difference into the phases (recent means) and the
 generation difference into throughput part and tail. It says where a step time is summed

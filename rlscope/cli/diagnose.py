@@ -4,7 +4,8 @@ usage: rlscope diagnose RUN [--format text|markdown|html|json] [--output FILE] [
                         [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 RUN is a run directory (or pyarrow filesystem URI), or a verl console log or JSONL
-metrics file, which is imported to a temporary run directory first.
+metrics file, which is imported to a temporary run directory first. A saved report
+(--format json) is no run: it is refused, naming its schema.
 
 MFU and the topology what-if need the hardware, the model and the batch shape. A run
 directory's meta.json says them; a console log says what its config dump or launch command
@@ -91,6 +92,20 @@ def _refuse_run_dir_file(path: str) -> None:
         raise RunDirError(f"{path}: a file of the run directory {root or '.'}: give the directory")
 
 
+def _refuse_report(source: str, path: str) -> None:
+    """A one-line error for a saved rlscope report given as a run: the commands read the run itself,
+    and a report of an older rlscope lacks the fields added since (``phases.step_timed``), which
+    would read as a run without them."""
+    with open(source, "rb") as fh:
+        head = fh.read(4096)  # the schema is the report's first key, compact or indented
+    found = re.match(rb'\s*\{\s*"schema"\s*:\s*"(rlscope\.[a-z]+/[0-9]+)"', head.removeprefix(b"\xef\xbb\xbf"))
+    if found:
+        schema = found.group(1).decode()
+        raise RunDirError(
+            f"{path}: an rlscope report ({schema}), not a run: give the run directory or log it was made from"
+        )
+
+
 def _refuse_folder_near_runs(path: str) -> None:
     """A one-line error naming the run directories for a folder without meta.json that holds
     some (``runs/``) or lies in one (``run/steps``), rather than "meta.json: missing"."""
@@ -136,6 +151,7 @@ def open_run(path: str) -> Iterator[str]:
             if IMPORTERS[kind]([source], run_dir).steps:
                 break
         else:
+            _refuse_report(source, path)
             hint = ""
             if path.lower().endswith(".csv"):
                 hint = "; a W&B CSV export: rlscope import wandb-csv FILE --out RUN_DIR, then diagnose RUN_DIR"

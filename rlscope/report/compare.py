@@ -111,7 +111,9 @@ def _tail_source(head: dict[str, Any]) -> str | None:
 def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Rows of (measure, unit, A, B) and sentences explaining how B differs from A.
 
-    ``unit`` is ``s`` (seconds), ``share`` (a fraction) or ``""`` (text or a count).
+    ``unit`` is ``s`` (seconds), ``share`` (a fraction) or ``""`` (text or a count). ``a`` and ``b``
+    are documents of this rlscope's :func:`~rlscope.report.document.build_document`: one saved by an
+    older rlscope may lack fields added since (``phases.step_timed``), which read as no step timer.
     """
     ha, hb = a["headline"], b["headline"]
     rows = [
