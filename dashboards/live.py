@@ -594,9 +594,12 @@ class LiveRun:
             return self._full
 
     def splits(self) -> pd.DataFrame:
-        """Each step's best split for the drift topology, computed for the steps not yet done."""
+        """Each step's best split for the drift topology, computed for the steps not yet done
+        (an async run's pipeline-fill step is none: ``drift.steady_models``)."""
         with self._lock:
             models, done = self._models, self._splits
+            if not models.empty:
+                models = drift.steady_models(models, self.facts, int(self.phases.index.min()))
             todo = models.index.difference(done.index)
             n = self.facts.n_gpus
             if len(todo) and n:

@@ -1274,3 +1274,31 @@ def test_the_gpu_timeline_names_and_colours_a_stage_by_its_phase_as_the_overview
     overview = {t.name: t for t in figures.step_phases(seconds).data}
     assert bars["weight_sync"].marker.color == overview["weight_sync"].marker.color
     assert bars["gen"].marker.color == overview["gen"].marker.color
+
+
+def test_the_live_drift_leaves_out_an_async_run_s_pipeline_fill_step(tmp_path):
+    # async on separate pools 16:16 of 32 GPUs; steady steps: T_thr = (1 - 0.5) * 300 * 16/32 = 75 s and
+    # T_train = 150 * 16/32 = 75 s -> 16:16. Step 1 fills the pipeline (the pool busy 0.75 * 600 s: 225 s,
+    # 24:8 if it counted); it is no step of the ledger, read in one load or step by step
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run", window=4)
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        for step in range(1, 7):
+            first = step == 1
+            rec.log_step(
+                step,
+                {
+                    "timing_s/old_log_prob": 50.0,
+                    "timing_s/update_actor": 100.0,
+                    "timing_s/step": 600.0 if first else 300.0,
+                    "fully_async/rollouter/idle_ratio": 0.25 if first else 0.5,
+                },
+            )
+            rec.flush()
+            live.refresh(force=True)
+            assert list(live.splits().index) == list(range(2, step + 1))
+    whole = LiveRun(0, str(path), "run")
+    whole.refresh(force=True)
+    for run in (live, whole):
+        assert list(run.splits().index) == [2, 3, 4, 5, 6] and set(run.splits()["best_rollout"]) == {16}
