@@ -167,6 +167,8 @@ class LiveRun:
         self._attempt: dict[int, int] = {}  # step -> attempt of its training metrics in the window
         self._val_attempt: dict[int, int] = {}  # step -> attempt of its validation metrics
         self._logprob_attempt: dict[int, int] = {}  # step -> attempt of its histograms in ``logprob``
+        # step -> attempt of the rows held in the window (each step's highest so far), per table
+        self._held: dict[str, dict[int, int]] = {"trajectories": {}, "logprob": {}}
         # raw rows of the recent window
         self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
         self._traj = _empty("trajectories").set_index("step", drop=False)
@@ -404,10 +406,11 @@ class LiveRun:
             self._merge_wide(frames["steps"])
         for table, attr in (("trajectories", "_traj"), ("spans", "_spans"), ("logprob", "_logprob_rows")):
             if table in frames:
-                new = frames[table].set_index("step", drop=False)
-                setattr(self, attr, pd.concat([getattr(self, attr), new]))
+                held = getattr(self, attr)
+                new = frames[table]
                 if table != "spans":  # a redone step's samples and histograms are its last attempt's, as diagnose's
-                    setattr(self, attr, _last_attempt(getattr(self, attr)))
+                    held, new = self._keep_last_attempt(held, new, self._held[table])
+                setattr(self, attr, pd.concat([held, new.set_index("step", drop=False)]))
         if "logprob" in frames:
             self._fold_logprob(frames["logprob"])
         if "gpu" in frames:
@@ -415,6 +418,24 @@ class LiveRun:
         if touched:
             self._recompute(sorted(touched))
         self._evict()
+
+    @staticmethod
+    def _keep_last_attempt(
+        held: pd.DataFrame, new: pd.DataFrame, attempts: dict[int, int]
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``held`` (window rows, index: step) and ``new`` rows, each step kept at its highest attempt
+        (a missing attempt is 0), judged from ``new`` and ``attempts`` (updated) only, so a refresh
+        costs what its rows cost: a higher attempt drops the step's held rows, a lower one is left out."""
+        new = _last_attempt(new)
+        top = new["attempt"].fillna(0).astype("int64").groupby(new["step"].to_numpy()).max()
+        was = top.index.map(lambda step: attempts.get(step, -1)).to_numpy()
+        now = top.to_numpy()
+        new = new[new["step"].isin(top.index[now >= was])]
+        replaced = top.index[(now > was) & (was >= 0)]
+        if len(replaced):
+            held = held[~held.index.isin(replaced)]
+        attempts.update({int(step): int(a) for step, a in zip(top.index, np.maximum(now, was), strict=True)})
+        return held, new
 
     def _merge_wide(self, long: pd.DataFrame) -> None:
         """Steps' metrics into the wide window: a higher attempt replaces a step, the same attempt
@@ -511,6 +532,9 @@ class LiveRun:
         self._traj = self._traj[self._traj.index >= horizon]
         self._spans = self._spans[self._spans.index >= horizon]
         self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]
+        for attempts in self._held.values():  # a step's rows read after it left the window say alone
+            for step in [s for s in attempts if s < horizon]:
+                del attempts[step]
         cutoff = self._gpu_cutoff()
         if cutoff is None and self._gpu_parts:
             cutoff = max(float(p["time"].max()) for p in self._gpu_parts) - _GPU_KEEP_S
@@ -594,9 +618,12 @@ class LiveRun:
             return self._full
 
     def splits(self) -> pd.DataFrame:
-        """Each step's best split for the drift topology, computed for the steps not yet done."""
+        """Each step's best split for the drift topology, computed for the steps not yet done
+        (an async run's pipeline-fill step is none: ``drift.steady_models``)."""
         with self._lock:
             models, done = self._models, self._splits
+            if not models.empty:
+                models = drift.steady_models(models, self.facts, int(self.phases.index.min()))
             todo = models.index.difference(done.index)
             n = self.facts.n_gpus
             if len(todo) and n:

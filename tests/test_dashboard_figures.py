@@ -1274,3 +1274,80 @@ def test_the_gpu_timeline_names_and_colours_a_stage_by_its_phase_as_the_overview
     overview = {t.name: t for t in figures.step_phases(seconds).data}
     assert bars["weight_sync"].marker.color == overview["weight_sync"].marker.color
     assert bars["gen"].marker.color == overview["gen"].marker.color
+
+
+def test_the_live_drift_leaves_out_an_async_run_s_pipeline_fill_step(tmp_path):
+    # async on separate pools 16:16 of 32 GPUs; steady steps: T_thr = (1 - 0.5) * 300 * 16/32 = 75 s and
+    # T_train = 150 * 16/32 = 75 s -> 16:16. Step 1 fills the pipeline (the pool busy 0.75 * 600 s: 225 s,
+    # 24:8 if it counted); it is no step of the ledger, read in one load or step by step
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run", window=4)
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        for step in range(1, 7):
+            first = step == 1
+            rec.log_step(
+                step,
+                {
+                    "timing_s/old_log_prob": 50.0,
+                    "timing_s/update_actor": 100.0,
+                    "timing_s/step": 600.0 if first else 300.0,
+                    "fully_async/rollouter/idle_ratio": 0.25 if first else 0.5,
+                },
+            )
+            rec.flush()
+            live.refresh(force=True)
+            assert list(live.splits().index) == list(range(2, step + 1))
+    whole = LiveRun(0, str(path), "run")
+    whole.refresh(force=True)
+    for run in (live, whole):
+        assert list(run.splits().index) == [2, 3, 4, 5, 6] and set(run.splits()["best_rollout"]) == {16}
+
+
+def test_a_refresh_keeps_each_step_s_highest_attempt_judging_only_its_new_rows(tmp_path, monkeypatch):
+    from rlscope.dashboards import live as live_module
+
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=8)
+
+    def refresh(attempt: int, traj: dict[int, list[str]], delta: dict[int, int]) -> None:
+        with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+            for step, ids in traj.items():
+                rec.log_step(step, {"timing_s/step": 10.0}, attempt=attempt)
+                rec.log_trajectories(
+                    step, [{"traj_id": i, "finish_time": 1.0 + k} for k, i in enumerate(ids)], attempt=attempt
+                )
+            for step, n in delta.items():
+                rec.log_logprob_delta(step, [0.1] * n, attempt=attempt)
+        live.refresh(force=True)
+
+    refresh(0, {1: ["a", "b", "c"], 2: ["d", "e"], 3: ["f"]}, {1: 3, 2: 2})
+    seen: list[int] = []  # rows each per-step attempt check looks at
+    real = live_module.last_attempt_rows
+    monkeypatch.setattr(live_module, "last_attempt_rows", lambda s, a: seen.append(len(s)) or real(s, a))
+    refresh(1, {2: ["g"]}, {2: 4})  # a higher attempt of step 2 replaces its rows
+    refresh(0, {2: ["h"], 3: ["i"]}, {2: 5})  # step 2's lower attempt, late, is left out; step 3's adds
+    refresh(1, {2: ["j"]}, {})  # the same attempt adds
+    assert seen and max(seen) <= 2  # each refresh's new rows only, never the window's
+    ids = live._traj.groupby(level="step")["traj_id"].apply(sorted).to_dict()
+    assert ids == {1: ["a", "b", "c"], 2: ["g", "j"], 3: ["f", "i"]}
+    assert live._logprob_rows["n_tokens"].to_dict() == {1: 3, 2: 4}
+    assert live.tails["n"].to_dict() == {1: 3, 2: 2, 3: 2}
+    fresh = LiveRun(0, str(run_dir), "run", window=8)  # one load judges the same
+    fresh.refresh(force=True)
+    assert fresh._traj.groupby(level="step")["traj_id"].apply(sorted).to_dict() == ids
+
+
+def test_rows_of_a_step_that_left_the_window_say_alone_whatever_its_attempt_was(tmp_path):
+    # the module's rule: late rows of a step older than the window replace its aggregates with what they say
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=2)
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
+        for step in (1, 2, 3):
+            rec.log_step(step, {"timing_s/step": 10.0}, attempt=1)
+            rec.log_trajectories(step, [{"traj_id": str(i), "finish_time": 1.0 + i} for i in range(3)], attempt=1)
+    live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:
+        rec.log_trajectories(1, [{"traj_id": "late", "finish_time": 2.0}], attempt=0)
+    live.refresh(force=True)
+    assert live.tails["n"].to_dict() == {1: 1, 2: 3, 3: 3}

@@ -8,6 +8,9 @@ as ``topology.measure`` does for the recent window) and finds each step's best s
 the run's topology (async streaming for colocated runs, as the option to move to). For
 async runs, verl's idle ratios are the measured side of the same question: rollouter idle
 high and trainer idle low means GPUs should move to the trainer, and the reverse.
+An async run on separate pools leaves out its first step: the pool's busy time in it is the
+pipeline filling (the first batch while the trainer waits, then the staleness buffer ahead of
+later steps), not one batch's generation.
 Evidence: ``timing_s/*`` steps, trajectory finish times, idle ratios, ``meta.json`` split.
 """
 
@@ -24,7 +27,7 @@ from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
-from rlscope.analyzers._data import RunFrames, early, load, recent
+from rlscope.analyzers._data import RunFacts, RunFrames, early, load, recent
 from rlscope.analyzers.topology import (
     StepModel,
     TopologyResult,
@@ -37,7 +40,7 @@ from rlscope.analyzers.topology import (
 )
 from rlscope.trace.reader import RunReader
 
-__all__ = ["DriftResult", "analyze", "best_per_step", "model_of", "per_step_models"]
+__all__ = ["DriftResult", "analyze", "best_per_step", "model_of", "per_step_models", "steady_models"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,16 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
 
 
+def steady_models(models: pd.DataFrame, facts: RunFacts, first_step: int) -> pd.DataFrame:
+    """``models`` (rows of :func:`per_step_models`) less the pipeline fill of an async run on
+    separate pools, its first step ``first_step``: the rollouter's busy time in it (1 - idle
+    ratio) covers the first batch, generated while the trainer waits, and the staleness buffer
+    it fills for later steps, so as one step's T_thr it would call for far more rollout GPUs."""
+    if facts.kind != "async_streaming" or facts.shares_gpus:
+        return models
+    return models.drop(index=first_step, errors="ignore")
+
+
 def best_per_step(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:
     """Each step's best split (rows of :func:`per_step_models`): ``best_rollout``, ``best_train``
     and ``best_step_s`` (all floats)."""
@@ -114,7 +127,9 @@ def analyze(
     topology = facts.kind if facts.is_pooled else "async_streaming"
     n = facts.n_gpus
     tails = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
-    models = per_step_models(frames, anatomy, tails) if n and n > 1 and not anatomy.seconds.empty else pd.DataFrame()
+    models = pd.DataFrame()
+    if n and n > 1 and not anatomy.seconds.empty:
+        models = steady_models(per_step_models(frames, anatomy, tails), facts, int(anatomy.seconds.index.min()))
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)
     per_step = models.join(best_per_step(models, n, topology))
