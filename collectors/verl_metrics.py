@@ -35,6 +35,9 @@ read at 1dda039b9, 2026-08-22):
   ``compute_timing_metrics`` logs ``timing_s/timing_s/param_sync``: the doubled prefix is
   dropped (``timer_stage``), giving ``timing_s/param_sync``.
 
+verl's fully async trainer logs each update's metrics one weight sync late when it syncs after
+every update: ``split_record`` files them under the update's own step (``docs/verl-hook.md``).
+
 Not aliased on purpose: ``actor/entropy_loss`` became ``actor/entropy`` in b4aa2dce8 (v0.4.1)
 but the model-engine workers log ``actor/entropy_loss`` again since f1d5e0e27 (2026-01-08).
 """
@@ -43,7 +46,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+_V = TypeVar("_V")
 
 __all__ = [
     "PHASES",
@@ -58,6 +63,7 @@ __all__ = [
     "is_validation_key",
     "makes_step",
     "record_trains",
+    "split_record",
     "timer_stage",
     "timing_phase",
     "timing_stage",
@@ -257,3 +263,44 @@ def record_trains(metrics: Mapping[str, Any]) -> bool:
         if makes_step(key, value):
             return True
     return False
+
+
+# In verl's fully async trainer, the version an update trains from; only its training record holds it
+TRAINED_FROM_KEY: Final = "fully_async/count/current_param_version"
+# What the fully async rollouter reports of its window between two weight syncs (``reset_staleness``)
+_ROLLOUTER_WINDOW: Final = ("fully_async/rollouter/", "dynamic_resource/rollout_resource_utilization")
+
+
+def split_record(step: int, metrics: Mapping[str, _V]) -> list[tuple[int, dict[str, _V]]]:
+    """The steps a record logged under ``step`` describes, each with its metrics: ``step``,
+    except for the fully async trainer's training metrics, which describe the update that
+    trained from their ``fully_async/count/current_param_version`` (the step after that
+    version, where the hook files the update's samples).
+
+    verl 0.9.1 logs that record (the ``MetricsAggregator``'s micro-steps) under the version the
+    weight sync just made, but before it adds the current micro-step (fully_async_trainer.py
+    ``fit_step``: ``_fit_log_aggregated_training_metrics`` then ``_fit_postprocess_step``): with
+    a sync after every update (``trigger_parameter_sync_step=1``) the record under step k is
+    update k-1's, beside the rollouter's window of update k and the validation of version k.
+    The rollouter's window and validation keys stay at ``step`` (loggers that merge a step's
+    records, W&B and TensorBoard, hold all three in one). With a sync every n > 1 updates the
+    version is k-1 and nothing moves; nor does anything for a version that is no whole number,
+    or one that would move the record forward.
+    """
+    version = metrics.get(TRAINED_FROM_KEY)
+    try:
+        trained = int(version) + 1 if version is not None and float(version) == int(version) else step
+    except (TypeError, ValueError, OverflowError):
+        trained = step
+    if not 1 <= trained < step:
+        return [(step, dict(metrics))]
+    stays = {k: v for k, v in metrics.items() if _stays(str(k))}
+    moves = {k: v for k, v in metrics.items() if k not in stays}
+    return [(s, part) for s, part in ((step, stays), (trained, moves)) if part]
+
+
+def _stays(key: str) -> bool:
+    """Whether a key of a record with the fully async trainer's training metrics is the
+    rollouter's window or validation, of the step logged."""
+    name = canonical(key)
+    return name.startswith(_ROLLOUTER_WINDOW) or is_validation_key(name)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fully_async_log import fully_async_records, rollouter_window, update_metrics
 
 from rlscope import RunReader
 from rlscope.cli import main as cli
@@ -492,6 +493,40 @@ def test_fully_async_late_timed_validation_is_not_a_restart(tmp_path):
     )
     assert summary.restarts == 0 and df.attempt.eq(0).all()
     assert value(df, 1, "timing_s/testing") == 2.0 and value(df, 1, "timing_s/step") == 9.0
+
+
+def _fully_async_export(tmp_path: Path, records: list[tuple[int, dict]], logger: str) -> Path:
+    """verl's file logger (a line per Tracking.log), or a W&B history export (a row per step: the
+    step's records merged, as wandb.log merges calls of one step)."""
+    if logger == "jsonl":
+        path = tmp_path / "metrics.jsonl"
+        path.write_text("".join(json.dumps({"step": step, "data": data}) + "\n" for step, data in records))
+        return path
+    rows: dict[int, dict] = {}
+    for step, data in records:
+        rows.setdefault(step, {"_step": step}).update(data)
+    path = tmp_path / "history.csv"
+    pd.DataFrame(list(rows.values())).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("logger", ["jsonl", "wandb"])
+@pytest.mark.parametrize(("sync_every", "trained"), [(1, {1: [1], 2: [2], 3: [3]}), (2, {1: [1], 2: [2, 3]})])
+def test_fully_async_training_records_go_under_their_update_not_the_next_sync(tmp_path, logger, sync_every, trained):
+    # the fully async trainer's Tracking.log calls (fully_async_log), as verl's loggers keep them
+    records = fully_async_records(4, sync_every=sync_every)
+    source = _fully_async_export(tmp_path, records, logger)
+    importer = import_verl_jsonl if logger == "jsonl" else import_wandb_csv
+    summary = importer([source], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 0 and df.attempt.eq(0).all() and summary.steps == max(s for s, _ in records)
+    for step, own in trained.items():
+        assert value(df, step, "timing_s/step") == sum(update_metrics(u, 0)["timing_s/step"] for u in own)
+        assert value(df, step, "training/global_step") == own[-1]
+    for step in range(1, summary.steps + 1):  # the rollouter's window of update ``step``
+        idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]
+        assert value(df, step, "fully_async/rollouter/idle_ratio") == idle
+    assert value(df, 2, "val-core/acc") == 0.02
 
 
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fully_async_log import aggregated, fully_async_records, rollouter_window, update_metrics
 
 from rlscope import RunReader
 from rlscope.analyzers import anatomy, gpu_idle, longtail, staleness
@@ -589,6 +590,57 @@ def test_a_resumed_process_logs_the_steps_it_repeats_as_a_later_attempt(tmp_path
     assert spans == steps
     by_step = gpu_idle.analyze(str(run)).by_step.set_index("step")["samples"]
     assert by_step.to_dict() == {1: 1, 2: 1, 3: 1}  # step 2 is [120, 121], not stretched over the downtime
+
+
+@needs_verl
+def test_the_fully_async_record_the_tests_build_is_what_verls_metrics_aggregator_makes():
+    from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator
+
+    micro = [update_metrics(2, 1), update_metrics(3, 2)]
+    verl = MetricsAggregator(total_gpus=8)
+    for metrics in micro:
+        verl.add_step_metrics(metrics, sample_count=64)
+    assert verl.get_aggregated_metrics() == pytest.approx(aggregated(micro))
+
+
+@pytest.mark.parametrize(
+    ("updates", "sync_every", "trained", "windows"),
+    [
+        # validated last (test_freq 2): verl never logs update 4's own record
+        (4, 1, {1: [1], 2: [2], 3: [3]}, [1, 2, 3, 4]),
+        # the queue ends after a version not validated: verl syncs once more and logs update 3 then
+        (3, 1, {1: [1], 2: [2], 3: [3]}, [1, 2]),
+        # a sync every 2 updates: the record under step 2 aggregates updates 2 and 3, the last of
+        # version 1's and the first of version 2's (verl adds an update after logging)
+        (4, 2, {1: [1], 2: [2, 3]}, [1, 2]),
+    ],
+    ids=["sync-each-update", "last-sync-at-the-end", "sync-every-2"],
+)
+def test_the_fully_async_trainers_records_join_the_rollouters_window_of_the_same_update(
+    tmp_path, updates, sync_every, trained, windows
+):
+    # verl logs an update's training record after the next sync's rollouter window (fully_async_log)
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    for step, data in fully_async_records(updates, sync_every=sync_every):
+        hook.add_span("save_checkpoint", 1.0, 2.0)  # held till the next log: the step logged keeps it
+        hook.on_log(step, data)
+    hook.flush()
+    wide = wide_steps(RunReader(str(run)).read("steps"))
+    for step, own in trained.items():
+        micro = [update_metrics(u, 0) for u in own]
+        seconds = sum(m["timing_s/step"] for m in micro)
+        assert wide.loc[step, "timing_s/step"] == seconds
+        assert wide.loc[step, "training/global_step"] == own[-1]
+        assert wide.loc[step, "fully_async/trainer/idle_ratio"] == sum(m["timing_s/gen"] for m in micro) / seconds
+    # the rollouter's window up to the sync that made version k ran beside update k
+    for step in windows:
+        idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]
+        assert wide.loc[step, "fully_async/rollouter/idle_ratio"] == idle
+    assert wide.loc[2, "val-core/acc"] == 0.02
+    assert set(wide.index) == set(trained) | set(windows)
+    logged = {step for step, _ in fully_async_records(updates, sync_every=sync_every)}
+    assert {s["step"] for s in RunReader(str(run)).read("spans", ["step"]).to_pylist()} == logged
 
 
 @pytest.mark.parametrize(

@@ -111,3 +111,30 @@ def test_validation_keys():
     assert vm.is_validation_key("val-core/gsm8k/acc/mean@1")
     assert vm.is_validation_key("val-aux/x") and vm.is_validation_key("val/test_score/gsm8k")
     assert not vm.is_validation_key("validation_time") and not vm.is_validation_key("timing_s/testing")
+
+
+TRAINED = {"fully_async/count/current_param_version": 1.0, "timing_s/step": 9.0}  # update 2's, verl logs it at 3
+WINDOW = {"rollouter/idle_ratio": 0.2, "dynamic_resource/rollout_resource_utilization": 0.8}  # of update 3
+
+
+@pytest.mark.parametrize(
+    ("metrics", "expected"),
+    [
+        (TRAINED, [(2, TRAINED)]),  # a sync per update
+        # a W&B or TensorBoard step merges the records of one step: the window and validation stay
+        (
+            {**WINDOW, "rollouter/validate_time": 3.0, **TRAINED},
+            [(3, {**WINDOW, "rollouter/validate_time": 3.0}), (2, TRAINED)],
+        ),
+        ({**TRAINED, "fully_async/count/current_param_version": 2}, None),  # a sync every n > 1 updates
+        (WINDOW, None),
+        ({"timing_s/step": 9.0}, None),  # any other trainer
+        ({"fully_async/count/current_param_version": 5}, None),  # never forward
+        ({"fully_async/count/current_param_version": 1.5}, None),  # no version
+        ({"fully_async/count/current_param_version": "x"}, None),
+        ({"fully_async/count/current_param_version": math.nan}, None),
+        ({"fully_async/count/current_param_version": None}, None),
+    ],
+)
+def test_split_record_files_the_fully_async_training_metrics_under_their_update(metrics, expected):
+    assert vm.split_record(3, metrics) == (expected or [(3, metrics)])

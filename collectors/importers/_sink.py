@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import canonical_metric, makes_step
+from rlscope.collectors.verl_metrics import canonical_metric, makes_step, split_record
 from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
@@ -236,6 +236,15 @@ class StepSink:
         if not named:
             return
         self.summary.records += 1
+        for described, part in split_record(step, named):
+            if described == step:
+                self._place(step, part, when)
+            else:  # verl's fully async trainer logs an update's metrics after the next step's:
+                # they join the attempt that update's step is on, no restart
+                self._rows(described, self._attempts.attempt(described), part, when)
+
+    def _place(self, step: int, named: dict[str, float], when: float | None) -> None:
+        """Write a record of ``step`` (canonical keys), or hold it till the next tells its attempt."""
         pending = self._pending
         if pending is not None:
             if pending[0] == step and not named.keys() & pending[1].keys():

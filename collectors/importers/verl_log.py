@@ -35,8 +35,9 @@ config dump verl pprints at start, else the Hydra overrides of a launch command 
 the log (``+ python3 -m verl.trainer.main_ppo data.train_batch_size=128 ...``), and the
 actor's and critic's sizes from verl's ``... contains 494.03M parameters`` lines.
 
-Steps are numbered as logged; a step logged again after a restart becomes a new attempt
-(see ``StepSink``). Lines read while following a live log get the time they were read.
+Steps are numbered as logged (but for the fully async trainer's training metrics, which go
+under the update they describe: ``verl_metrics.split_record``); a step logged again after a
+restart becomes a new attempt (see ``StepSink``). Lines read while following a live log get the time they were read.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from rlscope.collectors.verl_metrics import record_trains, timer_stage
+from rlscope.collectors.verl_metrics import record_trains, split_record, timer_stage
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import Recorder
@@ -341,11 +341,17 @@ class Hook:
         self._hold(self._logprob, (deltas, probs_diff_max), MAX_PENDING_LOGPROB)
 
     def on_log(self, step: Any, data: Mapping[str, Any]) -> None:
-        """A ``Tracking.log``: record its metrics and give everything waiting this step."""
+        """A ``Tracking.log``: record its metrics under the steps they describe (``split_record``)
+        and give everything waiting the step logged, when it happened (a checkpoint of its version)."""
         rec = self.recorder()
         step = int(step)
-        attempt = self._attempt(step, data)
-        rec.log_step(step, data, attempt=attempt)
+        attempt = None
+        for described, metrics in split_record(step, data):
+            logged = self._attempt(described, metrics)
+            rec.log_step(described, metrics, attempt=logged)
+            attempt = logged if described == step else attempt
+        if attempt is None:  # all of it went to an earlier update: what waited is still this step's
+            attempt = self._first_sight(step) or 0
         with self._lock:
             spans, self._spans = self._spans, deque()
             logprob, self._logprob = self._logprob, deque()
