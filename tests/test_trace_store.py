@@ -279,6 +279,16 @@ def test_info_shows_what_meta_json_says_and_what_it_lacks(tmp_path, capsys):
     assert "8 (type not stated: diagnose --gpu-type)" in out and "64 prompts x 4 samples a step" in out
 
 
+def test_info_names_a_topology_given_as_an_object(tmp_path, capsys):
+    """docs/run-directory.md reads a topology object's kind: info names it, as diagnose does."""
+    run = _run(tmp_path, [[0, 1]])
+    meta = read_meta(run)
+    meta.update(gpu={"count": 64}, topology={"kind": "separated", "rollout_gpus": 46, "train_gpus": 18})
+    write_meta(run, meta)
+    assert main(["info", run]) == 0
+    assert "separated, split 46:18 (rollout:train GPUs)" in capsys.readouterr().out
+
+
 def test_info_shows_strings_from_meta_json_as_text(tmp_path, capsys):
     run = _run(tmp_path / "[bold]x[/bold]", [[0, 1]])
     meta = read_meta(run)

@@ -1,6 +1,6 @@
 """Import the logs a verl run already wrote into a run directory, or follow a live one.
 
-usage: rlscope import FORMAT SOURCE... --out RUN_DIR [--strict] [--follow]
+usage: rlscope import FORMAT SOURCE... --out RUN_DIR [--strict] [--follow] [--poll 0.5] [--meta JSON]
 
 formats:
   verl-log      verl console output as captured: Ray prefixes, colours, tqdm bars, wrapped
@@ -82,7 +82,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--strict", action="store_true", help="stop at the first unreadable metric line")
     parser.add_argument("--follow", action="store_true", help="keep reading the last SOURCE as it grows")
     parser.add_argument(
-        "--poll", type=seconds(zero=False), default=0.5, metavar="SECONDS", help="--follow's poll interval"
+        "--poll", type=seconds(zero=False), default=0.5, metavar="SECONDS", help="--follow's poll interval (0.5)"
     )
     parser.add_argument(
         "--meta", type=json_object, metavar="JSON", help='meta.json entries, e.g. \'{"gpu": {"count": 8}}\''

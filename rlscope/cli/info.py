@@ -107,7 +107,7 @@ def main(argv: Sequence[str]) -> int:
         ("model", _model(model.get("name"), stated.active_params)),
         ("gpus", _gpus(stated)),
         ("batch", _batch(stated)),
-        ("topology", _topology(meta.get("topology"), stated)),
+        ("topology", _topology(_topology_wording(meta.get("topology")), stated)),
         ("scenario", meta.get("scenario")),
     ]
     facts += [("ignored", problem) for problem in meta_problems(meta)]
@@ -141,6 +141,11 @@ def main(argv: Sequence[str]) -> int:
 def _model(name: object, params: float | None) -> str | None:
     size = f"{params / 1e9:.3g}B active parameters" if params else None
     return ", ".join(str(x) for x in (name, size) if x) or None
+
+
+def _topology_wording(topology: object) -> object:
+    """A topology object's ``kind``, which diagnose reads as the topology (docs/run-directory.md)."""
+    return topology.get("kind") if isinstance(topology, dict) else topology
 
 
 def _topology(wording: object, facts: RunFacts) -> str | None:
