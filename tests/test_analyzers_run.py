@@ -369,7 +369,7 @@ def test_mfu_without_step_timers_says_so(tmp_path):
     tokens = {"perf/total_num_tokens": EIGHT_B_STEP["perf/total_num_tokens"]}
     r = mfu.analyze(make_run(tmp_path / "untimed", H100_64, dict.fromkeys(range(4), tokens)))
     assert math.isnan(r.mfu) and r.missing == (
-        "training-step timers (timing_s/* other than testing and save_checkpoint)",
+        "training-step timers (timing_s/* other than validation, checkpoint and profiling timers)",
     )
     # timers and tokens, but never in the same step
     apart = {0: tokens, 1: {"timing_s/step": 810.0, "timing_s/gen": 602.0}}

@@ -343,11 +343,11 @@ def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):
         rec.log_trajectories(0, [{"traj_id": str(i), "finish_time": float(i + 1)} for i in range(10)])
     assert main(["compare", untimed, timed, "--format", "json"]) == 0
     assert _said(json.loads(capsys.readouterr().out)["explanations"], "A has no") == (
-        "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
+        "A has no training-step timers (timing_s/* other than validation, checkpoint and profiling timers): its steps cannot be compared"
     )
     assert main(["compare", untimed, untimed, "--format", "json"]) == 0
     assert _said(json.loads(capsys.readouterr().out)["explanations"], "neither run has training") == (
-        "neither run has training-step timers (timing_s/* other than testing and save_checkpoint):"
+        "neither run has training-step timers (timing_s/* other than validation, checkpoint and profiling timers):"
         " their steps cannot be compared"
     )
 
@@ -622,7 +622,7 @@ def test_a_run_of_validations_only_is_not_said_to_have_no_timers(tmp_path, capsy
         rec.log_step(0, {"val-core/acc": 0.3, "timing_s/testing": 20.0})
     assert main(["compare", validated, timed, "--format", "json"]) == 0
     assert _said(json.loads(capsys.readouterr().out)["explanations"], "A has no") == (
-        "A has no training-step timers (timing_s/* other than testing and save_checkpoint): its steps cannot be compared"
+        "A has no training-step timers (timing_s/* other than validation, checkpoint and profiling timers): its steps cannot be compared"
     )
 
 

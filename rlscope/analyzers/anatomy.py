@@ -42,7 +42,20 @@ from rlscope.analyzers._data import RunFrames, Trend, early, load, recent, trend
 from rlscope.collectors.verl_metrics import STEP_TIMER, makes_step
 from rlscope.trace.reader import RunReader
 
-__all__ = ["GROUPS", "PHASES", "STEP_TIMER", "AnatomyResult", "analyze", "group_seconds", "makes_step", "phase_seconds"]
+# What a run lacks that has no training step (:func:`makes_step`), as a report names it
+STEP_TIMERS_WANTED = "training-step timers (timing_s/* other than validation, checkpoint and profiling timers)"
+
+__all__ = [
+    "GROUPS",
+    "PHASES",
+    "STEP_TIMER",
+    "STEP_TIMERS_WANTED",
+    "AnatomyResult",
+    "analyze",
+    "group_seconds",
+    "makes_step",
+    "phase_seconds",
+]
 
 _PREFIX = "timing_s/"
 

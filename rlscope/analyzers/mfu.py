@@ -315,7 +315,7 @@ def _missing(frames: RunFrames, tokens: pd.Series, seconds: pd.DataFrame) -> tup
     # FLOPs are counted for the stages that ran (a timer above zero): a step timer alone computed none
     computing = seconds[[s for s in flops_per_token(1.0, 1.0) if s in seconds]].gt(0).any(axis=1)
     if seconds.empty:
-        out.append("training-step timers (timing_s/* other than testing and save_checkpoint)")
+        out.append(_anatomy.STEP_TIMERS_WANTED)
     elif not computing.any():
         out.append("a timer above zero of a stage that computes (timing_s/gen, old_log_prob, ref, update_actor)")
     elif not tokens.empty and seconds.index[computing].intersection(tokens.index).empty:

@@ -13,6 +13,7 @@ from typing import Any
 
 from rlscope.advice.finding import Severity
 from rlscope.advice.thresholds import RECENT_FRACTION
+from rlscope.analyzers.anatomy import STEP_TIMERS_WANTED
 from rlscope.analyzers.gpus import gpu_model
 from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs, topology_name
 
@@ -264,7 +265,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     sa, sb = ha["step_s"], hb["step_s"]
     untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
     # a run may have timed its validations or checkpoints only: none of those make a training step
-    timers = "training-step timers (timing_s/* other than testing and save_checkpoint)"
+    timers = STEP_TIMERS_WANTED
     if len(untimed) == 2:
         out.append(f"neither run has {timers}: their steps cannot be compared")
     elif untimed:
