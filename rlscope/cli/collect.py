@@ -10,12 +10,11 @@ one-line reason when no GPU can be read (no nvidia-ml-py, no driver, no device).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 
-from rlscope.cli._args import parser_for
-from rlscope.errors import RunDirError, UsageError
+from rlscope.cli._args import parser_for, seconds
+from rlscope.errors import RunDirError
 
 __all__ = ["main"]
 
@@ -24,14 +23,12 @@ def main(argv: Sequence[str]) -> int:
     parser = parser_for("collect", __doc__)
     parser.add_argument("what", choices=["gpu"], help="what to collect")
     parser.add_argument("--run-dir", required=True, metavar="RUN_DIR")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    parser.add_argument(
+        "--interval", type=seconds(zero=False), default=0.5, metavar="SECONDS", help="between samples (default 0.5)"
+    )
     parser.add_argument("--role", default="unknown", help="role of this host's GPUs: trainer, rollout, ...")
-    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument("--duration", type=seconds(zero=False), metavar="SECONDS", help="stop after this many seconds")
     args = parser.parse_args(argv)
-    if not (math.isfinite(args.interval) and args.interval > 0):
-        raise UsageError(f"--interval must be a finite number of seconds above 0, got {args.interval}")
-    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
-        raise UsageError(f"--duration must be a finite number of seconds above 0, got {args.duration}")
 
     from rlscope.collectors.gpu_sampler import GpuSampler
     from rlscope.collectors.nvml import NvmlBackend
