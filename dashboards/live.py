@@ -31,10 +31,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
-from rlscope.analyzers._data import TRAJECTORY_COLUMNS, last_attempt_rows, usable_step_rows, wide_steps
+from rlscope.analyzers._data import (
+    TRAJECTORY_COLUMNS,
+    last_attempt_rows,
+    placed_step_rows,
+    training_attempts,
+    usable_step_rows,
+)
 from rlscope.analyzers.staleness import verl_lags
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE
-from rlscope.collectors.verl_metrics import is_validation_key
 from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
@@ -164,13 +169,13 @@ class LiveRun:
         self._watch: dict[str, _Watch] = {}
         self._loaded = False
         self._steps: list[int] = []  # every step seen, sorted
-        self._attempt: dict[int, int] = {}  # step -> attempt of its training metrics in the window
-        self._val_attempt: dict[int, int] = {}  # step -> attempt of its validation metrics
+        self._attempt: dict[int, int] = {}  # step -> its training attempt (training_attempts), past the window too
         self._logprob_attempt: dict[int, int] = {}  # step -> attempt of its histograms in ``logprob``
         # step -> attempt of the rows held in the window (each step's highest so far), per table
         self._held: dict[str, dict[int, int]] = {"trajectories": {}, "logprob": {}}
         # raw rows of the recent window
         self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
+        self._placed = pd.DataFrame(columns=_COLUMNS["steps"])  # the long rows ``_wide`` holds
         self._traj = _empty("trajectories").set_index("step", drop=False)
         self._spans = _empty("spans").set_index("step", drop=False)
         self._logprob_rows = _empty("logprob").set_index("step", drop=False)
@@ -438,33 +443,21 @@ class LiveRun:
         return held, new
 
     def _merge_wide(self, long: pd.DataFrame) -> None:
-        """Steps' metrics into the wide window: a higher attempt replaces a step, the same attempt
-        adds keys. Training and validation metrics are judged apart, as ``wide_steps`` judges
-        them: a resumed run's validation of its checkpoint step keeps that step's training."""
+        """Steps' metrics into the wide window: the rows the window holds of the steps read again
+        plus the new ones, placed by ``placed_step_rows`` as ``wide_steps`` places a whole run's
+        (a resumed run's record that trains nothing keeps the step's training)."""
         long = usable_step_rows(long.assign(attempt=long["attempt"].fillna(0).astype("int64")))
-        if long.empty:  # no row that says anything: no attempt either
+        floor = long["step"].map(self._attempt)  # a step past the window: its rows are gone, not its attempt
+        long = long[~(long["attempt"] < floor)]
+        if long.empty:  # no row that says anything, or only a redone training's, late: no attempt either
             return
-        validation = long["key"].map({k: is_validation_key(k) for k in long["key"].unique()}).astype(bool)
-        self._merge_part(long[~validation], self._attempt, validation=False)
-        self._merge_part(long[validation], self._val_attempt, validation=True)
-
-    def _merge_part(self, long: pd.DataFrame, seen: dict[int, int], *, validation: bool) -> None:
-        new = wide_steps(long)  # of usable rows: an attempt of NaNs or negative timers is none
-        if new.empty:
-            return
-        attempts = long.groupby("step")["attempt"].max()
-        replace, merge = [], []
-        for step in new.index:
-            previous, now = seen.get(step, -1), int(attempts[step])
-            if now > previous:
-                replace.append(step)
-                seen[step] = now
-            elif now == previous:
-                merge.append(step)
-        old = self._wide.reindex(replace + merge)
-        other = [c for c in old.columns if is_validation_key(c) != validation]  # the other part's columns stay
-        rows = [new.loc[replace].combine_first(old.loc[replace, other]), new.loc[merge].combine_first(old.loc[merge])]
-        self._wide = _upsert(self._wide, pd.concat(rows), replace + merge)
+        held = self._placed["step"].isin(long["step"].unique())
+        placed = placed_step_rows(pd.concat([self._placed[held], long]) if held.any() else long)
+        self._placed = pd.concat([self._placed[~held], placed]) if len(self._placed) else placed
+        self._attempt.update(training_attempts(placed).to_dict())
+        new = placed.pivot(index="step", columns="key", values="value").astype(float)
+        new.columns.name = None
+        self._wide = _upsert(self._wide, new, new.index)
 
     def _fold_logprob(self, rows: pd.DataFrame) -> None:
         whole = rows["abs_counts"].map(lambda c: c is not None and len(c) == _N_BINS).to_numpy(dtype=bool)
@@ -529,6 +522,7 @@ class LiveRun:
             return
         horizon = self._steps[-self.window]
         self._wide = self._wide[self._wide.index >= horizon]
+        self._placed = self._placed[self._placed["step"] >= horizon]
         self._traj = self._traj[self._traj.index >= horizon]
         self._spans = self._spans[self._spans.index >= horizon]
         self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]

@@ -15,7 +15,15 @@ import pytest
 
 from rlscope.advice import CATALOGUE, Finding, Severity, finding
 from rlscope.analyzers import longtail, mfu, staleness, sync_balance, topology
-from rlscope.analyzers._data import RunFacts, meta_problems, topology_kind, trend, wide_steps
+from rlscope.analyzers._data import (
+    RunFacts,
+    meta_problems,
+    placed_step_rows,
+    topology_kind,
+    trend,
+    usable_step_rows,
+    wide_steps,
+)
 from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, gpu_model, peak_flops
 from rlscope.trace import simulator
 
@@ -427,6 +435,67 @@ def test_a_resumed_runs_validation_of_its_checkpoint_step_keeps_that_steps_train
     wide = wide_steps(long)
     assert wide.loc[2, "timing_s/step"] == 20.0 and wide.loc[2, "actor/pg_loss"] == 0.5  # training kept
     assert wide.loc[2, "val-core/acc"] == 0.7  # validation from the latest attempt
+
+
+def _resumed_at_step_4(record: dict[str, float]) -> pd.DataFrame:
+    """Steps 4 and 5 trained (step 4 validated, timed and checkpointed), then a restart from step 4's
+    checkpoint logs ``record`` for step 4 and trains step 5 again; no row has a time, as an
+    importer's have none: attempts alone tell them apart."""
+    rows = [
+        *[(4, 0, k, v) for k, v in {"timing_s/step": 40.0, "timing_s/gen": 20.0, "actor/pg_loss": 0.5}.items()],
+        *[(4, 0, k, v) for k, v in {"timing_s/testing": 6.0, "timing_s/save_checkpoint": 3.0}.items()],
+        *[(4, 0, k, v) for k, v in {"val-core/x": 0.2, "val-aux/y": 0.1}.items()],
+        *[(5, 0, k, v) for k, v in {"timing_s/step": 50.0, "timing_s/update_actor": 7.0, "val-core/x": 0.9}.items()],
+        *[(4, 1, k, v) for k, v in record.items()],
+        *[(5, 1, k, v) for k, v in {"timing_s/step": 55.0, "timing_s/gen": 25.0}.items()],
+    ]
+    step, attempt, key, value = zip(*rows, strict=True)
+    return pd.DataFrame({"step": step, "attempt": attempt, "time": math.nan, "key": key, "value": value})
+
+
+@pytest.mark.parametrize(
+    ("record", "testing"),
+    [
+        ({"val-core/x": 0.3}, 6.0),  # verl's val_before_train: validation metrics alone
+        ({"val-core/x": 0.3, "timing_s/testing": 4.0}, 4.0),  # a trainer that times it
+        ({"val-core/x": 0.3, "timing_s/testing": 4.0, "timing_s/step": 0.0}, 4.0),  # and a step timer of nothing
+    ],
+    ids=["untimed", "timed", "zero-step-timer"],
+)
+def test_a_resumed_runs_record_that_trains_nothing_replaces_only_what_it_holds_of_the_step(record, testing):
+    wide = wide_steps(_resumed_at_step_4(record))
+    # step 4's training stays attempt 0's, its checkpoint timer too; its validation is attempt 1's
+    # whole (val-aux/y, of attempt 0 alone, is gone), with the testing timer the record took, if any
+    assert wide.loc[4].dropna().to_dict() == {
+        "timing_s/step": 40.0,
+        "timing_s/gen": 20.0,
+        "actor/pg_loss": 0.5,
+        "timing_s/save_checkpoint": 3.0,
+        "timing_s/testing": testing,
+        "val-core/x": 0.3,
+    }
+
+
+def test_a_step_trained_again_replaces_the_earlier_training_whole_its_validation_too():
+    wide = wide_steps(_resumed_at_step_4({"val-core/x": 0.3}))
+    # step 5 trained again under attempt 1: nothing of attempt 0 (update_actor, its validation) is left
+    assert wide.loc[5].dropna().to_dict() == {"timing_s/step": 55.0, "timing_s/gen": 25.0}
+
+
+def test_placing_new_rows_beside_rows_placed_before_is_placing_them_all_in_any_order():
+    # the live dashboard places what it read before again with each new batch: a resume's record
+    # of a step read before that step's training (a late flush) must come out as a fresh read's
+    rows = usable_step_rows(_resumed_at_step_4({"val-core/x": 0.3, "timing_s/testing": 4.0}))
+    whole = placed_step_rows(rows).set_index(["step", "key"])["value"].sort_index()
+    trains_last = rows.iloc[
+        np.argsort(rows["key"].isin(["timing_s/step", "timing_s/gen", "actor/pg_loss"]), kind="stable")
+    ]
+    rng = np.random.default_rng(0)
+    # no key twice in an attempt, so any order is one rows could be read in; each cut is a batch
+    for order in [trains_last, *(rows.iloc[rng.permutation(len(rows))] for _ in range(5))]:
+        for cut in range(1, len(rows)):
+            placed = placed_step_rows(pd.concat([placed_step_rows(order[:cut]), order[cut:]]))
+            pd.testing.assert_series_equal(placed.set_index(["step", "key"])["value"].sort_index(), whole)
 
 
 def test_wide_steps_drops_stage_timers_no_clock_could_measure():

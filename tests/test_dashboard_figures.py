@@ -1095,6 +1095,38 @@ def test_a_resumed_run_validating_its_checkpoint_step_keeps_that_steps_training_
         assert view._wide.loc[1, "val-core/acc"] == 0.4 and view._wide.loc[1, "timing_s/step"] == 10.0
 
 
+def test_a_resumed_runs_timed_validation_keeps_its_steps_training_live_in_any_order(tmp_path):
+    run_dir = tmp_path / "run"
+    live = LiveRun(0, str(run_dir), "run", window=8)
+    with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:  # step 2's segment is flushed late
+        rec.log_step(1, {"timing_s/step": 10.0, "timing_s/gen": 5.0})
+        rec.log_step(
+            3, {"timing_s/step": 30.0, "timing_s/gen": 15.0, "timing_s/update_actor": 5.0, "val-core/acc": 0.9}
+        )
+    live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:  # resumed from step 2: validates it, timing it; trains step 3 again
+        rec.log_step(2, {"val-core/acc": 0.5, "timing_s/testing": 4.0}, attempt=1)
+        rec.log_step(3, {"timing_s/step": 33.0, "timing_s/gen": 16.0}, attempt=1)
+    live.refresh(force=True)
+    with Recorder(str(run_dir)) as rec:  # the crashed process's step 2, read after the resume's validation of it
+        rec.log_step(2, {"timing_s/step": 20.0, "timing_s/gen": 10.0, "timing_s/save_checkpoint": 2.0})
+        rec.log_step(2, {"actor/pg_loss": 0.25})
+    live.refresh(force=True)
+    fresh = LiveRun(0, str(run_dir), "run", window=8)
+    fresh.refresh(force=True)
+    for view in (live, fresh):  # step 2: attempt 0's training and checkpoint, attempt 1's validation and its timer
+        assert view._wide.loc[2].dropna().to_dict() == {
+            "timing_s/step": 20.0,
+            "timing_s/gen": 10.0,
+            "timing_s/save_checkpoint": 2.0,
+            "actor/pg_loss": 0.25,
+            "val-core/acc": 0.5,
+            "timing_s/testing": 4.0,
+        }
+        # step 3 trained again: nothing of attempt 0's is left, its validation of the training redone neither
+        assert view._wide.loc[3].dropna().to_dict() == {"timing_s/step": 33.0, "timing_s/gen": 16.0}
+
+
 def test_a_late_validation_record_of_a_step_past_the_window_keeps_its_aggregates(tmp_path):
     run_dir = tmp_path / "run"
     live = LiveRun(0, str(run_dir), "run", window=4)

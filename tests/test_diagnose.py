@@ -796,6 +796,23 @@ def test_a_restarted_log_is_told(tmp_path, capsys):
     )
 
 
+def test_a_restarted_logs_timed_validation_of_its_checkpoint_step_keeps_that_steps_training(tmp_path, capsys):
+    log = tmp_path / "resumed.log"
+    log.write_text(
+        "step:1 - timing_s/gen:30.0 - timing_s/update_actor:10.0 - timing_s/step:45.0\n"
+        "step:2 - timing_s/gen:32.0 - timing_s/update_actor:11.0 - timing_s/save_checkpoint:5.0 - timing_s/step:55.0\n"
+        "step:3 - timing_s/gen:30.0 - timing_s/update_actor:10.0 - timing_s/step:45.0\n"
+        "step:2 - val-core/x:0.3 - timing_s/testing:4.0\n"  # killed after step 3; resumed from step 2, validated
+        "step:3 - timing_s/gen:31.0 - timing_s/update_actor:12.0 - timing_s/step:46.0\n"
+    )
+    code, doc = _run_json(capsys, str(log))
+    assert code == 0 and doc["run"]["steps"] == 3  # step 2 is still a training step
+    step2 = next(row for row in doc["phases"]["seconds_per_step"] if row["step"] == 2)
+    # its first attempt's training and checkpoint, the resume's validation timer; other 55 - 32 - 11 - 5 - 4
+    expected = {"step_s": 55.0, "gen": 32.0, "update_actor": 11.0, "checkpoint": 5.0, "validation": 4.0, "other": 3.0}
+    assert {k: step2[k] for k in expected} == expected
+
+
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
 def test_a_waterfall_charging_an_estimated_tail_says_so(tmp_path, capsys):
     args = [str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"), "--gpus", "8", "--gpu-type", "H100"]

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import peak_flops
-from rlscope.collectors.verl_metrics import canonical_metric, is_validation_key
+from rlscope.collectors.verl_metrics import STEP_TIMER, canonical_metric, is_validation_key, makes_step
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader, SegmentInfo
 from rlscope.trace.schema import TABLES
@@ -54,8 +54,10 @@ __all__ = [
     "last_attempt_table",
     "load",
     "numbers",
+    "placed_step_rows",
     "recent",
     "topology_kind",
+    "training_attempts",
     "trend",
     "usable_step_rows",
     "wide_steps",
@@ -119,24 +121,63 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
 
 def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """Pivot the long ``steps`` table (its :func:`usable_step_rows`) to one row per step and one
-    float column per key.
-
-    A step logged again by a restarted run (higher ``attempt``) replaces the earlier attempt
-    as a whole, so timings of two attempts are never mixed; within an attempt the last value
-    logged for a key wins. Validation metrics are judged apart: a resumed run validates the
-    step it resumes from before training on (verl's ``val_before_train``), and that record
-    replaces the step's validation metrics only, not its training.
-    """
-    df = usable_step_rows(steps)
+    float column per key, of the rows :func:`placed_step_rows` keeps: a resumed run's records
+    placed by whether they train."""
+    df = placed_step_rows(usable_step_rows(steps))
     if df.empty:
         return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
-    validation = df["key"].map({k: is_validation_key(k) for k in df["key"].unique()}).astype(bool)
-    latest = df.groupby([df["step"], validation])["attempt"].transform("max")
-    df = df[df["attempt"] == latest].sort_values(["step", "time"], kind="stable")
-    df = df.drop_duplicates(["step", "key"], keep="last")
     wide = df.pivot(index="step", columns="key", values="value").astype(float)
     wide.columns.name = None
     return wide.sort_index()
+
+
+def training_attempts(usable: pd.DataFrame) -> pd.Series:
+    """Each step's training attempt (index step): the highest attempt holding a metric of
+    :func:`usable_step_rows` that makes a step (``makes_step``); a step none of whose records
+    trains (a validation alone) is left out."""
+    keys = usable["key"]
+    # by name, but for the step timer, whose value decides
+    trains = np.array(keys.map({k: k != STEP_TIMER and makes_step(k, 1.0) for k in keys.unique()}), dtype=bool)
+    timer = (keys == STEP_TIMER).to_numpy()
+    trains[timer] = makes_step(STEP_TIMER, usable["value"].to_numpy()[timer])
+    return usable["attempt"][trains].groupby(usable["step"][trains]).max()
+
+
+def placed_step_rows(usable: pd.DataFrame) -> pd.DataFrame:
+    """Of :func:`usable_step_rows`, the one row per (step, key) that the step's wide row holds.
+
+    A restarted run logs a step again under a higher ``attempt``; whether that record replaces
+    the step's training is judged by whether it trains (``makes_step``), not by its keys' names:
+    a resume validates the step it resumes from (verl's ``val_before_train``), alone or with its
+    ``testing`` timer, and that repeats no training. So:
+
+    - rows of attempts below the step's training attempt (:func:`training_attempts`) are
+      dropped, its validation too: that training was redone, and timers of two trainings never mix;
+    - validation metrics come whole from the highest attempt left that holds any;
+    - every other key comes from the highest attempt left that holds it: a later record that
+      trains nothing replaces the timers it took itself (``testing``) and leaves the training
+      attempt's others (``save_checkpoint``); its step timer of zero timed nothing and is left out.
+
+    Within an attempt the last value logged for a key wins. Records need not be told apart
+    (an importer's rows carry no time), only attempts: every row above the training attempt
+    belongs to a record that trains nothing. Run again over its own output plus new rows, it
+    gives what it gives over all the rows (a zero step timer that a later training of its
+    attempt would have outlived aside), even for a step whose training is read after a later
+    attempt's validation of it: the live dashboard merges new rows so.
+    """
+    if usable.empty:
+        return usable
+    if not (usable["attempt"] > 0).any():  # a run that never restarted: one attempt, nothing to place
+        return usable.sort_values(["step", "time"], kind="stable").drop_duplicates(["step", "key"], keep="last")
+    df = usable.reset_index(drop=True)
+    training = df["step"].map(training_attempts(df))  # NaN: the step trains in no attempt
+    above = df["attempt"] > training
+    df = df[~(df["attempt"] < training) & ~(above & (df["key"] == STEP_TIMER))]
+    validation = df["key"].map({k: is_validation_key(k) for k in df["key"].unique()}).to_numpy(dtype=bool)
+    latest = df["attempt"].where(validation).groupby(df["step"]).transform("max")
+    df = df[~validation | (df["attempt"] == latest)]
+    df = df.sort_values(["step", "attempt", "time"], kind="stable")
+    return df.drop_duplicates(["step", "key"], keep="last")
 
 
 def _get(meta: Mapping[str, Any], *paths: str) -> Any:
