@@ -616,6 +616,27 @@ def test_a_missing_mfu_says_what_would_give_it(capsys):
     assert """whole-step MFU    n/a (needs --meta '{"batch_size": B, "group_size": G}')""" in capsys.readouterr().out
 
 
+def test_mfu_of_a_ppo_log_without_the_critic_size_says_it_leaves_the_critic_out(capsys):
+    # TinyZero PPO: a critic (timing_s/values, update_critic) whose size the log does not state
+    log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
+    if not REAL_LOGS.is_dir():
+        pytest.skip("shared/real_logs is not beside this checkout")
+    facts = ["--gpus", "1", "--peak-tflops", "165", "--active-params", "0.5e9"]
+    batch = {"batch_size": 32, "group_size": 1}
+    _, doc = _run_json(capsys, log, *facts, "--meta", json.dumps(batch))
+    assert doc["mfu"]["uncounted"] == ["values", "update_critic"]
+    assert main(["diagnose", log, *facts, "--meta", json.dumps(batch)]) == 0
+    hint = """a lower bound: values, update_critic not counted; --meta '{"model": {"critic_params": N}}'"""
+    assert hint in capsys.readouterr().out.replace("\n                    ", " ")
+    assert main(["compare", log, log, *facts, "--meta", json.dumps(batch)]) == 0
+    assert "B's whole-step MFU (a lower bound: values, update_critic not counted" in capsys.readouterr().out
+    # the critic as large as the actor: step 122, 32 x (143.750 + 61.094) tokens, 8.635 s; FLOPs per
+    # token gen 2N + ref 2N + values 2N + update_critic 6N + update_actor 6N = 18N
+    _, doc = _run_json(capsys, log, *facts, "--meta", json.dumps(batch | {"model": {"critic_params": 0.5e9}}))
+    assert doc["mfu"]["uncounted"] == []
+    assert doc["headline"]["mfu"] == pytest.approx(18 * 0.5e9 * 32 * (143.750 + 61.094) / (8.635 * 165e12))
+
+
 def test_every_format_shows_the_same_headline(tmp_path, capsys):
     # an overlapped run: generation is seconds beside the step, not a share above 100%
     run = str(SAMPLES / "async-drift")

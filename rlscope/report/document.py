@@ -216,6 +216,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "tail_estimated": d.mfu.tail_estimated,
             "cross_check": d.mfu.cross_check,
             "missing": list(d.mfu.missing),
+            "uncounted": list(d.mfu.uncounted),
         },
         "topology": {
             "current": d.topology.current,
