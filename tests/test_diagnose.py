@@ -694,6 +694,22 @@ def test_a_file_is_read_as_whichever_format_finds_its_steps(tmp_path, capsys, na
     assert doc["run"]["warnings"] == skipped  # what the import dropped is in the report, not only on stderr
 
 
+def test_a_validation_dict_that_repeats_its_step_line_is_no_warning(tmp_path, capsys):
+    # verl prints the validation before training twice: a pprinted dict and its step:0 line; nothing is lost
+    log = tmp_path / "train.log"
+    log.write_text(
+        "Initial validation metrics: {'val-core/gsm8k/reward/mean@1': 0.25}\n"
+        "step:0 - val-core/gsm8k/reward/mean@1:0.25\n"
+        "step:1 - timing_s/gen:10.0 - timing_s/step:15.0 - actor/kl:0.1 - actor/kl:0.2\n"
+    )
+    _, doc = _run_json(capsys, str(log))
+    # the repeated key loses a value, and says so; the dict lost nothing
+    assert doc["run"]["warnings"] == ["the import (verl-log) left out 1 duplicate_key"]
+    assert main(["diagnose", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "duplicate_key" in out and "duplicate_of_step_line" not in out
+
+
 def test_errors_are_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.strip().endswith("no such run directory or log file")
