@@ -710,6 +710,19 @@ def test_a_validation_dict_that_repeats_its_step_line_is_no_warning(tmp_path, ca
     assert "duplicate_key" in out and "duplicate_of_step_line" not in out
 
 
+def test_a_run_whose_steps_have_no_timer_says_so_not_that_it_has_no_steps(tmp_path, capsys):
+    # three logged steps, none timed: a timed step is what the analyzers count, and the header names it
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step:{s} - actor/pg_loss:0.1 - critic/score/mean:0.5\n" for s in (1, 2, 3)))
+    pages = {}
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        pages[fmt] = capsys.readouterr().out
+    assert "| no timed steps\n" in pages["text"]
+    assert "- **steps**: none timed" in pages["markdown"]
+    assert "<th>steps</th><td>none timed</td>" in pages["html"]
+
+
 def test_errors_are_one_line(tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.strip().endswith("no such run directory or log file")
