@@ -434,7 +434,8 @@ def _findings(r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool =
                 + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by step time, not MFU"
                 + (" (the long tail is estimated from response lengths)" if r.tail_estimated else "")
                 + (
-                    f". The MFU is {uncounted_note(r.uncounted)}: the critic's size is not in meta.json"
+                    f". The critic's size is not in meta.json, so its stages ({', '.join(r.uncounted)}) count no "
+                    f"FLOPs and the MFU is a lower bound: give it with {_CRITIC_HINT}"
                     if r.uncounted
                     else ""
                 )
