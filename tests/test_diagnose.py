@@ -568,6 +568,22 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_analysis(tmp_pat
         assert capsys.readouterr().err == f"rlscope: cannot write {output}: {reason}\n"
 
 
+def test_an_output_on_a_read_only_file_system_is_called_that_not_permission_denied(tmp_path, capsys, monkeypatch):
+    # root on a read-only mount, or anyone on a read-only volume: chmod does not explain it, so the message must not
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "access", lambda *_a, **_k: False)
+    monkeypatch.setattr(os, "statvfs", lambda _path: ReadOnly())
+    run, report = str(SAMPLES / "healthy-colocated"), tmp_path / "r.txt"
+    assert main(["diagnose", run, "--output", str(report)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot write {report}: read-only file system\n"
+    log = tmp_path / "train.log"
+    log.write_text("step:1 - timing_s/gen:10.0 - timing_s/step:15.0\n")
+    assert main(["import", "verl-log", str(log), "--out", str(tmp_path / "run")]) == 1
+    assert capsys.readouterr().err.endswith(f"{tmp_path} is not writable (read-only file system)\n")
+
+
 def test_a_whole_number_in_exponent_form_is_a_gpu_count(capsys):
     _, doc = _run_json(capsys, str(SAMPLES / "healthy-colocated"), "--gpus", "8e0")
     assert doc["run"]["gpu_count"] == 8

@@ -279,8 +279,11 @@ def _check_writable(path: str) -> None:
         raise UsageError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder):
         raise RLScopeError(f"cannot write {path}: no such directory {folder}")
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise RLScopeError(f"cannot write {path}: permission denied")
+    target = path if os.path.exists(path) else folder
+    if not os.access(target, os.W_OK):
+        from rlscope.trace.store import unwritable_reason
+
+        raise RLScopeError(f"cannot write {path}: {unwritable_reason(target)}")
 
 
 def _check_not_read(path: str, run: str) -> None:
