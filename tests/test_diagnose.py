@@ -670,6 +670,19 @@ def test_a_csv_given_to_diagnose_points_to_its_importer(tmp_path, capsys):
     assert "rlscope import wandb-csv FILE --out RUN_DIR" in capsys.readouterr().err
 
 
+def test_a_tensorboard_log_directory_given_to_diagnose_points_to_its_importer(tmp_path, capsys):
+    # what a verl run with logger=tensorboard leaves: a folder of event files, no meta.json
+    logdir = tmp_path / "tensorboard_log" / "exp1"
+    logdir.mkdir(parents=True)
+    (logdir / "events.out.tfevents.1754112000.host.4242.0").write_bytes(b"")
+    for given in (logdir, logdir.parent):  # the run's folder, or the one verl names for all runs
+        assert main(["diagnose", str(given)]) == 1
+        assert capsys.readouterr().err == (
+            f"rlscope: {given}: TensorBoard event files, not a run directory: "
+            f"rlscope import tensorboard {given} --out RUN_DIR, then diagnose RUN_DIR\n"
+        )
+
+
 def test_a_run_with_no_rows_is_an_error_not_a_clean_report(tmp_path, capsys):
     from rlscope import Recorder
 

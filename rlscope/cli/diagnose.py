@@ -93,7 +93,8 @@ def _refuse_run_dir_file(path: str) -> None:
 
 def _refuse_folder_near_runs(path: str) -> None:
     """A one-line error naming the run directories for a folder without meta.json that holds
-    some (``runs/``) or lies in one (``run/steps``), rather than "meta.json: missing"."""
+    some (``runs/``) or lies in one (``run/steps``), or the importer for one of TensorBoard
+    event files, rather than "meta.json: missing"."""
     if os.path.isfile(os.path.join(path, "meta.json")):
         return
     parent = os.path.dirname(os.path.normpath(path))
@@ -106,6 +107,24 @@ def _refuse_folder_near_runs(path: str) -> None:
     if runs:
         named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
         raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({named}): give one")
+    if _holds_event_files(path):
+        raise RunDirError(
+            f"{path}: TensorBoard event files, not a run directory: "
+            f"rlscope import tensorboard {path} --out RUN_DIR, then diagnose RUN_DIR"
+        )
+
+
+def _holds_event_files(path: str, depth: int = 2) -> bool:
+    """Whether TensorBoard event files lie in ``path`` or up to ``depth`` folders below it (verl
+    writes them to tensorboard_log/PROJECT/EXPERIMENT), looked for no deeper: a home folder given by
+    mistake is not walked."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    if any(e.name.startswith("events.out.tfevents.") and e.is_file() for e in entries):
+        return True
+    return depth > 0 and any(e.is_dir() and _holds_event_files(e.path, depth - 1) for e in entries)
 
 
 @contextmanager
