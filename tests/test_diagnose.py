@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import fnmatch
+import io
 import json
 import os
 import re
@@ -681,6 +682,19 @@ def test_a_tensorboard_log_directory_given_to_diagnose_points_to_its_importer(tm
             f"rlscope: {given}: TensorBoard event files, not a run directory: "
             f"rlscope import tensorboard {given} --out RUN_DIR, then diagnose RUN_DIR\n"
         )
+
+
+def test_a_log_on_standard_input_is_diagnosed_as_the_file_is(tmp_path, capsys, monkeypatch):
+    # zcat train.log.gz | rlscope diagnose -
+    body = "".join(f"step:{s} - timing_s/gen:10.0 - timing_s/update_actor:4.0 - timing_s/step:15.0\n" for s in (1, 2))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(body.encode())))
+    code, doc = _run_json(capsys, "-")
+    assert code == 0 and (doc["run"]["first_step"], doc["run"]["last_step"]) == (1, 2)
+    assert doc["headline"]["generation_share"] == pytest.approx(10.0 / 15.0)
+    # standard input is read once: it cannot be both runs of a comparison
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(body.encode())))
+    assert main(["compare", "-", "-"]) == 2
+    assert "standard input (-) can be only one of RUN_A and RUN_B" in capsys.readouterr().err
 
 
 def test_a_run_with_no_rows_is_an_error_not_a_clean_report(tmp_path, capsys):

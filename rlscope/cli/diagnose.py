@@ -4,7 +4,8 @@ usage: rlscope diagnose RUN [--format text|markdown|html|json] [--output FILE] [
                         [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 RUN is a run directory (or pyarrow filesystem URI), or a verl console log or JSONL
-metrics file, which is imported to a temporary run directory first.
+metrics file, which is imported to a temporary run directory first ("-": standard input,
+as in "zcat train.log.gz | rlscope diagnose -").
 
 MFU and the topology what-if need the hardware, the model and the batch shape. A run
 directory's meta.json says them; a console log says what its config dump or launch command
@@ -34,7 +35,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from rlscope.cli._args import json_object, parser_for
@@ -129,10 +130,14 @@ def _holds_event_files(path: str, depth: int = 2) -> bool:
 
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
-    """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
-    if "://" not in path and not os.path.exists(path):
+    """A run directory for ``path``: itself, or a temporary import of a log or JSONL file
+    (``-``: standard input, read once into a file as a pipe is)."""
+    stdin = path == "-"
+    if stdin and sys.stdin is None:  # started with it closed (``<&-``)
+        raise RunDirError("standard input: closed, nothing to read")
+    if not stdin and "://" not in path and not os.path.exists(path):
         raise RunDirError(f"{path}: no such run directory or log file")
-    piped = _is_pipe(path)
+    piped = stdin or _is_pipe(path)
     if not (piped or os.path.isfile(path)):
         if "://" not in path:
             _refuse_folder_near_runs(path)
@@ -145,7 +150,7 @@ def open_run(path: str) -> Iterator[str]:
         source = path
         if piped:  # ``<(zcat x.log.gz)``: read once into a file, which both formats can then read
             source = os.path.join(tmp, "piped-input")
-            with open(path, "rb") as pipe, open(source, "wb") as copy:
+            with nullcontext(sys.stdin.buffer) if stdin else open(path, "rb") as pipe, open(source, "wb") as copy:
                 shutil.copyfileobj(pipe, copy)
         # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
         looks_jsonl = _looks_like_jsonl(source, path if piped else None)
