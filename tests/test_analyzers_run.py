@@ -341,6 +341,32 @@ def test_mfu_without_ref_and_tokens_from_trajectories(tmp_path):
     assert row["mfu"] == pytest.approx(2.0)
 
 
+def test_mfu_of_a_critic_of_unknown_size_is_called_a_lower_bound(tmp_path):
+    # PPO: values and update_critic timed; 1 GPU at a toy 1e13 peak, 1000 tokens a step
+    step = {
+        "timing_s/gen": 4,
+        "timing_s/ref": 1,
+        "timing_s/values": 1,
+        "timing_s/update_critic": 2,
+        "timing_s/update_actor": 2,
+        "timing_s/step": 10,
+        "perf/total_num_tokens": 1000,
+    }
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e13}}
+    r = mfu.analyze(make_run(tmp_path / "unknown", meta, {0: step}))
+    # gen 2N + ref 2N + update_actor 6N only: 10 * 1e9 * 1000 / (10 s * 1e13) = 0.1, the critic's 8 N_c left out
+    assert r.mfu == pytest.approx(0.1) and r.uncounted == ("values", "update_critic")
+    (f,) = [f for f in r.findings if f.id == "mfu-waterfall"]
+    assert f.evidence["uncounted"] == ["values", "update_critic"]
+    assert "values, update_critic" in f.recommendation and "critic_params" in f.recommendation
+    meta["model"]["critic_params"] = 1e9
+    r = mfu.analyze(make_run(tmp_path / "known", meta, {0: step}))
+    # + values 2 N_c + update_critic 6 N_c: 18 * 1e9 * 1000 / 1e14 = 0.18
+    assert r.mfu == pytest.approx(0.18) and r.uncounted == ()
+    (f,) = [f for f in r.findings if f.id == "mfu-waterfall"]
+    assert "critic_params" not in f.recommendation
+
+
 def test_every_verl_mfu_key_the_cross_check_reads_is_one_verl_logs():
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:

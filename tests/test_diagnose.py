@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import fnmatch
+import io
 import json
 import os
 import re
@@ -568,6 +569,22 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_analysis(tmp_pat
         assert capsys.readouterr().err == f"rlscope: cannot write {output}: {reason}\n"
 
 
+def test_an_output_on_a_read_only_file_system_is_called_that_not_permission_denied(tmp_path, capsys, monkeypatch):
+    # root on a read-only mount, or anyone on a read-only volume: chmod does not explain it, so the message must not
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "access", lambda *_a, **_k: False)
+    monkeypatch.setattr(os, "statvfs", lambda _path: ReadOnly())
+    run, report = str(SAMPLES / "healthy-colocated"), tmp_path / "r.txt"
+    assert main(["diagnose", run, "--output", str(report)]) == 1
+    assert capsys.readouterr().err == f"rlscope: cannot write {report}: read-only file system\n"
+    log = tmp_path / "train.log"
+    log.write_text("step:1 - timing_s/gen:10.0 - timing_s/step:15.0\n")
+    assert main(["import", "verl-log", str(log), "--out", str(tmp_path / "run")]) == 1
+    assert capsys.readouterr().err.endswith(f"{tmp_path} is not writable (read-only file system)\n")
+
+
 def test_a_whole_number_in_exponent_form_is_a_gpu_count(capsys):
     _, doc = _run_json(capsys, str(SAMPLES / "healthy-colocated"), "--gpus", "8e0")
     assert doc["run"]["gpu_count"] == 8
@@ -616,6 +633,27 @@ def test_a_missing_mfu_says_what_would_give_it(capsys):
     assert """whole-step MFU    n/a (needs --meta '{"batch_size": B, "group_size": G}')""" in capsys.readouterr().out
 
 
+def test_mfu_of_a_ppo_log_without_the_critic_size_says_it_leaves_the_critic_out(capsys):
+    # TinyZero PPO: a critic (timing_s/values, update_critic) whose size the log does not state
+    log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
+    if not REAL_LOGS.is_dir():
+        pytest.skip("shared/real_logs is not beside this checkout")
+    facts = ["--gpus", "1", "--peak-tflops", "165", "--active-params", "0.5e9"]
+    batch = {"batch_size": 32, "group_size": 1}
+    _, doc = _run_json(capsys, log, *facts, "--meta", json.dumps(batch))
+    assert doc["mfu"]["uncounted"] == ["values", "update_critic"]
+    assert main(["diagnose", log, *facts, "--meta", json.dumps(batch)]) == 0
+    hint = """a lower bound: values, update_critic not counted; --meta '{"model": {"critic_params": N}}'"""
+    assert hint in capsys.readouterr().out.replace("\n                    ", " ")
+    assert main(["compare", log, log, *facts, "--meta", json.dumps(batch)]) == 0
+    assert "B's whole-step MFU (a lower bound: values, update_critic not counted" in capsys.readouterr().out
+    # the critic as large as the actor: step 122, 32 x (143.750 + 61.094) tokens, 8.635 s; FLOPs per
+    # token gen 2N + ref 2N + values 2N + update_critic 6N + update_actor 6N = 18N
+    _, doc = _run_json(capsys, log, *facts, "--meta", json.dumps(batch | {"model": {"critic_params": 0.5e9}}))
+    assert doc["mfu"]["uncounted"] == []
+    assert doc["headline"]["mfu"] == pytest.approx(18 * 0.5e9 * 32 * (143.750 + 61.094) / (8.635 * 165e12))
+
+
 def test_every_format_shows_the_same_headline(tmp_path, capsys):
     # an overlapped run: generation is seconds beside the step, not a share above 100%
     run = str(SAMPLES / "async-drift")
@@ -631,6 +669,32 @@ def test_a_csv_given_to_diagnose_points_to_its_importer(tmp_path, capsys):
     export.write_text("_step,actor/pg_loss\n1,0.5\n")
     assert main(["diagnose", str(export)]) == 1
     assert "rlscope import wandb-csv FILE --out RUN_DIR" in capsys.readouterr().err
+
+
+def test_a_tensorboard_log_directory_given_to_diagnose_points_to_its_importer(tmp_path, capsys):
+    # what a verl run with logger=tensorboard leaves: a folder of event files, no meta.json
+    logdir = tmp_path / "tensorboard_log" / "exp1"
+    logdir.mkdir(parents=True)
+    (logdir / "events.out.tfevents.1754112000.host.4242.0").write_bytes(b"")
+    for given in (logdir, logdir.parent):  # the run's folder, or the one verl names for all runs
+        assert main(["diagnose", str(given)]) == 1
+        assert capsys.readouterr().err == (
+            f"rlscope: {given}: TensorBoard event files, not a run directory: "
+            f"rlscope import tensorboard {given} --out RUN_DIR, then diagnose RUN_DIR\n"
+        )
+
+
+def test_a_log_on_standard_input_is_diagnosed_as_the_file_is(tmp_path, capsys, monkeypatch):
+    # zcat train.log.gz | rlscope diagnose -
+    body = "".join(f"step:{s} - timing_s/gen:10.0 - timing_s/update_actor:4.0 - timing_s/step:15.0\n" for s in (1, 2))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(body.encode())))
+    code, doc = _run_json(capsys, "-")
+    assert code == 0 and (doc["run"]["first_step"], doc["run"]["last_step"]) == (1, 2)
+    assert doc["headline"]["generation_share"] == pytest.approx(10.0 / 15.0)
+    # standard input is read once: it cannot be both runs of a comparison
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(body.encode())))
+    assert main(["compare", "-", "-"]) == 2
+    assert "standard input (-) can be only one of RUN_A and RUN_B" in capsys.readouterr().err
 
 
 def test_a_run_with_no_rows_is_an_error_not_a_clean_report(tmp_path, capsys):
@@ -671,6 +735,35 @@ def test_a_file_is_read_as_whichever_format_finds_its_steps(tmp_path, capsys, na
     assert doc["headline"]["generation_share"] == pytest.approx(10.0 / 15.0)
     skipped = ["the import (verl-jsonl) left out 1 bad_json"] if name.startswith("junk") else []
     assert doc["run"]["warnings"] == skipped  # what the import dropped is in the report, not only on stderr
+
+
+def test_a_validation_dict_that_repeats_its_step_line_is_no_warning(tmp_path, capsys):
+    # verl prints the validation before training twice: a pprinted dict and its step:0 line; nothing is lost
+    log = tmp_path / "train.log"
+    log.write_text(
+        "Initial validation metrics: {'val-core/gsm8k/reward/mean@1': 0.25}\n"
+        "step:0 - val-core/gsm8k/reward/mean@1:0.25\n"
+        "step:1 - timing_s/gen:10.0 - timing_s/step:15.0 - actor/kl:0.1 - actor/kl:0.2\n"
+    )
+    _, doc = _run_json(capsys, str(log))
+    # the repeated key loses a value, and says so; the dict lost nothing
+    assert doc["run"]["warnings"] == ["the import (verl-log) left out 1 duplicate_key"]
+    assert main(["diagnose", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "duplicate_key" in out and "duplicate_of_step_line" not in out
+
+
+def test_a_run_whose_steps_have_no_timer_says_so_not_that_it_has_no_steps(tmp_path, capsys):
+    # three logged steps, none timed: a timed step is what the analyzers count, and the header names it
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step:{s} - actor/pg_loss:0.1 - critic/score/mean:0.5\n" for s in (1, 2, 3)))
+    pages = {}
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        pages[fmt] = capsys.readouterr().out
+    assert "| no timed steps\n" in pages["text"]
+    assert "- **steps**: none timed" in pages["markdown"]
+    assert "<th>steps</th><td>none timed</td>" in pages["html"]
 
 
 def test_errors_are_one_line(tmp_path, capsys):

@@ -2196,3 +2196,19 @@ def test_a_step_whose_training_comes_after_its_validation_is_no_validation_step(
         "step:2 - timing_s/gen:2.5 - timing_s/step:0",  # a step timer of 0 timed nothing, gen did
     )
     assert str(summary).startswith("verl-log: 2 steps (1..2), 3 keys, 5 values -> ")
+
+
+def test_a_log_imported_in_the_other_verl_format_is_told_which_to_use(tmp_path, capsys):
+    console = tmp_path / "train.log"
+    console.write_text("(TaskRunner pid=1) step:1 - timing_s/gen:10.0 - timing_s/step:15.0\n")
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text(json.dumps({"step": 1, "data": {"timing_s/gen": 10.0}}) + "\n")
+    words = tmp_path / "notes.txt"
+    words.write_text("no metrics here\n")
+    for fmt, source, hint in (
+        ("verl-jsonl", console, "; it reads as a verl console log: rlscope import verl-log"),
+        ("verl-log", jsonl, "; it reads as verl's JSONL: rlscope import verl-jsonl"),
+        ("verl-log", words, ""),  # neither: no guess
+    ):
+        code, _, err = run_cli(capsys, fmt, source, "--out", tmp_path / f"{fmt}-{source.name}")
+        assert code == 1 and err.rstrip("\n").endswith(")" + hint)

@@ -9,6 +9,8 @@ split of generation, and verl's ``perf/mfu/*`` for a cross-check.
 FLOPs per token ~ 12 N: generation 2N, old logprob 2N, ref 2N, actor update 6N; a critic
 of N_c parameters adds values 2N_c and critic update 6N_c. A stage counts only when its
 timer was logged (no ``timing_s/ref``: no ref model, 10 N). Attention FLOPs are left out.
+A critic that was timed but whose size meta.json does not state (``model.critic_params``)
+does no counted work: its stages are named in ``uncounted``, and the MFU is a lower bound.
 
 Whole-step MFU = useful FLOPs / (step time * n GPUs * peak) = sum_i(T_i eta_i) / sum_i(T_i)
 for colocated phases. The waterfall starts from 100% (every GPU at peak for the whole step)
@@ -67,6 +69,7 @@ __all__ = [
     "ledger",
     "mfu_from_etas",
     "tokens_per_step",
+    "uncounted_note",
     "waterfall",
 ]
 
@@ -98,6 +101,8 @@ VERL_MFU_KEYS = {
 
 _FORWARD = ("old_log_prob", "ref", "values")
 _TRAINING = ("update_actor", "update_critic")
+_CRITIC = ("values", "update_critic")
+_CRITIC_HINT = """--meta '{"model": {"critic_params": N}}'"""
 
 
 def flops_per_token(active_params: float, critic_params: float | None = None) -> dict[str, float]:
@@ -107,6 +112,11 @@ def flops_per_token(active_params: float, critic_params: float | None = None) ->
     if critic_params:
         out.update(values=2 * float(critic_params), update_critic=6 * float(critic_params))
     return out
+
+
+def uncounted_note(stages: Iterable[str]) -> str:
+    """How every report words an MFU that leaves out a timed critic's FLOPs, and what gives them."""
+    return f"a lower bound: {', '.join(stages)} not counted; {_CRITIC_HINT}"
 
 
 def mfu_from_etas(seconds: Mapping[str, float], etas: Mapping[str, float]) -> float:
@@ -217,7 +227,8 @@ class MFUResult:
     verl key; ``stage``, ``verl``, ``rlscope``, ``ratio`` (verl / rlscope), recent means.
     ``tail_estimated``: the long tail it charges is estimated from response lengths.
     ``scaled``: the recent ledger held more GPU-seconds than the steps (see the module
-    docstring), so its lost points were scaled to fit.
+    docstring), so its lost points were scaled to fit. ``uncounted``: critic stages timed in
+    the recent steps whose FLOPs are left out for want of ``model.critic_params``.
     """
 
     per_step: pd.DataFrame
@@ -228,6 +239,7 @@ class MFUResult:
     missing: tuple[str, ...] = ()  # what MFU lacks: the ``rlscope diagnose`` options that give it, or what to log
     tail_estimated: bool = False
     scaled: bool = False
+    uncounted: tuple[str, ...] = ()
 
 
 def analyze(
@@ -286,7 +298,11 @@ def analyze(
     scaled = sum(e.gpu_s for e in entries) > budget * (1 + 1e-9)
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
     check = _cross_check(frames.steps.reindex(window), ours)
-    result = MFUResult(per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated, scaled=scaled)
+    # a timed critic of unknown size: its FLOPs are missing from the MFU, which must say so
+    uncounted = tuple(s for s in _CRITIC if s not in per_token and any(seconds[t].get(s, 0.0) > 0 for t in window))
+    result = MFUResult(
+        per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated, scaled=scaled, uncounted=uncounted
+    )
     unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
     # an async rollout pool whose busy time is not logged is charged busy: decode holds its idle time
     pool_assumed = facts.is_pooled and facts.kind == "async_streaming" and unmodelled(facts, frames.steps) is not None
@@ -410,12 +426,19 @@ def _findings(r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool =
                     "tail_estimated": r.tail_estimated,
                     "scaled": r.scaled,
                     "rollout_pool_assumed_busy": pool_assumed,
+                    "uncounted": list(r.uncounted),
                     **points,
                 },
                 "100% -> "
                 + " ".join(f"-{p:.1f} {cause_label(c, r.tail_estimated)}" for c, p in r.waterfall.items() if p >= 0.05)
                 + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by step time, not MFU"
                 + (" (the long tail is estimated from response lengths)" if r.tail_estimated else "")
+                + (
+                    f". The critic's size is not in meta.json, so its stages ({', '.join(r.uncounted)}) count no "
+                    f"FLOPs and the MFU is a lower bound: give it with {_CRITIC_HINT}"
+                    if r.uncounted
+                    else ""
+                )
                 + (
                     ". The phases take more GPU time than the steps hold"
                     + (

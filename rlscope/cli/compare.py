@@ -3,8 +3,9 @@
 usage: rlscope compare RUN_A RUN_B [--format text|json]
                        [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
-Each RUN is a run directory, or a verl console log or JSONL file (imported first); not a
-saved report (`diagnose --format json`): compare reads the runs themselves.
+Each RUN is a run directory, or a verl console log or JSONL file (imported first); one of
+them may be "-", standard input. Not a saved report (`diagnose --format json`): compare reads
+the runs themselves.
 The explanation says first where the runs are not like for like (GPU count or type, batch
 shape, model), then splits B's step-time difference into the phases (recent means) and the
 generation difference into throughput part and tail. It says where a step time is summed
@@ -76,6 +77,8 @@ def main(argv: Sequence[str]) -> int:
     add_fact_options(parser, "both runs")
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
+    if args.run_a == args.run_b == "-":  # the second read would find it empty
+        parser.error("standard input (-) can be only one of RUN_A and RUN_B")
 
     from rlscope.report.compare import compare_documents
 

@@ -4,8 +4,9 @@ usage: rlscope diagnose RUN [--format text|markdown|html|json] [--output FILE] [
                         [--gpus N] [--gpu-type NAME] [--peak-tflops X] [--active-params N] [--meta JSON]
 
 RUN is a run directory (or pyarrow filesystem URI), or a verl console log or JSONL
-metrics file, which is imported to a temporary run directory first. A saved report
-(--format json) is no run: it is refused, naming its schema.
+metrics file, which is imported to a temporary run directory first ("-": standard input,
+as in "zcat train.log.gz | rlscope diagnose -"). A saved report (--format json) is no run:
+it is refused, naming its schema.
 
 MFU and the topology what-if need the hardware, the model and the batch shape. A run
 directory's meta.json says them; a console log says what its config dump or launch command
@@ -35,7 +36,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from rlscope.cli._args import json_object, parser_for
@@ -108,7 +109,8 @@ def _refuse_report(source: str, path: str) -> None:
 
 def _refuse_folder_near_runs(path: str) -> None:
     """A one-line error naming the run directories for a folder without meta.json that holds
-    some (``runs/``) or lies in one (``run/steps``), rather than "meta.json: missing"."""
+    some (``runs/``) or lies in one (``run/steps``), or the importer for one of TensorBoard
+    event files, rather than "meta.json: missing"."""
     if os.path.isfile(os.path.join(path, "meta.json")):
         return
     parent = os.path.dirname(os.path.normpath(path))
@@ -121,14 +123,36 @@ def _refuse_folder_near_runs(path: str) -> None:
     if runs:
         named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
         raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({named}): give one")
+    if _holds_event_files(path):
+        raise RunDirError(
+            f"{path}: TensorBoard event files, not a run directory: "
+            f"rlscope import tensorboard {path} --out RUN_DIR, then diagnose RUN_DIR"
+        )
+
+
+def _holds_event_files(path: str, depth: int = 2) -> bool:
+    """Whether TensorBoard event files lie in ``path`` or up to ``depth`` folders below it (verl
+    writes them to tensorboard_log/PROJECT/EXPERIMENT), looked for no deeper: a home folder given by
+    mistake is not walked."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    if any(e.name.startswith("events.out.tfevents.") and e.is_file() for e in entries):
+        return True
+    return depth > 0 and any(e.is_dir() and _holds_event_files(e.path, depth - 1) for e in entries)
 
 
 @contextmanager
 def open_run(path: str) -> Iterator[str]:
-    """A run directory for ``path``: itself, or a temporary import of a log or JSONL file."""
-    if "://" not in path and not os.path.exists(path):
+    """A run directory for ``path``: itself, or a temporary import of a log or JSONL file
+    (``-``: standard input, read once into a file as a pipe is)."""
+    stdin = path == "-"
+    if stdin and sys.stdin is None:  # started with it closed (``<&-``)
+        raise RunDirError("standard input: closed, nothing to read")
+    if not stdin and "://" not in path and not os.path.exists(path):
         raise RunDirError(f"{path}: no such run directory or log file")
-    piped = _is_pipe(path)
+    piped = stdin or _is_pipe(path)
     if not (piped or os.path.isfile(path)):
         if "://" not in path:
             _refuse_folder_near_runs(path)
@@ -141,7 +165,7 @@ def open_run(path: str) -> Iterator[str]:
         source = path
         if piped:  # ``<(zcat x.log.gz)``: read once into a file, which both formats can then read
             source = os.path.join(tmp, "piped-input")
-            with open(path, "rb") as pipe, open(source, "wb") as copy:
+            with nullcontext(sys.stdin.buffer) if stdin else open(path, "rb") as pipe, open(source, "wb") as copy:
                 shutil.copyfileobj(pipe, copy)
         # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
         looks_jsonl = _looks_like_jsonl(source, path if piped else None)
@@ -295,8 +319,11 @@ def _check_writable(path: str) -> None:
         raise UsageError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder):
         raise RLScopeError(f"cannot write {path}: no such directory {folder}")
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise RLScopeError(f"cannot write {path}: permission denied")
+    target = path if os.path.exists(path) else folder
+    if not os.access(target, os.W_OK):
+        from rlscope.trace.store import unwritable_reason
+
+        raise RLScopeError(f"cannot write {path}: {unwritable_reason(target)}")
 
 
 def _check_not_read(path: str, run: str) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -46,6 +47,29 @@ from rlscope.cli._args import json_object, parser_for, seconds
 from rlscope.collectors.importers import IMPORTERS, ImportInputError, Tail
 
 __all__ = ["main"]
+
+
+_CONSOLE_STEP = re.compile(r"\bstep:\d+ - ")
+_JSON_STEP = re.compile(r'^\s*\{\s*"')
+_SNIFF_LINES = 1000  # a console log's first step line can follow a config dump of hundreds of lines
+
+
+def _other_format_hint(fmt: str, source: str) -> str:
+    """Name the other verl format when ``source``, which read as ``fmt`` gave nothing, looks like
+    it: verl's JSONL opens with a JSON object, a console log holds ``step:N - `` lines."""
+    if fmt not in ("verl-log", "verl-jsonl") or source == "-":
+        return ""
+    try:
+        with open(source, encoding="utf-8", errors="replace") as fh:
+            lines = [line for _, line in zip(range(_SNIFF_LINES), fh, strict=False)]
+    except OSError:
+        return ""
+    first = next((line for line in lines if line.strip()), "")
+    if fmt == "verl-log" and _JSON_STEP.match(first):
+        return "; it reads as verl's JSONL: rlscope import verl-jsonl"
+    if fmt == "verl-jsonl" and any(_CONSOLE_STEP.search(line) for line in lines):
+        return "; it reads as a verl console log: rlscope import verl-log"
+    return ""
 
 
 @contextlib.contextmanager
@@ -104,6 +128,7 @@ def main(argv: Sequence[str]) -> int:
             f"no metrics found in {', '.join(args.sources)} (read as {args.format}"
             + (f"; skipped {skipped}" if skipped else "")
             + ")"
+            + _other_format_hint(args.format, args.sources[0])
         )
     print(summary)
     return 0

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from rlscope.advice.finding import fmt_seconds
+from rlscope.analyzers.mfu import uncounted_note
 
 __all__ = [
     "HEADLINE_TITLE",
@@ -19,6 +20,8 @@ __all__ = [
     "headline_rows",
     "is_current_best",
     "measured_aside",
+    "mfu_missing",
+    "mfu_uncounted",
     "pct",
     "reward_rows",
     "secs",
@@ -136,7 +139,7 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("step time", f"{secs(head['step_s'])} (recent mean{basis})"),
         ("generation", generation(head)),
         ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] and head["tail_share"] is not None else "")),
-        ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc)),
+        ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc) + mfu_uncounted(doc)),
     ]
     if head["trainer_gpu_idle_share"] is not None:
         rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step, whole run (NVML)"))
@@ -193,6 +196,12 @@ def mfu_missing(doc: dict[str, Any]) -> str:
     """Why MFU is n/a: the facts it lacks and how to give them ('' when it is known)."""
     missing = doc["mfu"].get("missing") or []
     return f" (needs {'; '.join(missing)})" if doc["headline"]["mfu"] is None and missing else ""
+
+
+def mfu_uncounted(doc: dict[str, Any]) -> str:
+    """Why a known MFU is a lower bound: a timed critic of unknown size ('' when all is counted)."""
+    uncounted = doc["mfu"].get("uncounted") or []
+    return f" ({uncounted_note(uncounted)})" if doc["headline"]["mfu"] is not None and uncounted else ""
 
 
 def findings_count(counts: dict[str, int]) -> str:

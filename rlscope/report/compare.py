@@ -15,7 +15,15 @@ from rlscope.advice.finding import Severity
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.anatomy import STEP_TIMERS_WANTED
 from rlscope.analyzers.gpus import gpu_model
-from rlscope.report._format import is_current_best, measured_aside, mfu_missing, secs, signed_secs, topology_name
+from rlscope.report._format import (
+    is_current_best,
+    measured_aside,
+    mfu_missing,
+    mfu_uncounted,
+    secs,
+    signed_secs,
+    topology_name,
+)
 
 __all__ = ["COMPARE_SCHEMA", "compare_documents"]
 
@@ -220,11 +228,14 @@ def _estimates(ha: dict[str, Any], hb: dict[str, Any]) -> str:
 
 
 def _mfu_missing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """What a run without MFU lacks, as ``diagnose`` says it: the table's n/a does not say why."""
+    """What a run without MFU lacks, as ``diagnose`` says it: the table's n/a does not say why;
+    and which run's MFU is a lower bound (a critic of unknown size)."""
     needs = {name: mfu_missing(doc) for name, doc in (("A", a), ("B", b))}
+    # a known MFU that leaves out a timed critic's FLOPs: the table's figure is no whole MFU either
+    low = [f"{name}'s whole-step MFU{mfu_uncounted(doc)}" for name, doc in (("A", a), ("B", b)) if mfu_uncounted(doc)]
     if needs["A"] and needs["A"] == needs["B"]:
-        return [f"neither run has a whole-step MFU{needs['A']}"]
-    return [f"{name}'s whole-step MFU is n/a{need}" for name, need in needs.items() if need]
+        return [f"neither run has a whole-step MFU{needs['A']}", *low]
+    return [f"{name}'s whole-step MFU is n/a{need}" for name, need in needs.items() if need] + low
 
 
 def _partial_timing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -105,6 +105,11 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
     }
 
 
+# skip reasons that lose no value: a pprinted dict that repeats a step line (verl's validation before
+# training prints both) is in nearly every log, and calling it a warning would cry wolf
+_NOTHING_LOST = frozenset({"duplicate_of_step_line"})
+
+
 def _import_warnings(meta: dict[str, Any]) -> list[str]:
     """What the import that wrote the run (``meta.json["importer"]``) left out or read in part."""
     record = meta.get("importer")
@@ -115,7 +120,7 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
     counts = ", ".join(
         f"{n} {reason}"
         for reason, n in sorted(skipped.items())
-        if type(n) is int and n > 0  # not True
+        if type(n) is int and n > 0 and reason not in _NOTHING_LOST  # not True
     )
     out = [f"the import ({name}) left out {counts}"] if counts else []
     restarts = record.get("restarts")
@@ -216,6 +221,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "tail_estimated": d.mfu.tail_estimated,
             "cross_check": d.mfu.cross_check,
             "missing": list(d.mfu.missing),
+            "uncounted": list(d.mfu.uncounted),
         },
         "topology": {
             "current": d.topology.current,

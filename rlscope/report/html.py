@@ -59,7 +59,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
         ("GPUs", gpus(run)),
         ("topology", topology_name(run.get("topology") or "") or None),  # as the text report words it
         ("split", f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None),
-        ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none"),
+        ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none timed"),
     ]
     headline = headline_rows(doc)
     parts = [

@@ -51,7 +51,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "GPUs": gpus(run),
         "topology": topology_name(run.get("topology") or "") or None,  # as the text report words it
         "split": f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None,
-        "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none",
+        "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none timed",
     }
     out += [f"- **{k}**: {escape_md(v)}" for k, v in facts.items() if v is not None]
     out += ["", f"## {HEADLINE_TITLE}", "", "| measure | value |", "|---|---|"]

@@ -66,7 +66,8 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
         gpus(run),
         topology_name(run.get("topology", ""))
         + (f" {run['split']['rollout']}:{run['split']['train']}" if run.get("split") else ""),
-        f"steps {run['first_step']}..{run['last_step']}" if run.get("steps") else "no steps",
+        # steps are timed steps (run.steps): an untimed step line is no step the analyzers can use
+        f"steps {run['first_step']}..{run['last_step']}" if run.get("steps") else "no timed steps",
     ]
     console.print(_plain("  " + " | ".join(str(f) for f in facts if f)))
     console.print()

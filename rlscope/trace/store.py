@@ -39,6 +39,7 @@ __all__ = [
     "segment_name",
     "segment_written_ns",
     "tmp_path_for",
+    "unwritable_reason",
     "write_atomic_bytes",
     "write_meta",
     "write_segment",
@@ -222,7 +223,17 @@ def check_can_write(loc: RunLocation) -> None:
         )
         raise RunDirError(f"{loc.path}: {what}")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirError(f"{loc.path}: cannot write there, {existing} is not writable (permission denied)")
+        raise RunDirError(f"{loc.path}: cannot write there, {existing} is not writable ({unwritable_reason(existing)})")
+
+
+def unwritable_reason(path: str) -> str:
+    """Why a local ``path`` that ``os.access`` refuses cannot be written: a read-only mount is
+    no matter of permissions (root gets it too), and saying so points at the mount, not chmod."""
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):  # no statvfs (Windows), or the path went away
+        read_only = False
+    return "read-only file system" if read_only else "permission denied"
 
 
 def read_meta(run_dir: str | os.PathLike[str] | RunLocation) -> dict[str, Any]:
