@@ -974,11 +974,11 @@ def test_sample_trace_recommendations(sample):
     assert moe["split-imbalanced"].recommendation.startswith("move 3 GPUs from training to rollout")
 
 
-@pytest.mark.parametrize("idle_ratios", [True, False])
-def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
+@pytest.mark.parametrize("busy_time", [True, False])
+def test_async_what_if_from_busy_time_not_from_finish_windows(busy_time):
     # Under async streaming a step's finish times count from a submit steps earlier (~1500 s
-    # windows on ~700 s steps), so the rollout pool's busy time comes from verl's rollouter idle
-    # ratio; without it the run has no model (this balanced run's pool is busy nearly the whole
+    # windows on ~700 s steps), so the rollout pool's busy time comes from verl's occupancy share
+    # (else its rollouter idle ratio); without either the run has no model (this balanced run's pool is busy nearly the whole
     # step, but a trainer-bound run's is not, and nothing else tells them apart). Truth: the
     # simulator's colocated-equivalent quantities on all 32 GPUs, last quarter of steps.
     path = SAMPLES / "async-drift"
@@ -986,12 +986,13 @@ def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
         pytest.skip("sample trace async-drift is not in this checkout")
     truth = json.loads((path / "meta.json").read_text())["ground_truth"]
     frames = load(str(path))
-    if not idle_ratios:
-        frames.steps = frames.steps.drop(columns=[topology.ROLLOUTER_IDLE, topology.TRAINER_IDLE])
+    if not busy_time:
+        busy = [topology.ROLLOUT_UTILIZATION, topology.ROLLOUTER_IDLE, topology.TRAINER_IDLE]
+        frames.steps = frames.steps.drop(columns=busy)
     a, lt = anatomy.analyze(frames), longtail.analyze(frames)
     r, m = topology.analyze(frames, a, lt), mfu.analyze(frames, a, lt)
-    if not idle_ratios:
-        assert r.model is None and topology.ROLLOUTER_IDLE in r.missing
+    if not busy_time:
+        assert r.model is None and topology.ROLLOUT_UTILIZATION in r.missing
         assert 0 < m.mfu < 1  # MFU is useful work over the whole step: it needs no pool times
         return
     q = len(truth["steps"]) // 4
