@@ -35,7 +35,8 @@ occupancy share ``dynamic_resource/rollout_resource_utilization``, else ``1 -
 fully_async/rollouter/idle_ratio`` (an upper bound: it counts the pool's draining tail as busy),
 or the whole step when neither is logged (a trajectory's finish time then counts from a submit
 steps earlier, and the trainer's ``gen`` timer is its wait for samples); async streaming hides
-the tail, so it is charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as colocated.
+the tail, so it is charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as
+colocated.
 """
 
 from __future__ import annotations

@@ -296,14 +296,16 @@ def async_busy_share(steps: pd.DataFrame) -> pd.Series:
     time fewer and fewer sequences run while the rest of the pool waits. verl's occupancy share
     ``dynamic_resource/rollout_resource_utilization``, sum dt min(1, active / capacity) capacity
     over sum dt capacity, times the version's time is the pool's work at full concurrency: T_thr
-    as the async step T = max(T_thr n/n_r, T_t n/n_t) asks for it. verl's idle ratio is by time:
-    the pool is active from the version's start until it has paused and drained, so 1 - idle
-    ratio is T_thr plus that drain, a tail in DOMAIN's sense counted as busy. It is not
-    reduced by the measured tail share f (T_thr = busy (1 - f)): f is the tail of a batch
-    generated at once, while the pool drains only in a version where the staleness limit stopped
-    it, and no longer than its last samples take. In a version it never paused (idle 0: rollout
-    is the bottleneck) there is no drain, and subtracting f would shrink T_thr just where
-    rollout needs more GPUs; the drain's part-occupancy work is not zero either.
+    as the async step T = max(T_thr n/n_r, T_t n/n_t) asks for it. (It weighs slot-seconds, and
+    a decode step with fewer sequences is shorter, so it reads low where the pool runs part-empty:
+    ``sample_traces/README.md``'s known gap.) verl's idle ratio is by time: the pool is active
+    from the version's start until it has paused and drained, so 1 - idle ratio is T_thr plus
+    that drain, a tail in DOMAIN's sense counted as busy. It is not reduced by the measured tail
+    share f (T_thr = busy (1 - f)): f is the tail of a batch generated at once, while the pool
+    drains only in a version where the staleness limit stopped it, and no longer than its last
+    samples take. In a version it never paused (idle 0: rollout is the bottleneck) there is no
+    drain, and subtracting f would shrink T_thr just where rollout needs more GPUs; the drain's
+    part-occupancy work is not zero either.
 
     A trajectory's finish time counts from the earliest submit of the batch it joined, which
     under async streaming reaches back over earlier steps, so finish times cannot give it.
@@ -331,8 +333,9 @@ def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
     """Why an async run on separate pools has no what-if model, or None if it has one.
 
     Its rollout pool's busy time comes only from verl's rollouter occupancy share or idle ratio
-    (the fully async trainer logs them; the v1 ``separate_async`` trainer does not): the trainer's ``gen`` timer is
-    its wait for samples, and finish times reach back over earlier steps. Assuming the pool
+    (the fully async trainer logs them; the v1 ``separate_async`` trainer does not): the
+    trainer's ``gen`` timer is its wait for samples, and finish times reach back over earlier
+    steps. Assuming the pool
     busy the whole step would make rollout the bottleneck of every such run, and every split
     advice a move towards it; the pools' sizes are needed to scale either side.
     """
@@ -371,9 +374,9 @@ def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.
 
     - Separate pools: the pool's busy time, :func:`async_busy_share` x step, from verl's
       rollouter occupancy share, else its idle ratio (a run with neither has no model:
-      :func:`unmodelled`). Their trainer's
-      ``gen`` timer is its wait for samples (verl: ``trainer/idle_ratio = gen / step``), not the
-      pool's time, and finish times reach back over earlier steps.
+      :func:`unmodelled`). Their trainer's ``gen`` timer is its wait for samples (verl:
+      ``trainer/idle_ratio = gen / step``), not the pool's time, and finish times reach back
+      over earlier steps.
     - Shared GPUs (verl's ``colocate_async``): the engines generate while the step waits in
       ``gen``, so as for a synchronous run, the ``gen`` timer less the tail share f of that step
       (``tail_shares``), at most the step; a step without a gen timer takes the whole step.
