@@ -664,6 +664,75 @@ def test_a_step_without_the_rollouter_idle_ratio_takes_its_neighbours(tmp_path):
     assert topology.async_busy_share(never.steps).tolist() == [1.0]
 
 
+def _verl_async_run(path, steps, *, utilization=True):
+    # verl 0.9.1's fully async trainer logs two records per policy version, both at step =
+    # current_param_version: reset_staleness()'s timing_raw (the rollouter's time-based active_time,
+    # version_time, idle_ratio and its occupancy share), then the aggregated trainer metrics
+    meta = {"model": {"active_params": 7e9}, "gpu": {"type": "H100", "count": 16, "peak_flops": 1e15}}
+    with Recorder(path, meta={**meta, "topology": "fully_async", "split": "8:8"}) as rec:
+        for step in steps:
+            reset = {
+                "fully_async/rollouter/active_time": 90.0,
+                "fully_async/rollouter/version_time": 100.0,
+                "fully_async/rollouter/idle_ratio": 1 - 90.0 / 100.0,
+                "fully_async/rollouter/step_generated_samples": 64,
+            }
+            if utilization if isinstance(utilization, bool) else step in utilization:
+                reset["dynamic_resource/rollout_resource_utilization"] = 0.6
+            rec.log_step(step, reset)
+            rec.log_step(
+                step,
+                {
+                    "timing_s/gen": 5.0,  # the trainer's wait for samples, not the pool's time
+                    "timing_s/old_log_prob": 10.0,
+                    "timing_s/update_actor": 40.0,
+                    "timing_s/step": 100.0,
+                    "perf/total_num_tokens": 20_000,
+                    "fully_async/trainer/idle_ratio": 0.05,
+                },
+            )
+    return str(path)
+
+
+def test_async_busy_time_is_verl_s_occupancy_share_not_its_time_based_idle_ratio(tmp_path):
+    # 16 GPUs, async 8:8, 100 s versions. The rollouter was active 90 of them (idle_ratio 0.1, by time:
+    # it drained at part occupancy before idling) but its occupancy share is 0.6. DOMAIN's T_thr is
+    # generation at full concurrency: 0.6 x 100 = 60 s on the 8-GPU pool, 60 x 8/16 = 30 s on all 16;
+    # forward + training 10 + 40 = 50 s on 8, 25 s on all 16. Async: T = max(30 x 16/r, 25 x 16/(16 - r)):
+    # r = 8: max(60, 50) = 60; r = 9: max(53.3, 57.1) = 57.1; r = 10: max(48, 66.7) = 66.7 -> 9:7, 400/7 s.
+    # (1 - idle_ratio) would give T_thr 45 s and 10:6 (max(72, 66.7) = 72 s), leaning to rollout
+    r = topology.analyze(_verl_async_run(tmp_path / "r", range(1, 9)))
+    assert r.missing is None and (r.model.t_thr_s, r.model.t_train_s) == pytest.approx((30.0, 25.0))
+    best = r.what_if.loc["async_streaming"]
+    assert (best["n_rollout"], best["n_train"], best["step_s"]) == (9, 7, pytest.approx(400 / 7))
+    assert r.step_now_s == pytest.approx(60.0) and not r.busy_upper_bound
+    # the MFU ledger charges the pool the same busy time: decode 60 s of each 100 s step on 8 GPUs
+    m = mfu.analyze(_verl_async_run(tmp_path / "m", range(1, 9)))
+    (fall,) = [f for f in m.findings if f.id == "mfu-waterfall"]
+    assert not fall.evidence["rollout_pool_busy_upper_bound"]
+
+
+def test_async_busy_time_falls_back_to_the_idle_ratio_as_an_upper_bound(tmp_path):
+    # step 1 without the occupancy share (a record of verl before 0.9.1): its busy share is 1 - idle_ratio,
+    # 0.9; the others 0.6. And a run that never logs it takes 1 - 0.1 = 0.9 everywhere: T_thr 0.9 x 100
+    # x 8/16 = 45 s, 10:6 at max(45 x 16/10, 25 x 16/6) = 72 s against max(90, 50) = 90 s at 8:8, said
+    # to be an upper bound that counts the pool's draining tail as busy
+    first = load(_verl_async_run(tmp_path / "first", range(1, 5), utilization={2, 3, 4}))
+    assert topology.async_busy_share(first.steps).tolist() == pytest.approx([0.9, 0.6, 0.6, 0.6])
+    assert topology.async_busy_bounded(first.steps)
+    run = _verl_async_run(tmp_path / "old", range(1, 9), utilization=False)
+    d = analyze_run(run)
+    r = d.topology
+    assert r.busy_upper_bound and r.model.t_thr_s == pytest.approx(45.0)
+    best = r.what_if.loc["async_streaming"]
+    assert (best["n_rollout"], best["n_train"], best["step_s"]) == (10, 6, pytest.approx(72.0))
+    (split,) = [f for f in r.findings if f.id == "split-imbalanced"]
+    assert split.evidence["busy_upper_bound"] and "an upper bound that counts its draining tail" in split.recommendation
+    (fall,) = [f for f in d.findings if f.id == "mfu-waterfall"]
+    assert fall.evidence["rollout_pool_busy_upper_bound"] and "draining tail" in fall.recommendation
+    assert build_document(d, RunReader(run), run)["topology"]["busy_upper_bound"] is True
+
+
 def test_colocate_async_without_a_gpu_count_shares_its_gpus():
     facts = RunFrames(pd.DataFrame(), meta={"topology": "colocate_async", "split": "8:8"}).facts
     assert facts.n_gpus == 8 and not facts.is_pooled and facts.kind == "async_streaming"
@@ -931,11 +1000,11 @@ def test_sample_trace_recommendations(sample):
     assert moe["split-imbalanced"].recommendation.startswith("move 3 GPUs from training to rollout")
 
 
-@pytest.mark.parametrize("idle_ratios", [True, False])
-def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
+@pytest.mark.parametrize("busy_time", [True, False])
+def test_async_what_if_from_busy_time_not_from_finish_windows(busy_time):
     # Under async streaming a step's finish times count from a submit steps earlier (~1500 s
-    # windows on ~700 s steps), so the rollout pool's busy time comes from verl's rollouter idle
-    # ratio; without it the run has no model (this balanced run's pool is busy nearly the whole
+    # windows on ~700 s steps), so the rollout pool's busy time comes from verl's occupancy share
+    # (else its rollouter idle ratio); without either the run has no model (this balanced run's pool is busy nearly the whole
     # step, but a trainer-bound run's is not, and nothing else tells them apart). Truth: the
     # simulator's colocated-equivalent quantities on all 32 GPUs, last quarter of steps.
     path = SAMPLES / "async-drift"
@@ -943,12 +1012,13 @@ def test_async_what_if_from_busy_time_not_from_finish_windows(idle_ratios):
         pytest.skip("sample trace async-drift is not in this checkout")
     truth = json.loads((path / "meta.json").read_text())["ground_truth"]
     frames = load(str(path))
-    if not idle_ratios:
-        frames.steps = frames.steps.drop(columns=[topology.ROLLOUTER_IDLE, topology.TRAINER_IDLE])
+    if not busy_time:
+        busy = [topology.ROLLOUT_UTILIZATION, topology.ROLLOUTER_IDLE, topology.TRAINER_IDLE]
+        frames.steps = frames.steps.drop(columns=busy)
     a, lt = anatomy.analyze(frames), longtail.analyze(frames)
     r, m = topology.analyze(frames, a, lt), mfu.analyze(frames, a, lt)
-    if not idle_ratios:
-        assert r.model is None and topology.ROLLOUTER_IDLE in r.missing
+    if not busy_time:
+        assert r.model is None and topology.ROLLOUT_UTILIZATION in r.missing
         assert 0 < m.mfu < 1  # MFU is useful work over the whole step: it needs no pool times
         return
     q = len(truth["steps"]) // 4

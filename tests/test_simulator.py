@@ -7,6 +7,7 @@ simulator's own output; they are measured here from the written tables via RunRe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -20,7 +21,7 @@ import pytest
 from rlscope import RunReader
 from rlscope.cli import main
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
-from rlscope.trace.simulator import SCENARIOS, simulate
+from rlscope.trace.simulator import SCENARIOS, Lengths, get_scenario, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
@@ -51,6 +52,9 @@ VERL_KEYS = {
 ASYNC_KEYS = {
     "fully_async/trainer/idle_ratio",
     "fully_async/rollouter/idle_ratio",
+    "fully_async/rollouter/active_time",
+    "fully_async/rollouter/version_time",
+    "dynamic_resource/rollout_resource_utilization",
     "fully_async/count/stale_samples_processed",
     "timing_s/param_sync",
 }
@@ -308,6 +312,51 @@ def async_drift(run):
     return RunReader(run(scenario, steps, seed))
 
 
+def _in_flight_at_syncs(reader: RunReader) -> set[int]:
+    """Steps k whose closing weight sync (policy version k - 1 -> k) found a trajectory still
+    generating: admitted at version k - 1 or before and finished at version k or after."""
+    traj = reader.read("trajectories", ["policy_version_start", "policy_version_end"]).to_pandas()
+    return {
+        k
+        for k in range(1, int(traj.policy_version_end.max()) + 1)
+        if ((traj.policy_version_start <= k - 1) & (traj.policy_version_end >= k)).any()
+    }
+
+
+@pytest.mark.parametrize("answers", ["long", "short"])
+def test_async_rollouter_idle_ratio_is_verl_s_time_based_one(tmp_path, async_drift, answers):
+    # verl 0.9.1 (fully_async_rollouter.reset_staleness): the rollouter is active from the version's
+    # start until, stopped by the staleness limit, it has drained every sample in flight; idle_ratio =
+    # 1 - active_time / version_time. Its occupancy share weighs time by the slots in use, so it is at
+    # most the active share (nothing decodes once drained). async-drift's long answers span every
+    # sync: the pool never drains, idle 0 however empty it runs. Short answers (1,000 tokens, rollout
+    # faster than training) drain it before each sync
+    if answers == "long":
+        reader = async_drift
+    else:
+        short = Lengths(mean=1000, cap=4096, sigma=0.3, group_sigma=0.1)
+        scenario = dataclasses.replace(get_scenario("async-drift"), staleness_threshold=0.5, lengths=short)
+        simulate(scenario, 6, tmp_path / "short")
+        reader = RunReader(tmp_path / "short")
+    metrics = pivot_steps(reader)
+    steps = sorted(metrics["timing_s/step"])
+    active, version = metrics["fully_async/rollouter/active_time"], metrics["fully_async/rollouter/version_time"]
+    idle, occupancy = (
+        metrics["fully_async/rollouter/idle_ratio"],
+        metrics["dynamic_resource/rollout_resource_utilization"],
+    )
+    spanned = _in_flight_at_syncs(reader)
+    for k in steps[:-2]:  # the last steps' samples in flight are never trained on, so not written
+        assert version[k] == pytest.approx(metrics["timing_s/step"][k])
+        assert idle[k] == pytest.approx(1 - active[k] / version[k])
+        assert 0 < occupancy[k] <= active[k] / version[k] + 1e-9
+        assert (idle[k] == 0) == (k in spanned), k
+    if answers == "long":
+        assert not any(idle.values()) and min(occupancy.values()) < 0.5
+    else:
+        assert all(idle[k] > 0.5 for k in steps[1:]) and not spanned & set(steps[1:-2])
+
+
 def test_async_staleness_grows_with_response_length(async_drift):
     traj = async_drift.read(
         "trajectories", ["step", "response_tokens", "trainer_version", "policy_version_start"]
@@ -336,8 +385,11 @@ def test_async_split_drifts_toward_rollout_and_idle_ratios_agree(async_drift):
     def mean(key: str, which: list[int]) -> float:
         return float(np.mean([metrics[key][s] for s in which]))
 
-    # early: rollout outpaces training (rollouter idles); late: training waits for rollout
-    assert mean("fully_async/rollouter/idle_ratio", early) > mean("fully_async/rollouter/idle_ratio", late) + 0.2
+    # early: rollout outpaces training (the pool decodes part-empty, held by the staleness limit);
+    # late: training waits for rollout. verl's time-based rollouter idle ratio cannot say so here:
+    # long answers span every weight sync, so the pool never drains (see the test below)
+    occupancy = "dynamic_resource/rollout_resource_utilization"
+    assert mean(occupancy, late) > mean(occupancy, early) + 0.2
     assert mean("fully_async/trainer/idle_ratio", late) > mean("fully_async/trainer/idle_ratio", early) + 0.05
     stale = [metrics["fully_async/count/stale_samples_processed"][s] for s in sorted(metrics["timing_s/step"])]
     assert stale == sorted(stale) and stale[-1] > 0  # a running total, as verl logs it

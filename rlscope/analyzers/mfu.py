@@ -32,10 +32,13 @@ work: MFU stays useful / (n x step x peak) and the points still add up to 100 - 
 In pooled topologies (separated / async with a known split) generation runs on the n_r
 rollout GPUs and everything else on the n_t training GPUs. The rollout pool's busy time is the
 rollout time from trajectories, else ``timing_s/gen``, at most the step. Under async streaming
-it is ``(1 - fully_async/rollouter/idle_ratio) * step``, or the whole step when the ratio is
-not logged (a trajectory's finish time then counts from a submit steps earlier, and the
-trainer's ``gen`` timer is its wait for samples); async streaming hides the tail, so it is
-charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as colocated.
+it is :func:`topology.async_busy_share` x step, as the topology what-if takes it: verl's
+occupancy share ``dynamic_resource/rollout_resource_utilization``, else ``1 -
+fully_async/rollouter/idle_ratio`` (an upper bound: it counts the pool's draining tail as busy),
+or the whole step when neither is logged (a trajectory's finish time then counts from a submit
+steps earlier, and the trainer's ``gen`` timer is its wait for samples); async streaming hides
+the tail, so it is charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as
+colocated.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
-from rlscope.analyzers.topology import async_busy_share, unmodelled
+from rlscope.analyzers.topology import BUSY_BOUND_NOTE, async_busy_bounded, async_busy_share, unmodelled
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -305,8 +308,12 @@ def analyze(
     )
     unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
     # an async rollout pool whose busy time is not logged is charged busy: decode holds its idle time
-    pool_assumed = facts.is_pooled and facts.kind == "async_streaming" and unmodelled(facts, frames.steps) is not None
-    result.findings.extend(_findings(result, unknown_split=unknown_split, pool_assumed=pool_assumed))
+    async_pool = facts.is_pooled and facts.kind == "async_streaming"
+    pool_assumed = async_pool and unmodelled(facts, frames.steps) is not None
+    pool_bounded = async_pool and not pool_assumed and async_busy_bounded(frames.steps)
+    result.findings.extend(
+        _findings(result, unknown_split=unknown_split, pool_assumed=pool_assumed, pool_bounded=pool_bounded)
+    )
     return result
 
 
@@ -399,7 +406,9 @@ def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
 
 
-def _findings(r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool = False) -> list[Finding]:
+def _findings(
+    r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool = False, pool_bounded: bool = False
+) -> list[Finding]:
     out: list[Finding] = []
     if r.mfu > 1:
         return [
@@ -427,6 +436,7 @@ def _findings(r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool =
                     "scaled": r.scaled,
                     "rollout_pool_assumed_busy": pool_assumed,
                     "uncounted": list(r.uncounted),
+                    "rollout_pool_busy_upper_bound": pool_bounded,
                     **points,
                 },
                 "100% -> "
@@ -452,11 +462,13 @@ def _findings(r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool =
                     else ""
                 )
                 + (
-                    ". The rollout pool is charged busy the whole step (verl's fully_async/rollouter/idle_ratio, its "
-                    "busy time, is not logged), so decode throughput holds whatever time it idled"
+                    ". The rollout pool is charged busy the whole step (its busy time, verl's "
+                    "dynamic_resource/rollout_resource_utilization or fully_async/rollouter/idle_ratio, is not logged), "
+                    "so decode throughput holds whatever time it idled"
                     if pool_assumed
                     else ""
-                ),
+                )
+                + (f". The decode charge holds the part-occupied drain: {BUSY_BOUND_NOTE}" if pool_bounded else ""),
             )
         )
     for key, row in r.cross_check.iterrows():

@@ -51,14 +51,17 @@ from rlscope.analyzers._data import TOPOLOGIES, RunFacts, RunFrames, load, recen
 from rlscope.trace.reader import RunReader
 
 __all__ = [
+    "BUSY_BOUND_NOTE",
     "POOLED",
     "ROLLOUTER_IDLE",
+    "ROLLOUT_UTILIZATION",
     "TOPOLOGIES",
     "TRAINER_IDLE",
     "Split",
     "StepModel",
     "TopologyResult",
     "analyze",
+    "async_busy_bounded",
     "async_busy_share",
     "async_speedup",
     "async_throughput_s",
@@ -79,6 +82,12 @@ POOLED = TOPOLOGIES[1:]
 # verl fully_async's idle ratios (canonical names; older releases drop the prefix)
 ROLLOUTER_IDLE = "fully_async/rollouter/idle_ratio"
 TRAINER_IDLE = "fully_async/trainer/idle_ratio"
+# verl's occupancy-weighted use of the rollout pool per policy version (0.9.1 on)
+ROLLOUT_UTILIZATION = "dynamic_resource/rollout_resource_utilization"
+BUSY_BOUND_NOTE = (
+    f"the rollout pool's busy time is 1 - {ROLLOUTER_IDLE} (no {ROLLOUT_UTILIZATION} logged), an upper bound "
+    "that counts its draining tail as busy"
+)
 
 
 @dataclass(frozen=True)
@@ -233,6 +242,8 @@ class TopologyResult:
     ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``),
     whose ``current`` is then ``colocated``: its GPU time is the colocated row's. ``missing``: why
     the run has no model (:func:`unmodelled` for an async run on separate pools).
+    ``busy_upper_bound``: an async run on separate pools whose rollout busy time is on some step
+    an upper bound (:func:`async_busy_bounded`), which leans the best split towards rollout.
     """
 
     model: StepModel | None
@@ -247,6 +258,7 @@ class TopologyResult:
     findings: list[Finding] = field(default_factory=list)
     shared: bool = False
     missing: str | None = None
+    busy_upper_bound: bool = False
 
     @property
     def step_now_s(self) -> float:
@@ -275,24 +287,55 @@ class TopologyResult:
 
 
 def async_busy_share(steps: pd.DataFrame) -> pd.Series:
-    """Per step of an async run, the share of the step the rollout pool is busy: 1 - verl's
-    rollouter idle ratio, or 1 when the run never logs it (never idle: an upper bound).
+    """Per step of an async run, the share of the step the rollout pool is busy at full
+    concurrency, T_thr / step on the pool: verl's occupancy share where it logs one, else 1 -
+    its rollouter idle ratio, an upper bound (:func:`async_busy_bounded`); 1 when the run logs
+    neither (never idle: an upper bound too).
+
+    DOMAIN.md's throughput part T_thr is generation at full concurrency, its tail T_tail the
+    time fewer and fewer sequences run while the rest of the pool waits. verl's occupancy share
+    ``dynamic_resource/rollout_resource_utilization``, sum dt min(1, active / capacity) capacity
+    over sum dt capacity, times the version's time is the pool's work at full concurrency: T_thr
+    as the async step T = max(T_thr n/n_r, T_t n/n_t) asks for it. (It weighs slot-seconds, and
+    a decode step with fewer sequences is shorter, so it reads low where the pool runs part-empty:
+    ``sample_traces/README.md``'s known gap.) verl's idle ratio is by time: the pool is active
+    from the version's start until it has paused and drained, so 1 - idle ratio is T_thr plus
+    that drain, a tail in DOMAIN's sense counted as busy. It is not reduced by the measured tail
+    share f (T_thr = busy (1 - f)): f is the tail of a batch generated at once, while the pool
+    drains only in a version where the staleness limit stopped it, and no longer than its last
+    samples take. In a version it never paused (idle 0: rollout is the bottleneck) there is no
+    drain, and subtracting f would shrink T_thr just where rollout needs more GPUs; the drain's
+    part-occupancy work is not zero either.
 
     A trajectory's finish time counts from the earliest submit of the batch it joined, which
     under async streaming reaches back over earlier steps, so finish times cannot give it.
     """
-    if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
-        return pd.Series(1.0, index=steps.index)
-    # a step without the ratio takes its neighbours' (the last one logged, else the next)
-    return 1.0 - steps[ROLLOUTER_IDLE].ffill().bfill()
+    share = pd.Series(float("nan"), index=steps.index)
+    if ROLLOUT_UTILIZATION in steps:
+        share = steps[ROLLOUT_UTILIZATION].astype(float)
+    if ROLLOUTER_IDLE in steps:
+        share = share.fillna(1.0 - steps[ROLLOUTER_IDLE].astype(float))
+    # a step with neither takes its neighbours' (the last one logged, else the next)
+    return share.ffill().bfill().fillna(1.0)
+
+
+def async_busy_bounded(steps: pd.DataFrame) -> bool:
+    """Whether :func:`async_busy_share` is an upper bound on some step: one with the rollouter's
+    idle ratio but no occupancy share (verl before 0.9.1), whose busy time counts the pool's
+    draining tail as busy."""
+    if ROLLOUTER_IDLE not in steps:
+        return False
+    utilization = steps[ROLLOUT_UTILIZATION] if ROLLOUT_UTILIZATION in steps else pd.Series(dtype=float)
+    return bool((steps[ROLLOUTER_IDLE].notna() & utilization.reindex(steps.index).isna()).any())
 
 
 def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
     """Why an async run on separate pools has no what-if model, or None if it has one.
 
-    Its rollout pool's busy time comes only from verl's rollouter idle ratio (the fully async
-    trainer logs it; the v1 ``separate_async`` trainer does not): the trainer's ``gen`` timer is
-    its wait for samples, and finish times reach back over earlier steps. Assuming the pool
+    Its rollout pool's busy time comes only from verl's rollouter occupancy share or idle ratio
+    (the fully async trainer logs them; the v1 ``separate_async`` trainer does not): the
+    trainer's ``gen`` timer is its wait for samples, and finish times reach back over earlier
+    steps. Assuming the pool
     busy the whole step would make rollout the bottleneck of every such run, and every split
     advice a move towards it; the pools' sizes are needed to scale either side.
     """
@@ -302,10 +345,10 @@ def unmodelled(facts: RunFacts, steps: pd.DataFrame) -> str | None:
         return "an async run on separate pools needs 2 GPUs or more, but meta.json's gpu.count is 1"
     if not facts.is_pooled:
         return "the what-if of an async run on separate pools needs its rollout:train split, meta.json's split"
-    if ROLLOUTER_IDLE not in steps or steps[ROLLOUTER_IDLE].isna().all():
+    if not any(k in steps and steps[k].notna().any() for k in (ROLLOUT_UTILIZATION, ROLLOUTER_IDLE)):
         return (
-            f"the what-if of an async run on separate pools needs the rollout pool's busy time, {ROLLOUTER_IDLE}, which verl's "
-            "fully async trainer logs: the trainer's gen timer is only its wait for samples"
+            f"the what-if of an async run on separate pools needs the rollout pool's busy time, {ROLLOUT_UTILIZATION} or "
+            f"{ROLLOUTER_IDLE}, which verl's fully async trainer logs: the trainer's gen timer is only its wait for samples"
         )
     return None
 
@@ -330,9 +373,10 @@ def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.
     when pooled), before scaling to all GPUs.
 
     - Separate pools: the pool's busy time, :func:`async_busy_share` x step, from verl's
-      rollouter idle ratio (a run without it has no model: :func:`unmodelled`). Their trainer's
-      ``gen`` timer is its wait for samples (verl: ``trainer/idle_ratio = gen / step``), not the
-      pool's time, and finish times reach back over earlier steps.
+      rollouter occupancy share, else its idle ratio (a run with neither has no model:
+      :func:`unmodelled`). Their trainer's ``gen`` timer is its wait for samples (verl:
+      ``trainer/idle_ratio = gen / step``), not the pool's time, and finish times reach back
+      over earlier steps.
     - Shared GPUs (verl's ``colocate_async``): the engines generate while the step waits in
       ``gen``, so as for a synchronous run, the ``gen`` timer less the tail share f of that step
       (``tail_shares``), at most the step; a step without a gen timer takes the whole step.
@@ -436,6 +480,7 @@ def analyze(
         overlap_bound(*sides_now(model, n_r, n_t, current)),
         float(recent(anatomy.seconds["step"]).mean()),
         shared=facts.shares_gpus,
+        busy_upper_bound=facts.kind == "async_streaming" and not facts.shares_gpus and async_busy_bounded(frames.steps),
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
     result.findings.extend(_findings(result, longtail.tail_share, tail_estimated=longtail.estimated))
@@ -470,9 +515,11 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "step_measured_s": r.step_measured_s,
                         "step_best_s": best["step_s"],
                         "speedup": now / best["step_s"],
+                        "busy_upper_bound": r.busy_upper_bound,
                     },
                     f"move {abs(k)} GPUs from {src} to {dst}: the model predicts {fmt_seconds(best['step_s'])} s a step, against "
-                    f"{fmt_seconds(now)} s modelled for {r.n_rollout}:{r.n_train}{measured}",
+                    f"{fmt_seconds(now)} s modelled for {r.n_rollout}:{r.n_train}{measured}"
+                    + (f"; {BUSY_BOUND_NOTE}, which leans the best split to rollout" if r.busy_upper_bound else ""),
                 )
             )
     if r.current == "separated_sync" and r.n_rollout is not None:

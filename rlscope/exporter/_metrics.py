@@ -239,8 +239,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_recommended_gpus",
         "gauge",
         "Rollout:train split that the topology model predicts to give the shortest step for this run's topology, "
-        "for separate pools whose sizes meta.json's split states (not an async run without verl's rollouter idle "
-        "ratio, which has no model); the configured split when a move would shorten the step by less than 5%.",
+        "for separate pools whose sizes meta.json's split states (not an async run without its rollout pool's busy "
+        "time, verl's occupancy share or rollouter idle ratio, which has no model); the configured split when a move "
+        "would shorten the step by less than 5%.",
         ("role",),
     ),
     MetricSpec(

@@ -227,6 +227,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "current": d.topology.current,
             "shared": d.topology.shared,
             "missing": d.topology.missing,
+            "busy_upper_bound": d.topology.busy_upper_bound,
             # GPU counts as whole numbers (null for colocated), as in best_topology
             "what_if": d.topology.what_if.astype({"n_rollout": "Int64", "n_train": "Int64"}),
             "async_speedup": d.topology.async_speedup,

@@ -884,6 +884,7 @@ class _AsyncRun(_Flight):
         self.in_flight = 0  # trajectories submitted and not finished
         self.window = 0.0  # the current step's window opened (flight clock)
         self.window_busy = 0.0
+        self.idle_at: float | None = None  # when the pool last drained to nothing in flight, this window
         self.pending: tuple | None = None  # the step being trained
         self.records: list[_StepRecord] = []
 
@@ -911,6 +912,13 @@ class _AsyncRun(_Flight):
             self.ready.append(g)
             self._maybe_train(t)
         self._refill(t)
+        self._mark_idle(t)
+
+    def _mark_idle(self, t: float) -> None:
+        """verl's idle_start_time: the rollouter, stopped by its staleness limit, has drained every
+        trajectory it had in flight (decoding, waiting for a tool, or held by a weight sync)."""
+        if self.in_flight == 0:
+            self.idle_at = t
 
     def _maybe_train(self, t: float) -> None:
         sc, B = self.sc, self.sc.batch_size
@@ -961,8 +969,15 @@ class _AsyncRun(_Flight):
             mfu,
             _counterfactual(sc, batch, k - 1),
         )
+        # verl 0.9.1's reset_staleness(): the rollouter is active by time from the version's start
+        # until it drained (all of it when it never did), and its occupancy share weighs each
+        # moment by how many of its slots decode
+        active = span if self.idle_at is None else self.idle_at - self.window
         rec.extra["fully_async/trainer/idle_ratio"] = wait / span
-        rec.extra["fully_async/rollouter/idle_ratio"] = 1.0 - busy / (self.cluster.slots * sc.n_engines * span)
+        rec.extra["fully_async/rollouter/active_time"] = active
+        rec.extra["fully_async/rollouter/version_time"] = span
+        rec.extra["fully_async/rollouter/idle_ratio"] = 1.0 - active / span
+        rec.extra["dynamic_resource/rollout_resource_utilization"] = busy / (self.cluster.slots * sc.n_engines * span)
         self.records.append(rec)
         self.pending = None
         self.version += 1
@@ -970,8 +985,10 @@ class _AsyncRun(_Flight):
         self.cluster.set_context(_context(sc, self.version))
         self.cluster.resume(t, self.admitted)
         self.done = len(self.records) >= self.steps
+        self.idle_at = None
         self._refill(t)
         self._maybe_train(t)
+        self._mark_idle(t)
 
 
 def _concat(batches: Sequence[_Batch]) -> _Batch:
