@@ -9,9 +9,10 @@ are kept only for the most recent ``window`` steps; the analyzers run on that wi
 page asks and something changed, and on the whole run only when the user asks.
 
 A run directory that is empty, lacks ``meta.json`` or some tables is not an error: the view
-says what is missing and picks the data up once it appears. Rows that arrive for a step
-already more than ``window`` steps old replace that step's aggregates with what they alone
-say (a live writer does not do that).
+says what is missing and picks the data up once it appears. Rows that arrive for a step that
+already left the window (a slow writer's flush, a worker's last samples, a late validation
+record) come with all of that step's rows, read again from disk for that step alone, so its
+aggregates are what a fresh load computes; a refresh without such rows reads nothing more.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
     last_attempt_rows,
     placed_step_rows,
-    training_attempts,
     usable_step_rows,
 )
 from rlscope.analyzers.staleness import verl_lags
@@ -169,7 +169,6 @@ class LiveRun:
         self._watch: dict[str, _Watch] = {}
         self._loaded = False
         self._steps: list[int] = []  # every step seen, sorted
-        self._attempt: dict[int, int] = {}  # step -> its training attempt (training_attempts), past the window too
         self._logprob_attempt: dict[int, int] = {}  # step -> attempt of its histograms in ``logprob``
         # step -> attempt of the rows held in the window (each step's highest so far), per table
         self._held: dict[str, dict[int, int]] = {"trajectories": {}, "logprob": {}}
@@ -278,7 +277,7 @@ class LiveRun:
             batch = {t: reader.read_new(t, self._cursor, _COLUMNS[t]) for t in _COLUMNS if self._changed(t)}
             changed = any(t.num_rows for t in batch.values())
             if changed:
-                self._absorb(batch)
+                self._absorb(self._whole_late_steps(batch))
         self.problem = None if self._steps or self._gpu_parts else "no steps recorded yet"
         if changed:
             self.version += 1
@@ -363,9 +362,8 @@ class LiveRun:
             except (OSError, pa.ArrowInvalid):
                 pass
             # a segment whose data does not read: the reader leaves it out with a warning, and so
-            # does the rest of this load. It stays seen: rows of it that an earlier chunk read are
-            # not read twice, nor are rows of steps past the window folded in late; a dashboard
-            # started again reads it if it reads by then
+            # does the rest of this load. It stays seen, so rows of it that an earlier chunk read
+            # are not read twice; a dashboard started again reads it if it reads by then
             data, left_out = reader.read_available(table, columns, filter=where, segments=present[table])
             if left_out:
                 present[table] = [s for s in present[table] if s.path not in left_out]
@@ -396,6 +394,35 @@ class LiveRun:
         return changed
 
     # -- folding new rows in -------------------------------------------------------------
+
+    def _whole_late_steps(self, batch: dict[str, pa.Table]) -> dict[str, pa.Table]:
+        """``batch`` with the rows of steps that already left the window replaced by all their rows
+        on disk (every step table, read with a filter on those steps only).
+
+        The window no longer holds such a step's other rows, and aggregates redone from the late
+        ones alone (a slow writer's flush, a worker's last samples, a late validation record)
+        would replace the step's right ones. A live writer rarely writes behind the window, so
+        the common refresh reads nothing more.
+        """
+        if len(self._steps) < self.window:
+            return batch
+        horizon = self._steps[-self.window]
+        late: set[int] = set()
+        for table in _STEP_TABLES:
+            if table in batch and batch[table].num_rows:
+                late.update(s for s in pc.unique(batch[table].column("step")).to_pylist() if s < horizon)
+        if not late:
+            return batch
+        assert self._reader is not None
+        steps = pa.array(sorted(late), pa.int64())
+        out = dict(batch)
+        for table in _STEP_TABLES:
+            whole = self._reader.read(table, _COLUMNS[table], filter=pc.field("step").isin(steps))
+            rows = batch.get(table)
+            if rows is not None and rows.num_rows:
+                whole = pa.concat_tables([rows.filter(pc.invert(pc.is_in(rows.column("step"), steps))), whole])
+            out[table] = whole
+        return out
 
     def _absorb(self, batch: dict[str, pa.Table]) -> None:
         frames = {t: batch[t].to_pandas() for t in batch if batch[t].num_rows}
@@ -447,14 +474,11 @@ class LiveRun:
         plus the new ones, placed by ``placed_step_rows`` as ``wide_steps`` places a whole run's
         (a resumed run's record that trains nothing keeps the step's training)."""
         long = usable_step_rows(long.assign(attempt=long["attempt"].fillna(0).astype("int64")))
-        floor = long["step"].map(self._attempt)  # a step past the window: its rows are gone, not its attempt
-        long = long[~(long["attempt"] < floor)]
-        if long.empty:  # no row that says anything, or only a redone training's, late: no attempt either
+        if long.empty:  # no row that says anything: no attempt either
             return
         held = self._placed["step"].isin(long["step"].unique())
         placed = placed_step_rows(pd.concat([self._placed[held], long]) if held.any() else long)
         self._placed = pd.concat([self._placed[~held], placed]) if len(self._placed) else placed
-        self._attempt.update(training_attempts(placed).to_dict())
         new = placed.pivot(index="step", columns="key", values="value").astype(float)
         new.columns.name = None
         self._wide = _upsert(self._wide, new, new.index)
@@ -485,7 +509,8 @@ class LiveRun:
         self.logprob = _upsert(self.logprob, new, new.index)
 
     def _recompute(self, steps: list[int]) -> None:
-        """Per-step aggregates of ``steps`` from their rows (new rows are in the window until evicted)."""
+        """Per-step aggregates of ``steps`` from all their rows: the window's, and the new ones (a step
+        past the window comes whole, ``_whole_late_steps``), which stay in the window until evicted."""
         wide = self._wide.reindex([s for s in steps if s in self._wide.index])
         traj = self._traj[self._traj.index.isin(steps)]
         frames = RunFrames(wide, traj.reset_index(drop=True), self.meta)
@@ -504,10 +529,7 @@ class LiveRun:
         verl = verl_lags(wide)
         if len(verl.columns):
             self.verl_lags = _upsert(self.verl_lags, verl, wide.index)
-        lengths = _lengths(traj, wide)
-        horizon = self._steps[-self.window] if len(self._steps) >= self.window else -math.inf
-        window = {s for s in steps if s >= horizon}  # a step whose rows left the window keeps what it had
-        self.lengths = _upsert(self.lengths, lengths, window | set(lengths.index))
+        self.lengths = _upsert(self.lengths, _lengths(traj, wide), steps)
         if not traj.empty:
             self.engines = _upsert(self.engines, _engine_loads(traj), steps)
             self.lags = _upsert(self.lags, _lag_counts(traj), steps)
@@ -526,7 +548,8 @@ class LiveRun:
         self._traj = self._traj[self._traj.index >= horizon]
         self._spans = self._spans[self._spans.index >= horizon]
         self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]
-        for attempts in self._held.values():  # a step's rows read after it left the window say alone
+        # a step read again after it left the window is read whole (_whole_late_steps): its attempts afresh
+        for attempts in (*self._held.values(), self._logprob_attempt):
             for step in [s for s in attempts if s < horizon]:
                 del attempts[step]
         cutoff = self._gpu_cutoff()

@@ -641,8 +641,8 @@ def test_a_segment_left_out_of_a_first_load_is_read_by_a_dashboard_started_again
     live = LiveRun(0, str(path), "run", window=3)
     assert live.refresh(force=True) and sorted(live._traj.index.unique()) == [2, 3]
     segment.write_bytes(good)
-    # folded in late, its rows would redo the aggregates of steps past the window from the window
-    # alone: this view keeps it left out, and one started again reads it
+    # the first view counted it as read (an earlier chunk may have taken rows of it): this view
+    # keeps it left out, and one started again reads it
     live.refresh(force=True)
     assert sorted(live._traj.index.unique()) == [2, 3]
     again = LiveRun(0, str(path), "run", window=3)
@@ -1370,8 +1370,8 @@ def test_a_refresh_keeps_each_step_s_highest_attempt_judging_only_its_new_rows(t
     assert fresh._traj.groupby(level="step")["traj_id"].apply(sorted).to_dict() == ids
 
 
-def test_rows_of_a_step_that_left_the_window_say_alone_whatever_its_attempt_was(tmp_path):
-    # the module's rule: late rows of a step older than the window replace its aggregates with what they say
+def test_a_crashed_attempts_late_row_of_a_step_past_the_window_changes_nothing(tmp_path):
+    # the step is read whole again: its last attempt's 3 samples, as a fresh load counts them
     run_dir = tmp_path / "run"
     live = LiveRun(0, str(run_dir), "run", window=2)
     with Recorder(str(run_dir), meta={"gpu": {"count": 8}}) as rec:
@@ -1382,4 +1382,49 @@ def test_rows_of_a_step_that_left_the_window_say_alone_whatever_its_attempt_was(
     with Recorder(str(run_dir)) as rec:
         rec.log_trajectories(1, [{"traj_id": "late", "finish_time": 2.0}], attempt=0)
     live.refresh(force=True)
-    assert live.tails["n"].to_dict() == {1: 1, 2: 3, 3: 3}
+    assert live.tails["n"].to_dict() == {1: 3, 2: 3, 3: 3}
+    fresh = LiveRun(0, str(run_dir), "run", window=2)
+    fresh.refresh(force=True)
+    pd.testing.assert_frame_equal(live.tails, fresh.tails, check_dtype=False)
+
+
+@pytest.mark.parametrize("late", ["validation", "trajectories", "both"])
+def test_late_rows_of_a_step_past_the_window_give_what_a_fresh_load_gives(tmp_path, monkeypatch, late):
+    reads: list[str] = []  # whole-table reads beside read_new: only for a step behind the window
+    original = RunReader.read
+    monkeypatch.setattr(
+        RunReader, "read", lambda self, table, *a, **k: reads.append(table) or original(self, table, *a, **k)
+    )
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run", window=3)
+    with Recorder(path, meta=META, flush_interval=3600) as rec:
+        for step in range(1, 7):
+            _log_step(rec, step)
+            rec.flush()
+            live.refresh(force=True)
+        assert sorted(live._traj.index.unique()) == [4, 5, 6] and reads == []  # step 1 left the window
+        if late in ("validation", "both"):  # a late validation record of step 1, timed
+            rec.log_step(1, {"val-core/acc": 0.5, "timing_s/testing": 4.0})
+        if late in ("trajectories", "both"):  # a worker's late samples of step 1: 2 more, slower, longer
+            rec.log_trajectories(
+                1,
+                [
+                    {"finish_time": 40.0 + i, "response_tokens": 5000, "engine": "engine-2", "data_source": "code"}
+                    for i in range(2)
+                ],
+            )
+        rec.flush()
+    assert live.refresh(force=True)
+    assert sorted(reads) == ["logprob", "spans", "steps", "trajectories"]  # step 1, read again once
+    fresh = LiveRun(0, str(path), "run", window=3)
+    fresh.refresh(force=True)
+    for name in (*AGGREGATES, "idle", "verl_lags", "_models"):
+        pd.testing.assert_frame_equal(getattr(live, name), getattr(fresh, name), check_dtype=False, obj=name)
+    # step 1 as the data says: 10 + 1 s of generation, 5 s of actor update, the late 4 s of validation;
+    # 18 samples when the late ones count
+    assert live.phases.loc[1, "gen"] == 11.0 and live.phases.loc[1, "update_actor"] == 5.0
+    assert live.phases.loc[1, "validation"] == (4.0 if late != "trajectories" else 0.0)
+    n = 18 if late != "validation" else 16
+    assert live.engines.loc[[1], "load"].sum() == sum(100 * (i + 1) for i in range(16)) + 5000 * (n - 16)
+    assert sorted(live._traj.index.unique()) == [4, 5, 6]  # its rows did not come back into the window
+    pd.testing.assert_frame_equal(live.splits(), fresh.splits(), check_dtype=False)
