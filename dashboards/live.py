@@ -186,7 +186,7 @@ class LiveRun:
         self.engines = pd.DataFrame()  # long: step, engine, load
         self.idle = pd.DataFrame()  # trainer, rollouter idle ratios
         self.lags = pd.DataFrame()  # long: step, lag, n, tokens
-        self.verl_lags = pd.DataFrame()  # mean, max: verl's own lag per step (trajectory_staleness_worst)
+        self.verl_lags = pd.DataFrame()  # verl's own lags per step (staleness.verl_lags)
         self.reward_steps = pd.DataFrame()  # rewards.analyze by_step
         self.reward_errors = pd.DataFrame()  # long: step, source, code, count
         self.logprob = pd.DataFrame()  # columns 0..bins-1: summed |delta| counts

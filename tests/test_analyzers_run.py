@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -883,6 +884,52 @@ def test_staleness_without_trainer_versions_takes_verl_s_own_per_step_lag(tmp_pa
     r = staleness.analyze(make_run(tmp_path / "m", {}, steps, dict.fromkeys(range(1, 5), measured)))
     assert r.source == "trajectories" and r.per_step["max"].tolist() == [6] * 4
     assert staleness.analyze(make_run(tmp_path / "none", {}, {1: {"timing_s/step": 1.0}})).source is None
+
+
+def test_verl_s_lags_against_the_oldest_and_newest_weights_fill_their_own_columns(tmp_path):
+    # verl 0.9.1's v1 trainer logs, over a step's samples, the lag behind the update taking them
+    # (version global_steps - 1) against the oldest weights that generated each, min_global_steps
+    # (trajectory_staleness_worst), and against the newest, max_global_steps (trajectory_staleness)
+    versions = {  # step (global_steps) -> each sample's (min_global_steps, max_global_steps)
+        3: [(0, 1), (1, 1), (2, 2)],
+        4: [(0, 2), (1, 3), (3, 3), (2, 3)],
+    }
+    steps = {}
+    for step, spans in versions.items():
+        first, last = np.array(spans).T
+        worst, end = (step - 1) - first, (step - 1) - last
+        steps[step] = {"timing_s/step": 10.0}
+        for name, lag in (("trajectory_staleness_worst", worst), ("trajectory_staleness", end)):
+            for stat in ("mean", "max", "min"):
+                steps[step][f"training/off_policy/{name}/{stat}"] = float(getattr(lag, stat)())
+    rows = [{"traj_id": "a", "policy_version_start": 0, "response_tokens": 10}]  # no trainer_version
+    r = staleness.analyze(make_run(tmp_path / "r", {}, steps, dict.fromkeys(versions, rows)))
+    assert r.source == "verl" and r.per_step.index.tolist() == [3, 4]
+    # step 3: worst lags 2, 1, 0; end lags 1, 1, 0. step 4: worst 3, 2, 0, 1; end 1, 0, 0, 0
+    per_step = r.per_step
+    assert per_step["mean"].tolist() == [1.0, 1.5] and per_step["max"].tolist() == [2, 3]
+    assert per_step["min"].tolist() == [0, 0]
+    assert per_step["end_mean"].tolist() == [pytest.approx(2 / 3), 0.25]
+    assert per_step["end_max"].tolist() == [1, 1] and per_step["end_min"].tolist() == [0, 0]
+    worst, end = "training/off_policy/trajectory_staleness_worst/", "training/off_policy/trajectory_staleness/"
+    assert r.verl_keys == {
+        **{stat: worst + stat for stat in ("mean", "max", "min")},
+        **{"end_" + stat: end + stat for stat in ("mean", "max", "min")},
+    }
+    assert staleness.recent_mean_lag(r) == 1.5  # the lag against the oldest weights, as samples measure it
+    # a log with only the lags against the newest weights: those, and no mean lag made of them
+    only_end = {s: {k: v for k, v in m.items() if not k.startswith(worst)} for s, m in steps.items()}
+    r = staleness.analyze(make_run(tmp_path / "end", {}, only_end, dict.fromkeys(versions, rows)))
+    assert r.source == "verl" and set(r.verl_keys) == {"end_mean", "end_max", "end_min"}
+    assert r.per_step["mean"].isna().all() and r.per_step["end_mean"].tolist() == [pytest.approx(2 / 3), 0.25]
+
+
+def test_staleness_per_step_min_from_the_samples_own_versions(tmp_path):
+    rows = [{"traj_id": str(i), "trainer_version": 9, "policy_version_start": v} for i, v in enumerate([3, 5, 8])]
+    r = staleness.analyze(make_run(tmp_path / "r", {}, {1: {"timing_s/step": 1.0}}, {1: rows}))
+    assert r.source == "trajectories" and r.verl_keys == {}
+    assert r.per_step.loc[1, ["min", "mean", "max"]].tolist() == [1, pytest.approx(11 / 3), 6]
+    assert r.per_step[["end_mean", "end_max", "end_min"]].isna().all().all()
 
 
 def test_a_synchronous_run_has_no_staleness_check(tmp_path):

@@ -115,11 +115,22 @@ def test_every_json_field_is_in_docs_diagnose_json_md(tmp_path, capsys):
         "training/rollout_probs_diff_std": 0.002,
         "training/off_policy/trajectory_staleness_worst/mean": 1.5,
         "training/off_policy/trajectory_staleness_worst/max": 3.0,
+        "training/off_policy/trajectory_staleness_worst/min": 0.0,
+        "training/off_policy/trajectory_staleness/mean": 0.5,
+        "training/off_policy/trajectory_staleness/max": 1.0,
+        "training/off_policy/trajectory_staleness/min": 0.0,
     }
     jsonl.write_text("".join(json.dumps({"step": s, "data": scalars}) + "\n" for s in range(1, 9)))
     docs = [_run_json(capsys, str(SAMPLES / s))[1] for s in ("agentic-failing-reward", "async-drift", "moe-mismatch")]
     docs.append(_run_json(capsys, str(jsonl), "--gpus", "8", "--gpu-type", "H100", "--active-params", "7e9")[1])
     assert docs[-1]["staleness"]["source"] == "verl" and docs[-1]["logprob_mismatch"]["source"] == "verl-scalars"
+    # each number verl gave, under its column, and which metric it came from
+    lags = docs[-1]["staleness"]
+    got = {c: lags["per_step"][-1][c] for c in ("mean", "max", "min", "end_mean", "end_max", "end_min")}
+    assert got == {"mean": 1.5, "max": 3.0, "min": 0.0, "end_mean": 0.5, "end_max": 1.0, "end_min": 0.0}
+    assert lags["verl_keys"]["min"] == "training/off_policy/trajectory_staleness_worst/min"
+    assert lags["verl_keys"]["end_mean"] == "training/off_policy/trajectory_staleness/mean"
+    assert docs[1]["staleness"]["source"] == "trajectories" and docs[1]["staleness"]["verl_keys"] == {}
 
     text = DOC.read_text()
     top = _table(_doc_part(text, "Top level"))

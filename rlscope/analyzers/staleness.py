@@ -42,15 +42,26 @@ from rlscope.analyzers._data import (
 )
 from rlscope.trace.reader import RunReader
 
-# verl's per-step lag of each sample behind the update taking it, against the oldest weights that
-# generated it: (global_steps - 1) - min_global_steps (v1 trainer_base._compute_metrics)
+# verl's v1 trainer (trainer_base._compute_metrics) logs the mean, max and min over a step's samples
+# of two lags behind the update taking them (version global_steps - 1): against the oldest weights
+# that generated a sample, (global_steps - 1) - min_global_steps, the lag rlscope measures from
+# policy_version_start; and against the newest, (global_steps - 1) - max_global_steps, which a
+# sample generated across weight syncs (partial rollout) has smaller
 VERL_WORST_LAG = "training/off_policy/trajectory_staleness_worst/"
+VERL_END_LAG = "training/off_policy/trajectory_staleness/"
+# verl's key -> the per-step column it fills
+VERL_LAG_COLUMNS: dict[str, str] = {
+    **{VERL_WORST_LAG + stat: stat for stat in ("mean", "max", "min")},
+    **{VERL_END_LAG + stat: "end_" + stat for stat in ("mean", "max", "min")},
+}
 
 # per-step quantiles of integer lags come from counting each lag when the (steps x lags) table of
 # counts has at most this many cells per lag counted, else from sorting
 _COUNTED_CELLS_PER_ROW = 4
 
 __all__ = [
+    "VERL_END_LAG",
+    "VERL_LAG_COLUMNS",
     "VERL_WORST_LAG",
     "DropBias",
     "ExpectedLag",
@@ -156,14 +167,16 @@ class StalenessResult:
     """Per-step lag distribution and, over the last quarter of steps, its link to length.
 
     ``per_step``: index step; ``n``, ``mean``, ``p50``, ``p90``, ``max`` (lag in versions; a
-    percentile is the smallest lag that share of samples is at or below) and ``over_threshold``
-    (share with lag > threshold). ``length_correlation``: Spearman rank correlation of lag
-    with response tokens. ``drop``: the length bias of dropping lag > threshold. ``expected``:
-    the ``s ~ floor((gen + wait) / T_sync)`` check, when samples are stale at all and their
-    submit and finish times and the step times are known. ``source``: ``trajectories`` (each
-    sample's versions), ``verl`` (no sample has a ``trainer_version``, so ``mean`` and ``max``
-    are verl's own ``training/off_policy/trajectory_staleness_worst/*`` per step, the same lag
-    against ``policy_version_start``, and the rest is unknown), or None when neither exists.
+    percentile is the smallest lag that share of samples is at or below), ``over_threshold``
+    (share with lag > threshold), ``min``, and ``end_mean``, ``end_max``, ``end_min``: the lag
+    behind the newest weights that generated a sample instead of the oldest, known from verl
+    only. ``length_correlation``: Spearman rank correlation of lag with response tokens.
+    ``drop``: the length bias of dropping lag > threshold. ``expected``: the
+    ``s ~ floor((gen + wait) / T_sync)`` check, when samples are stale at all and their submit
+    and finish times and the step times are known. ``source``: ``trajectories`` (each sample's
+    versions), ``verl`` (no sample has a ``trainer_version``: the columns in ``verl_keys`` are
+    verl's own per-step metrics, the rest is unknown), or None when neither exists.
+    ``verl_keys``: each per-step column taken from verl, with the verl metric it came from.
     """
 
     per_step: pd.DataFrame
@@ -172,6 +185,7 @@ class StalenessResult:
     findings: list[Finding] = field(default_factory=list)
     expected: ExpectedLag | None = None
     source: str | None = None
+    verl_keys: dict[str, str] = field(default_factory=dict)
 
 
 def recent_mean_lag(result: StalenessResult) -> float:
@@ -193,7 +207,7 @@ def _quantile(x: pd.Series | np.ndarray, q: float) -> float:
 
 
 def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> dict[str, np.ndarray]:
-    """step, n, mean, p50, p90, max and the share over ``threshold`` of each group's lags
+    """step, n, mean, p50, p90, max, the share over ``threshold`` and min of each group's lags
     (``lag`` in key order, no group empty)."""
     n = g.sizes
     low, high = np.minimum.reduceat(lag, g.starts), np.maximum.reduceat(lag, g.starts)
@@ -224,6 +238,7 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> dict[str, np.ndarra
         "p90": quantiles[:, 1],
         "max": high.astype(float),
         "over_threshold": np.add.reduceat((lag > threshold).view(np.uint8), g.starts, dtype=np.int64) / n,
+        "min": low.astype(float),
     }
 
 
@@ -242,7 +257,7 @@ def analyze(
         stated = off_policy_threshold(frames.meta)
         threshold = STALENESS_DROP_THRESHOLD if stated is None else stated
     traj = frames.trajectories
-    columns = ["n", "mean", "p50", "p90", "max", "over_threshold"]
+    columns = ["n", "mean", "p50", "p90", "max", "over_threshold", "min", "end_mean", "end_max", "end_min"]
     if traj.empty:
         return _from_verl(frames.steps, columns)
     g = traj.step_groups()
@@ -260,7 +275,8 @@ def analyze(
             parts.append(_per_step(group_rows(keys), lag, threshold))
     if not parts:
         return _from_verl(frames.steps, columns)
-    per_step = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in ["step", *columns]}).set_index("step")
+    per_step = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in parts[0]}).set_index("step")
+    per_step = per_step.reindex(columns=columns)  # the lags behind the newest weights: verl's only
     # the last quarter of steps: the tail of the step-sorted rows
     window = slice(int(g.starts[np.searchsorted(g.keys, recent(per_step).index[0])]), len(traj))
     window_lag = version[window] - start[window]
@@ -290,20 +306,21 @@ def analyze(
 
 
 def verl_lags(steps: pd.DataFrame) -> pd.DataFrame:
-    """verl's own per-step ``mean`` and ``max`` lag (``trajectory_staleness_worst``) from the wide
-    step metrics, for the steps that log either; no columns when the run logs neither."""
-    keys = {VERL_WORST_LAG + "mean": "mean", VERL_WORST_LAG + "max": "max"}
-    return steps[[k for k in keys if k in steps.columns]].rename(columns=keys).dropna(how="all")
+    """verl's own per-step lags from the wide step metrics, as the columns of
+    ``VERL_LAG_COLUMNS`` it logs, for the steps that log any; no columns when it logs none."""
+    keys = [k for k in VERL_LAG_COLUMNS if k in steps.columns]
+    return steps[keys].rename(columns=VERL_LAG_COLUMNS).dropna(how="all")
 
 
 def _from_verl(steps: pd.DataFrame, columns: list[str]) -> StalenessResult:
-    """Per-step mean and max lag from verl's own metrics, for runs whose samples carry no
-    ``trainer_version`` (the v1 trainer's async modes log them); empty without them too."""
+    """Per-step lags from verl's own metrics, for runs whose samples carry no ``trainer_version``
+    (the v1 trainer's async modes log them); empty without them too."""
     lags = verl_lags(steps)
-    if "mean" not in lags:
+    if lags.empty:
         return StalenessResult(pd.DataFrame(columns=columns), math.nan, None)
-    table = lags[lags["mean"].notna()].reindex(columns=columns).astype(float)
-    return StalenessResult(table.rename_axis("step"), math.nan, None, source="verl" if len(table) else None)
+    table = lags.reindex(columns=columns).astype(float).rename_axis("step")
+    taken = {column: key for key, column in VERL_LAG_COLUMNS.items() if column in lags}
+    return StalenessResult(table, math.nan, None, source="verl", verl_keys=taken)
 
 
 def sync_interval(anatomy: _anatomy.AnatomyResult) -> float:

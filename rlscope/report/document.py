@@ -241,6 +241,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
         },
         "staleness": {
             "source": d.staleness.source,
+            "verl_keys": d.staleness.verl_keys,
             "per_step": d.staleness.per_step,
             "length_correlation": d.staleness.length_correlation,
             "drop": None if d.staleness.drop is None else dataclasses.asdict(d.staleness.drop),
