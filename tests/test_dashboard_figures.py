@@ -1428,3 +1428,20 @@ def test_late_rows_of_a_step_past_the_window_give_what_a_fresh_load_gives(tmp_pa
     assert live.engines.loc[[1], "load"].sum() == sum(100 * (i + 1) for i in range(16)) + 5000 * (n - 16)
     assert sorted(live._traj.index.unique()) == [4, 5, 6]  # its rows did not come back into the window
     pd.testing.assert_frame_equal(live.splits(), fresh.splits(), check_dtype=False)
+
+
+def test_the_mfu_card_of_a_run_whose_critic_is_not_counted_says_it_is_a_lower_bound(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    # PPO, critic timed but of unknown size: gen 2N + update_actor 6N = 8 * 1e9 * 1000 / (10 s * 1e13) = 8%, at least
+    step = {"timing_s/gen": 4.0, "timing_s/values": 2.0, "timing_s/update_critic": 2.0, "timing_s/update_actor": 2.0}
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e13}}
+    path = tmp_path / "run"
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        rec.log_step(1, step | {"timing_s/step": 10.0, "perf/total_num_tokens": 1000.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    shown = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
+    assert shown["MFU (last step)"] == ">= 8.0%"
+    _, _, _, waterfall, *_ = overview._render([run], False)
+    assert "lower bound" in waterfall.layout.title.text and "critic" in waterfall.layout.title.text

@@ -74,6 +74,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     step_s = gen = tail = mfu = math.nan
     counts = "-"
     timed = tailed = rated = found_in = ""
+    bounded = d is not None and bool(d.mfu.uncounted)  # a timed critic of unknown size counts no FLOPs
     if d is not None:
         timed, tailed, rated = _last(d.anatomy.seconds), _last(d.longtail.per_step), _last(d.mfu.per_step)
         found_in = f" ({_last_steps(min(run.n_steps, run.window))})"
@@ -93,7 +94,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         _card(f"step time{timed}", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
         _card(f"generation / step{timed}", _number(gen, ".0%")),
         _card(f"tail share{tailed}", _number(tail, ".0%")),
-        _card(f"MFU{rated}", _number(mfu, ".1%")),
+        _card(f"MFU{rated}", (">= " if bounded and math.isfinite(mfu) else "") + _number(mfu, ".1%")),
         _card(f"findings{found_in}", counts),
     ]
     return html.Div(cards, className="rls-cards")
@@ -117,7 +118,8 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
             waterfall = figures.mfu_waterfall(
                 d.mfu.waterfall,
                 d.mfu.mfu,
-                f"MFU waterfall (last quarter of the last {steps} steps)",
+                f"MFU waterfall (last quarter of the last {steps} steps)"
+                + ("; a lower bound: the critic is not counted" if d.mfu.uncounted else ""),
                 tail_estimated=d.mfu.tail_estimated,
             )
     else:
