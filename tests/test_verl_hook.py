@@ -1053,6 +1053,22 @@ def test_a_crashed_steps_samples_compacted_after_the_resumed_process_started_sti
     assert sorted((r["step"], r["attempt"]) for r in traj) == [(1, 0)] * 2 + [(2, 0)] * 3 + [(2, 1)]
 
 
+def test_the_driver_writes_its_jobs_start_without_waiting_for_the_next_flush(tmp_path):
+    # a worker Ray restarts in the job's first step judges its siblings' samples by it
+    from rlscope.trace.recorder import Recorder
+
+    hook = Hook(str(tmp_path / "run"))
+    hook._recorder = Recorder(str(tmp_path / "run"), flush_interval=3600)
+    hook.log_job_start()
+    deadline = time.monotonic() + 10
+    while not list((tmp_path / "run" / "jobs").glob("part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert RunReader(str(tmp_path / "run")).read("jobs").num_rows == 1
+    finally:
+        hook._recorder.close()
+
+
 def _with_step_7(tmp_path: Path) -> Path:
     """A run an earlier process logged step 7 of (attempt 0): a resumed process redoes it as attempt 1."""
     run = tmp_path / "run"

@@ -253,7 +253,10 @@ class Hook:
         called again) now; a worker process, which sets up no Tracking, records none."""
         with self._lock:
             when, self._job_from = self._job_from, None
-        self.recorder().log_job_start(time.time() if when is None else when)
+        rec = self.recorder()
+        rec.log_job_start(time.time() if when is None else when)
+        # written now, not at the next flush: other processes of the run judge by it
+        rec.flush(0)
 
     def flush(self, timeout: float = 10.0) -> None:
         """Write what was logged, trajectories held for the steps on disk among it (waiting up
