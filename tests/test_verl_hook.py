@@ -859,7 +859,7 @@ def test_a_bad_gpu_interval_turns_off_sampling_only(tmp_path, monkeypatch, caplo
 
 def test_a_slow_read_of_the_steps_on_disk_is_a_fault_that_says_so(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(hook_state, "RESUME_WAIT", 0.05)
-    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda _run_dir, _before: time.sleep(0.5) or {})
+    monkeypatch.setattr(hook_state, "_attempts_on_disk", lambda *_: time.sleep(0.5) or {})
     hook = Hook(str(tmp_path / "run"))
     hook.on_log(1, {"timing_s/step": 1.0})
     hook.flush()
@@ -868,7 +868,7 @@ def test_a_slow_read_of_the_steps_on_disk_is_a_fault_that_says_so(tmp_path, monk
 
 
 def test_a_failing_read_of_the_steps_on_disk_is_a_fault_naming_its_error(tmp_path, monkeypatch, caplog):
-    def unreachable(_run_dir, _before):
+    def unreachable(*_):
         raise TimeoutError("connect to s3 timed out after 60 s")
 
     monkeypatch.setattr(hook_state, "_attempts_on_disk", unreachable)
@@ -1051,6 +1051,168 @@ def test_a_crashed_steps_samples_compacted_after_the_resumed_process_started_sti
     resumed.flush()
     traj = RunReader(str(run)).read("trajectories", ["step", "attempt"]).to_pylist()
     assert sorted((r["step"], r["attempt"]) for r in traj) == [(1, 0)] * 2 + [(2, 0)] * 3 + [(2, 1)]
+
+
+@pytest.fixture
+def segment_clock(monkeypatch):
+    """The clock segments are named with (store.segment_name), set by the test: its segments are
+    then written where it says, before or after a process's start or a job's, whatever the real
+    clock does. Starts an hour ago, so that job starts at its times are in the past."""
+    from types import SimpleNamespace
+
+    from rlscope.trace import store
+
+    clock = {"now": time.time() - 3600}
+    monkeypatch.setattr(store, "time", SimpleNamespace(time=time.time, time_ns=lambda: int(clock["now"] * 1e9)))
+    return clock
+
+
+def _job_started(run: Path, when: float) -> None:
+    """A job's driver records its start, at ``when``, on disk."""
+    from rlscope.trace.recorder import Recorder
+
+    with Recorder(str(run)) as rec:
+        rec.log_job_start(when)
+
+
+def _process(run: Path, started: float) -> Hook:
+    """A process of the run that started at ``started``."""
+    hook = Hook(str(run))
+    hook._started = hook._job_from = started
+    return hook
+
+
+def _read(hook: Hook, *, starts_job: bool = False, restarted: bool = False, monkeypatch) -> None:
+    """The process reads the steps on disk now; ``restarted``: as a Ray actor Ray restarted."""
+    with monkeypatch.context() as patch:
+        patch.setattr(hook_state, "_restarted_by_ray", lambda: restarted)
+        hook.read_prior_steps(starts_job=starts_job)
+        hook._on_disk.result(10)
+
+
+def _attempts(run: Path, table: str = "trajectories") -> list[tuple[int, int]]:
+    return sorted((r["step"], r["attempt"]) for r in RunReader(str(run)).read(table, ["step", "attempt"]).to_pylist())
+
+
+def test_a_worker_ray_restarts_mid_step_files_the_step_as_its_siblings_do(tmp_path, segment_clock, monkeypatch):
+    # one job, started at t: its driver logs step 1; in step 2 an agent-loop worker dies after its
+    # siblings wrote their step-2 samples, and Ray restarts it: its samples are the same attempt's (0)
+    run, t = tmp_path / "run", segment_clock["now"]
+    _job_started(run, t)
+    driver, sibling = _process(run, t), _process(run, t + 1)
+    segment_clock["now"] = t + 10
+    sibling.log_trajectories(1, _finished([1.0, 2.0]))
+    sibling.flush()
+    driver.on_log(1, {"timing_s/step": 1.0})
+    driver.flush()
+    segment_clock["now"] = t + 20
+    sibling.log_trajectories(2, _finished([1.0, 2.0]))
+    sibling.flush()
+    restarted = _process(run, t + 30)  # Ray's new process for the worker
+    _read(restarted, restarted=True, monkeypatch=monkeypatch)
+    segment_clock["now"] = t + 40
+    restarted.log_trajectories(2, _finished([3.0]))
+    restarted.flush()
+    assert _attempts(run) == [(1, 0)] * 2 + [(2, 0)] * 3
+    assert longtail.analyze(str(run)).per_step["n"].to_dict() == {1: 2, 2: 3}  # none of step 2's dropped
+
+
+def test_a_resumed_job_redoes_its_crashed_step_as_the_next_attempt_in_every_process(
+    tmp_path, segment_clock, monkeypatch
+):
+    # job 1 (at t) logs step 1 and crashes in step 2, its samples written; job 2 (at t + 100)
+    # resumes from step 1's checkpoint and redoes step 2: attempt 1 in its driver (even one Ray
+    # restarted: it reads before it logs its job's start), in a worker that started with it, and
+    # in a worker Ray restarts after that worker wrote its step-2 samples
+    run, t = tmp_path / "run", segment_clock["now"]
+    _job_started(run, t)
+    crashed = _process(run, t)
+    segment_clock["now"] = t + 10
+    crashed.log_trajectories(1, _finished([1.0, 2.0]))
+    crashed.on_log(1, {"timing_s/step": 1.0})
+    crashed.flush()
+    segment_clock["now"] = t + 20
+    crashed.log_trajectories(2, _finished([1.0, 2.0, 3.0]))  # the crash: step 2 never logged
+    crashed.flush()
+    driver, worker = _process(run, t + 100), _process(run, t + 101)
+    _read(driver, starts_job=True, restarted=True, monkeypatch=monkeypatch)
+    segment_clock["now"] = t + 110
+    driver.log_job_start()
+    driver.flush()
+    _read(worker, monkeypatch=monkeypatch)
+    segment_clock["now"] = t + 120
+    worker.log_trajectories(2, _finished([5.0, 6.0]))
+    worker.flush()
+    restarted = _process(run, t + 130)
+    _read(restarted, restarted=True, monkeypatch=monkeypatch)
+    segment_clock["now"] = t + 140
+    restarted.log_trajectories(2, _finished([7.0]))
+    restarted.flush()
+    driver.on_log(2, {"timing_s/step": 1.0})
+    driver.flush()
+    assert _attempts(run) == [(1, 0)] * 2 + [(2, 0)] * 3 + [(2, 1)] * 3
+    assert sorted(set(_attempts(run, "steps"))) == [(1, 0), (2, 1)]
+    assert longtail.analyze(str(run)).per_step["n"].to_dict() == {1: 2, 2: 3}  # the redo's own three
+
+
+def test_a_new_jobs_worker_reading_before_its_jobs_start_is_on_disk_counts_the_crashed_step(
+    tmp_path, segment_clock, monkeypatch
+):
+    # job 1 (at t) crashed in step 2 after writing its samples; job 2's worker, started at t + 100,
+    # reads before job 2's driver has written its start: the crashed step's samples still count
+    run, t = tmp_path / "run", segment_clock["now"]
+    _job_started(run, t)
+    crashed = _process(run, t)
+    segment_clock["now"] = t + 20
+    crashed.log_trajectories(2, _finished([1.0, 2.0]))
+    crashed.flush()
+    worker = _process(run, t + 100)
+    _read(worker, monkeypatch=monkeypatch)
+    segment_clock["now"] = t + 120
+    worker.log_trajectories(2, _finished([5.0]))
+    worker.flush()
+    assert _attempts(run) == [(2, 0)] * 2 + [(2, 1)]
+
+
+def test_a_worker_ray_cannot_say_was_restarted_is_judged_by_its_own_start(tmp_path, segment_clock, monkeypatch):
+    run, t = tmp_path / "run", segment_clock["now"]
+    _job_started(run, t)
+    crashed = _process(run, t)
+    segment_clock["now"] = t + 20
+    crashed.log_trajectories(2, _finished([1.0]))
+    crashed.flush()
+    _job_started(run, t + 100)
+
+    def unreachable() -> bool:
+        raise ConnectionError("GCS unreachable")
+
+    monkeypatch.setattr(hook_state, "_restarted_by_ray", unreachable)
+    worker = _process(run, t + 101)
+    worker.read_prior_steps()
+    worker._on_disk.result(10)
+    worker.log_trajectories(2, _finished([5.0]))
+    worker.flush()
+    assert worker.faults == {"resume": 1} and _attempts(run) == [(2, 0), (2, 1)]
+
+
+def test_outside_a_ray_actor_no_process_is_restarted_by_ray():
+    assert hook_state._restarted_by_ray() is False
+
+
+def test_the_driver_writes_its_jobs_start_without_waiting_for_the_next_flush(tmp_path):
+    # a worker Ray restarts in the job's first step judges its siblings' samples by it
+    from rlscope.trace.recorder import Recorder
+
+    hook = Hook(str(tmp_path / "run"))
+    hook._recorder = Recorder(str(tmp_path / "run"), flush_interval=3600)
+    hook.log_job_start()
+    deadline = time.monotonic() + 10
+    while not list((tmp_path / "run" / "jobs").glob("part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert RunReader(str(tmp_path / "run")).read("jobs").num_rows == 1
+    finally:
+        hook._recorder.close()
 
 
 def _with_step_7(tmp_path: Path) -> Path:

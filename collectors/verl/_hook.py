@@ -75,17 +75,25 @@ ENV_EXPORT_HOST = "RLSCOPE_EXPORT_HOST"
 _ROLES = {"gen": "rollout", "reward": "reward"}
 
 
-def _attempts_on_disk(run_dir: str, before: float) -> dict[int, int]:
+def _attempts_on_disk(run_dir: str, before: float, by_job: bool = False) -> dict[int, int]:
     """Each step earlier processes of the run logged, with the highest attempt it was logged
     under: the ``steps`` table's, and the steps beyond them whose trajectories a process that
     crashed mid-step wrote (segments written before ``before``, this process's start, so that
-    no other process of this job counts; a compacted one by the segments it merged)."""
+    no other process of this job counts; a compacted one by the segments it merged).
+
+    ``by_job``: this process was restarted within its job (a Ray actor restart), after its
+    siblings wrote samples of the step it was restarted in; segments count when written before
+    the latest job start on disk instead, which is its own job's (see :meth:`Hook.log_job_start`),
+    or before ``before`` when no job start is on disk."""
     try:
         reader = RunReader(run_dir, require_meta=False)
         steps = reader.read("steps", ["step", "attempt"]).to_pandas()
+        jobs = reader.read("jobs", ["time"]).column("time") if by_job else None
     except RunDirError:  # a new run: nothing on disk yet
         return {}
     out = {int(k): int(v) for k, v in steps["attempt"].fillna(0).groupby(steps["step"]).max().items()}
+    if jobs is not None and len(jobs):
+        before = pc.max(jobs).as_py()
     # a compacted segment is named when compacted: its rows were written when its origins were
     earlier = [
         s for s in reader.segments("trajectories") if max(segment_written_ns(n) for n, _ in s.origins) < before * 1e9
@@ -95,6 +103,16 @@ def _attempts_on_disk(run_dir: str, before: float) -> dict[int, int]:
         tail = reader.read("trajectories", ["step", "attempt"], filter=beyond, segments=earlier).to_pandas()
         out.update({int(k): int(v) for k, v in tail["attempt"].fillna(0).groupby(tail["step"]).max().items()})
     return out
+
+
+def _restarted_by_ray() -> bool:
+    """Whether this process is a Ray actor that Ray restarted (``max_restarts``) after its first
+    process died: it joins a job already under way. Ray is only looked at if already imported."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    context = ray.get_runtime_context()
+    return context.get_actor_id() is not None and bool(context.was_current_actor_reconstructed)
 
 
 def _in_background(fn: Any, *args: Any) -> Future:
@@ -253,7 +271,10 @@ class Hook:
         called again) now; a worker process, which sets up no Tracking, records none."""
         with self._lock:
             when, self._job_from = self._job_from, None
-        self.recorder().log_job_start(time.time() if when is None else when)
+        rec = self.recorder()
+        rec.log_job_start(time.time() if when is None else when)
+        # written now, not at the next flush: a worker Ray restarts in this job's first step reads it
+        rec.flush(0)
 
     def flush(self, timeout: float = 10.0) -> None:
         """Write what was logged, trajectories held for the steps on disk among it (waiting up
@@ -275,11 +296,23 @@ class Hook:
                 queue.popleft()
                 self.pending_dropped += 1
 
-    def read_prior_steps(self) -> None:
-        """Start reading, off the trainer's thread, the steps earlier processes of this run logged."""
+    def read_prior_steps(self, starts_job: bool = False) -> None:
+        """Start reading, off the trainer's thread, the steps earlier processes of this run logged.
+        ``starts_job``: this process starts a job (the driver, reading before it logs the job's
+        start), so its own start parts earlier jobs from its own, even if Ray restarted it."""
         with self._lock:
             if self._on_disk is None and self.run_dir is not None:
-                self._on_disk = _in_background(_attempts_on_disk, self.run_dir, self._started)
+                self._on_disk = _in_background(self._read_prior, starts_job)
+
+    def _read_prior(self, starts_job: bool) -> dict[int, int]:
+        """The steps earlier jobs logged, for :meth:`read_prior_steps` (on its thread)."""
+        restarted = False
+        if not starts_job:
+            try:
+                restarted = _restarted_by_ray()
+            except Exception as exc:  # noqa: BLE001 - Ray cannot tell: judged by this process's start
+                self.fault("resume", exc)
+        return _attempts_on_disk(self.run_dir, self._started, restarted)
 
     def _settle_prior(self, wait: float) -> dict[int, int] | None:
         """The steps earlier processes logged, waiting for their read at most ``wait`` seconds;

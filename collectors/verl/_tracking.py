@@ -31,7 +31,7 @@ def _after_log(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
 
 def _after_init(hook: Hook, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     try:
-        hook.read_prior_steps()  # a resumed run: which steps are already on disk, read before the first log
+        hook.read_prior_steps(starts_job=True)  # a resumed run: which steps are already on disk, before the first log
         config = kwargs["config"] if "config" in kwargs else (args[3] if len(args) > 3 else None)
         if isinstance(config, Mapping):
             hook.update_meta(meta_from_config(config))
