@@ -6,7 +6,8 @@ window since the last sync under the new version (``_fit_update_weights``, the d
 ``reset_staleness``), then validation when due, then the ``MetricsAggregator``'s record of the
 micro-steps added so far (``_fit_log_aggregated_training_metrics``), and only then this
 update's metrics join the aggregator (``_fit_postprocess_step``). When the queue ends, ``fit``
-syncs once more and logs the rest, unless the last version was just validated.
+syncs once more and logs the rest when it ends right after a sync of a version ``test_freq`` does
+not divide (``current_param_version % test_freq != 0``: never for ``test_freq=-1``).
 
 Each update times its training compute and allocation (``_record_train_resource_utilization``),
 so the aggregator's record repeats the rollouter window's
@@ -85,7 +86,7 @@ def fully_async_records(updates: int, *, sync_every: int = 1, test_freq: int = 2
         nonlocal micro
         window = rollouter_window(version, last=last)
         records.append((version, window))
-        if version % test_freq == 0 and not last:
+        if test_freq > 0 and version % test_freq == 0 and not last:  # _fit_validate
             records.append((version, {"rollouter/validate_time": 3.0, "val-core/acc": 0.01 * version}))
         if micro:
             records.append((version, aggregated(micro, window["dynamic_resource/rollout_resource_utilization"])))
