@@ -57,6 +57,7 @@ __all__ = [
     "STAGE_PHASES",
     "STEP_TIMER",
     "SUBSTAGES",
+    "TRAINED_FROM_KEY",
     "canonical",
     "canonical_metric",
     "is_substage",

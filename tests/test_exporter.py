@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from fully_async_log import fully_async_records, update_metrics
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,6 +38,7 @@ from rlscope.advice.thresholds import (
 )
 from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
+from rlscope.collectors.verl._hook import Hook
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
 from rlscope.exporter._state import _SourceRewards
@@ -606,6 +608,39 @@ def test_a_late_record_of_the_step_before_is_no_resume(tmp_path):
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     # from step 19 on: the window 15-19 holds 45 zeros of 50 scored (90%) against steps 1-14, half zeros
     assert [s for s, a in enumerate(alerting, 1) if a] == list(range(19, 31))
+
+
+def test_a_fully_async_run_s_late_training_records_are_no_resume(tmp_path):
+    # verl's fully async trainer, through the hook: each sync logs the rollouter's window of
+    # update k (with update k's log-prob deltas) under step k, then update k-1's training record,
+    # which the hook files under step k-1 (fully_async_log). No resume: the last step stays k,
+    # the histogram of step k stays served, and the timers served are the newest update's
+    path = tmp_path / "run"
+    hook = Hook(str(path))
+    registry, _ = _registry(path)
+    last, stamps, p50, step_s, expected = [], [], [], [], []
+    trained: list[int] = []
+    for step, data in fully_async_records(6):
+        if "fully_async/rollouter/idle_ratio" in data:  # the sync after update ``step``
+            hook.add_logprob(np.full(1000, 0.0013), 0.01)
+        hook.on_log(step, data)
+        hook.flush()
+        if "training/global_step" in data:
+            trained.append(int(data["training/global_step"]))
+        # the newest update's step timer (updates are numbered from 1, as verl's global steps)
+        expected.append(update_metrics(trained[-1], 0)["timing_s/step"] if trained else None)
+        last.append(_value(registry, "rlscope_last_step"))
+        stamps.append(_value(registry, "rlscope_last_step_timestamp_seconds"))
+        p50.append(_value(registry, "rlscope_logprob_abs_delta", quantile="0.5"))
+        step_s.append(_value(registry, "rlscope_step_seconds", phase="step"))
+    logged = [step for step, _ in fully_async_records(6)]
+    assert last == [float(max(logged[: i + 1])) for i in range(len(logged))]
+    assert stamps == sorted(stamps)
+    assert [_bin(v) for v in p50] == [_bin(0.0013)] * len(logged)
+    assert step_s == expected and None not in expected[-3:]
+    assert _value(registry, "rlscope_step_median_seconds") == float(
+        np.median([update_metrics(u, 0)["timing_s/step"] for u in trained])
+    )
 
 
 def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):

@@ -529,6 +529,20 @@ def test_fully_async_training_records_go_under_their_update_not_the_next_sync(tm
     assert value(df, 2, "val-core/acc") == 0.02
 
 
+def test_fully_async_final_sync_is_one_restart_of_the_last_step_its_training_there(tmp_path):
+    # the queue ends after version 3, not validated: verl syncs once more, logging a second window
+    # of step 3 (read as a restart, docs/verl-hook.md), then update 3's record, which repeats that
+    # window's rollout utilization: it joins the attempt, no second restart
+    records = fully_async_records(3)
+    summary = import_verl_jsonl([_fully_async_export(tmp_path, records, "jsonl")], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 1 and summary.steps == 4
+    assert value(df, 3, "timing_s/step", attempt=1) == update_metrics(3, 0)["timing_s/step"]
+    end = rollouter_window(3, last=True)["fully_async/rollouter/idle_ratio"]
+    assert value(df, 3, "fully_async/rollouter/idle_ratio", attempt=1) == end
+    assert value(df, 2, "timing_s/step") == update_metrics(2, 0)["timing_s/step"]
+
+
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):
     # the dict prints 0.0078125, the console logger's line 0.008: one value at step 0, the dict's
     log = tmp_path / "tz.log"

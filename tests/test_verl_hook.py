@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fully_async_log import aggregated, fully_async_records, rollouter_window, update_metrics
+from fully_async_log import (
+    HYBRID_GPUS,
+    STANDALONE_GPUS,
+    aggregated,
+    fully_async_records,
+    rollouter_window,
+    update_metrics,
+)
 
 from rlscope import RunReader
 from rlscope.analyzers import anatomy, gpu_idle, longtail, staleness
@@ -597,10 +604,13 @@ def test_the_fully_async_record_the_tests_build_is_what_verls_metrics_aggregator
     from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator
 
     micro = [update_metrics(2, 1), update_metrics(3, 2)]
-    verl = MetricsAggregator(total_gpus=8)
+    gpus = {"hybrid_gpus": HYBRID_GPUS, "standalone_gpus": STANDALONE_GPUS}  # as FullyAsyncTrainer makes it
+    verl = MetricsAggregator(total_gpus=HYBRID_GPUS + STANDALONE_GPUS, **gpus)
     for metrics in micro:
         verl.add_step_metrics(metrics, sample_count=64)
-    assert verl.get_aggregated_metrics() == pytest.approx(aggregated(micro))
+    made = verl.get_aggregated_metrics(rollout_resource_utilization=0.7)
+    assert made == pytest.approx(aggregated(micro, 0.7))
+    assert "dynamic_resource/rollout_resource_utilization" in made  # the window's, repeated in the record
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import canonical_metric, makes_step, split_record
+from rlscope.collectors.verl_metrics import TRAINED_FROM_KEY, canonical_metric, makes_step, split_record
 from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
@@ -236,11 +236,14 @@ class StepSink:
         if not named:
             return
         self.summary.records += 1
+        # verl's fully async trainer logs its training record after the window of the step it is
+        # logged under, repeating that window's rollout utilization: never a restart's first record
+        trainer = TRAINED_FROM_KEY in named
         for described, part in split_record(step, named):
-            if described == step:
+            if described == step and not (trainer and step == self._attempts.last):
                 self._place(step, part, when)
-            else:  # verl's fully async trainer logs an update's metrics after the next step's:
-                # they join the attempt that update's step is on, no restart
+            else:  # an update's metrics filed under its own step, or the rest of the step logged last:
+                # they join the attempt that step is on, no restart
                 self._rows(described, self._attempts.attempt(described), part, when)
 
     def _place(self, step: int, named: dict[str, float], when: float | None) -> None:

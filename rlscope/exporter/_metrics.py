@@ -85,7 +85,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_last_step",
         "gauge",
         "Training step most recently logged in the steps table (a record of validation metrics or of validation "
-        "and checkpoint timers alone is no step, as in diagnose's step anatomy).",
+        "and checkpoint timers alone is no step, as in diagnose's step anatomy); a fully async trainer's training "
+        "record, logged after the next step's and filed under the update it describes, does not move it back.",
     ),
     MetricSpec(
         "rlscope_last_step_timestamp_seconds",
@@ -123,7 +124,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "rlscope_step_seconds",
         "gauge",
-        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step; phase=step is the whole step. "
+        "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step that logged them (a fully "
+        "async run logs an update's one sync late), until a resume logs another attempt; phase=step is the whole step. "
         "Timers nested in another stage (generate_sequences, reshard, tool_calls, agent_loop) and keys under a "
         "stage (timing_s/agent_loop/...) are left out.",
         ("phase",),

@@ -33,7 +33,7 @@ from rlscope.advice.thresholds import (
 from rlscope.analyzers import anatomy, longtail, mfu, topology
 from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SUBSTAGES, canonical
+from rlscope.collectors.verl_metrics import SUBSTAGES, TRAINED_FROM_KEY, canonical
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -265,6 +265,7 @@ class RunState:
         # steps
         self._newest: tuple[float, int, int] | None = None  # (time, attempt, step) of the newest log
         self._phases: dict[str, float] = {}
+        self._phases_of: tuple[int, int] | None = None  # (attempt, step) whose timers _phases holds
         self._phase_cap = LabelCap(MAX_PHASES)
         self._idle: dict[str, tuple[float, int, int, float]] = {}  # role -> (time, attempt, step, value)
         self._score: dict[str, tuple[float, int, int, float]] = {}  # max / min -> (time, attempt, step, value)
@@ -487,12 +488,18 @@ class RunState:
             self._max_step = top if self._max_step is None else max(self._max_step, top)
 
         order = np.lexsort((step, attempt, when))  # by time, then attempt, then step
-        if trains.any():
-            last = order[trains[order]][-1]
+        version = np.array([name == TRAINED_FROM_KEY for name in names], dtype=bool)[key_index]
+        late = np.zeros(len(step), dtype=bool)
+        if version.any():  # a fully async trainer's run
+            holds = record.assign(v=version).groupby(["step", "attempt", "when"], dropna=False)["v"].transform("any")
+            late = self._late(order, step, trains, holds.to_numpy(dtype=bool))
+        current = trains & ~late
+        if current.any():
+            last = order[current[order]][-1]
             newest = (float(when[last]), int(attempt[last]), int(step[last]))
             if self._newest is None or newest > self._newest:
-                if self._newest is None or newest[1:] != self._newest[1:]:
-                    self._phases = {}
+                if self._newest is None or newest[1] != self._newest[1]:  # another attempt: a resume
+                    self._phases, self._phases_of = {}, None
                 self._newest = newest
         cur_attempt, cur_step = self._newest[1:] if self._newest is not None else (None, None)
 
@@ -509,7 +516,10 @@ class RunState:
                     continue
                 if stage == "step":
                     self._durations[int(step[i])] = v
-                if step[i] == cur_step and attempt[i] == cur_attempt:
+                if late[i] or (step[i] == cur_step and attempt[i] == cur_attempt):
+                    source = (int(attempt[i]), int(step[i]))
+                    if source != self._phases_of:  # the timers of a newer step than those served
+                        self._phases, self._phases_of = {}, source
                     self._phases[self._phase_cap(stage)] = v
             else:  # the latest value of an idle ratio or a score bound
                 latest, label = (
@@ -523,13 +533,13 @@ class RunState:
                     rank = (int(attempt[i]), float(when[i]))
                     if label not in by_stat or rank >= by_stat[label][0]:
                         by_stat[label] = (rank, v)
-        logged = pd.Series(when[trains]).groupby(step[trains]).max()
+        logged = pd.Series(when[current]).groupby(step[current]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
         timed = timer & (value > 0)
         for s, t in pd.Series(when[timed]).groupby(step[timed]).max().items():
             self._timed_at[int(s)] = max(float(t), self._timed_at.get(int(s), -math.inf))
-        records = record.drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
+        records = record[~late].drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
         gone = self._drop_superseded()
@@ -545,6 +555,20 @@ class RunState:
             window = window.filter(pc.invert(pc.is_in(window.column("step"), pa.array(gone, pa.int64()))))
         steps = np.unique(window.column("step").to_numpy())
         self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
+
+    def _late(self, order: np.ndarray, step: np.ndarray, trains: np.ndarray, holds: np.ndarray) -> np.ndarray:
+        """Which rows are of a fully async trainer's late training record: one holding
+        ``fully_async/count/current_param_version``, filed under the update it describes
+        (``verl_metrics.split_record``) below the step of the training record logged before it.
+        verl logs it after the next sync's rollouter window, so it is no resume: it neither
+        moves the last step back nor cuts the log-prob histogram, and its timers are the newest."""
+        late = np.zeros(len(step), dtype=bool)
+        plain = (trains & ~holds)[order]
+        before = pd.Series(np.where(plain, step[order], np.nan)).ffill().shift(1)
+        if self._newest is not None:
+            before = before.fillna(self._newest[2])
+        late[order] = holds[order] & trains[order] & (step[order] < before.to_numpy())
+        return late
 
     def _forget_trajectories(self, gone: list[int]) -> None:
         """Forget the trajectories of a crashed attempt's steps that a resumed one went back before:
