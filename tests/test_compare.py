@@ -189,7 +189,7 @@ def test_a_run_already_at_its_best_topology_and_split_is_said_to_be(capsys):
     assert best[0] == "async streaming 21:11: 658 s (as the run is now)" and best[1].endswith("x)")
     assert main(["diagnose", runs[0]]) == 0
     assert (
-        "async streaming at 21:11: 658 s, as the run is now: the fastest option the model sees"
+        "async streaming at 21:11: 658 s modelled, as the run is now: the fastest option the model sees"
         in capsys.readouterr().out
     )
 
