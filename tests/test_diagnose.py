@@ -197,6 +197,28 @@ def test_every_format_writes_a_file(tmp_path, fmt):
         assert "MFU waterfall" in text and "█" in text
 
 
+def test_every_format_says_the_step_range_and_the_shares_as_compare_does(tmp_path, capsys):
+    # timed steps 2, 5 and 9 (a log may time only some steps of its range), generation 56.3 s of a
+    # 100 s step: 56% to the whole percent in every format, and in compare's table too
+    log = tmp_path / "train.log"
+    log.write_text(
+        "".join(f"step:{s} - timing_s/gen:56.3 - timing_s/update_actor:43.7 - timing_s/step:100.0\n" for s in (2, 5, 9))
+    )
+    reports = []
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        reports.append(capsys.readouterr().out)
+    text, markdown, html = reports
+    assert "  verl | colocated | steps 2..9 (3 timed)\n" in text
+    assert "- **steps**: 2..9 (3 timed)\n" in markdown
+    assert "<th>steps</th><td>2..9 (3 timed)</td>" in html
+    assert re.search(r"^  generation +56% of each step$", text, re.MULTILINE)
+    assert "| generation | 56% of each step |" in markdown
+    assert main(["compare", str(log), str(log)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ generation / step ")]
+    assert [cell.strip() for cell in row.split("│")[2:4]] == ["56%", "56%"]
+
+
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
 def test_generation_beside_the_step_is_not_a_share_of_it(tmp_path, fmt):
     # async generation runs beside the trainer's step: its seconds per batch, not "236% of each step"
