@@ -554,7 +554,10 @@ def test_a_run_that_ties_for_the_shortest_step_is_the_best_as_it_is(tmp_path):
     run = make_run(tmp_path / "tie", meta, steps)
     doc = build_document(analyze_run(run), RunReader(run), run)
     (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
-    assert row == "async streaming at 4:4: 50 s, as the run is now: the fastest option the model sees"
+    assert (
+        row
+        == "async streaming at 4:4: 50 s modelled (100 s measured), as the run is now: the fastest option the model sees"
+    )
     # colocate_async on one GPU: the colocated row is the run as it is, and is named as the run
     shared = make_run(
         tmp_path / "ca1", {**meta, "gpu": {"type": "H100", "count": 1}, "topology": "colocate_async"}, steps
@@ -632,7 +635,7 @@ def test_a_best_topology_is_a_gain_only_against_the_model_s_step_now(tmp_path):
     best = doc["headline"]["best_topology"]
     assert best["topology"] == "colocated" and best["step_s"] == pytest.approx(150) and best["improves"] is False
     (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
-    assert row == "colocated: 150 s, as the run is now: the fastest option the model sees"
+    assert row == "colocated: 150 s modelled (120 s measured), as the run is now: the fastest option the model sees"
     # DOMAIN's 8B run with a step timer of 600 s (its stage timers overlap): async at 42:22 is ~619 s
     # against the 810 s modelled, model against model as the async-recommended finding says (1.31x);
     # the measured 600 s is said beside it
@@ -651,6 +654,17 @@ def test_a_best_topology_is_a_gain_only_against_the_model_s_step_now(tmp_path):
     (row,) = [v for k, v in headline_rows(doc) if k == "best topology"]
     assert row.startswith("async streaming at 42:22: ") and row.endswith("x the 810 s it models now (600 s measured)")
     assert "810 s -> " in next(f for f in d.findings if f.id == "async-recommended").recommendation
+
+
+def test_the_run_s_own_best_topology_is_said_to_be_modelled_beside_the_measured_step(tmp_path):
+    # log 12's shape: colocated on one GPU, gen 30 s + update 18 s = 48 s modelled, 48.7 s measured
+    # (within 10%: no measured aside), the step time two rows up; the 48 s must read as the model's
+    meta = {"gpu": {"type": "H100", "count": 1}, "topology": "colocated"}
+    steps = {s: {"timing_s/gen": 30.0, "timing_s/update_actor": 18.0, "timing_s/step": 48.7} for s in range(4)}
+    run = make_run(tmp_path / "r", meta, steps)
+    rows = dict(headline_rows(build_document(analyze_run(run), RunReader(run), run)))
+    assert rows["step time"].startswith("48.7 s")
+    assert rows["best topology"] == "colocated: 48 s modelled, as the run is now: the fastest option the model sees"
 
 
 def test_a_step_without_the_rollouter_idle_ratio_takes_its_neighbours(tmp_path):

@@ -155,8 +155,9 @@ def test_generation_beside_the_step_is_no_share_of_it_in_the_table(tmp_path, cap
         runs.append(run)
     assert main(["compare", *runs]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ generation / step ")]
-    # A: 200 s of generation beside a 40 s step (5.0x its length); B: 100 s of a 140 s step (71.4%)
-    assert "beside the step (5.0x its length)" in row and "71.4%" in row and "500" not in row
+    # A: 200 s of generation beside a 40 s step (5.0x its length); B: 100 s of a 140 s step (71%,
+    # to the whole percent as diagnose's headline says it)
+    assert "beside the step (5.0x its length)" in row and "71%" in row and "71.4%" not in row and "500" not in row
     assert main(["compare", *runs, "--format", "json"]) == 0  # the JSON keeps the number, as diagnose's does
     rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["generation / step"] == pytest.approx((200 / 40, 100 / 140))
@@ -189,7 +190,7 @@ def test_a_run_already_at_its_best_topology_and_split_is_said_to_be(capsys):
     assert best[0] == "async streaming 21:11: 658 s (as the run is now)" and best[1].endswith("x)")
     assert main(["diagnose", runs[0]]) == 0
     assert (
-        "async streaming at 21:11: 658 s, as the run is now: the fastest option the model sees"
+        "async streaming at 21:11: 658 s modelled, as the run is now: the fastest option the model sees"
         in capsys.readouterr().out
     )
 
@@ -325,15 +326,15 @@ def test_a_tail_estimated_from_response_lengths_is_said_to_be(tmp_path, capsys):
     assert main(["compare", str(log), b, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)["explanations"]
     # A's estimate: the 90th percentile length 400 ln 10 = 921 of the longest 2000, so a tail of
-    # 1 - 921 / 2000 = 53.9% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s): to the table's
-    # one decimal, which the sentence shares
+    # 1 - 921 / 2000 = 53.9% of its 100 s rollout (T_thr 46.05 s, T_tail 53.95 s): to the whole
+    # percent as diagnose's headline says it, in the table and the sentence
     assert _said(out, "generation's") == (
         "generation's throughput part changed +33.9 s and its tail -33.9 s "
-        "(tail share 53.9% -> 20.0%; A's estimated from response lengths); more GPUs shrink only the throughput part"
+        "(tail share 54% -> 20%; A's estimated from response lengths); more GPUs shrink only the throughput part"
     )
     assert main(["compare", str(log), b]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if "slowest-10% share" in line]
-    assert [c.strip() for c in row.split("│")[2:4]] == ["53.9%", "20.0%"]
+    assert [c.strip() for c in row.split("│")[2:4]] == ["54%", "20%"]
 
 
 def test_a_run_without_step_timers_is_said_to_have_none(tmp_path, capsys):

@@ -7,6 +7,7 @@ import builtins
 import fnmatch
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -14,11 +15,13 @@ import sys
 import threading
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from damage import damage_column
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import analyze_run
+from rlscope.analyzers._data import unfinite_timers
 from rlscope.cli import main
 from rlscope.report.document import SCHEMA, build_document
 
@@ -195,6 +198,28 @@ def test_every_format_writes_a_file(tmp_path, fmt):
         assert "Plotly.newPlot" in text and text.count("Plotly.newPlot") >= 4
     if fmt == "text":
         assert "MFU waterfall" in text and "█" in text
+
+
+def test_every_format_says_the_step_range_and_the_shares_as_compare_does(tmp_path, capsys):
+    # timed steps 2, 5 and 9 (a log may time only some steps of its range), generation 56.3 s of a
+    # 100 s step: 56% to the whole percent in every format, and in compare's table too
+    log = tmp_path / "train.log"
+    log.write_text(
+        "".join(f"step:{s} - timing_s/gen:56.3 - timing_s/update_actor:43.7 - timing_s/step:100.0\n" for s in (2, 5, 9))
+    )
+    reports = []
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        reports.append(capsys.readouterr().out)
+    text, markdown, html = reports
+    assert "  verl | colocated | steps 2..9 (3 timed)\n" in text
+    assert "- **steps**: 2..9 (3 timed)\n" in markdown
+    assert "<th>steps</th><td>2..9 (3 timed)</td>" in html
+    assert re.search(r"^  generation +56% of each step$", text, re.MULTILINE)
+    assert "| generation | 56% of each step |" in markdown
+    assert main(["compare", str(log), str(log)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ generation / step ")]
+    assert [cell.strip() for cell in row.split("│")[2:4]] == ["56%", "56%"]
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
@@ -411,6 +436,40 @@ def test_a_jsonl_metrics_file_is_imported_and_diagnosed(tmp_path, capsys):
     code, doc = _run_json(capsys, str(path))
     assert code == 0 and doc["run"]["steps"] == 2
     assert doc["headline"]["generation_share"] == pytest.approx(30 / 42)
+
+
+def test_a_step_timer_logged_as_infinity_is_no_step_timed_by_its_stages(tmp_path, capsys):
+    # steps 1-3: gen 60 + update 40 = the 100 s step timer; step 4's step timer and gen are Infinity
+    # (json.dumps writes it so; verl's orjson writes null). Its step is not 40 s (update alone): its
+    # time is unknown, so it is left out, and the recent quarter of steps 1-3 is step 3: 100 s, 60%
+    path = tmp_path / "metrics.jsonl"
+    lines = [
+        {"step": s, "data": {"timing_s/gen": 60.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}}
+        for s in (1, 2, 3)
+    ]
+    lines.append(
+        {"step": 4, "data": {"timing_s/gen": math.inf, "timing_s/update_actor": 40.0, "timing_s/step": math.inf}}
+    )
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    code, doc = _run_json(capsys, str(path))
+    assert code == 0 and (doc["run"]["steps"], doc["run"]["last_step"]) == (3, 3)
+    assert doc["headline"]["step_s"] == pytest.approx(100) and doc["headline"]["step_s_basis"] == "step timer"
+    assert doc["headline"]["generation_share"] == pytest.approx(0.6)
+    said = [w for w in doc["run"]["warnings"] if "inf or NaN" in w]
+    assert said == [
+        "timing_s/gen was logged as inf or NaN in step 4: read as untimed there",
+        "timing_s/step was logged as inf or NaN in step 4: time unknown, left out of the step analysis "
+        "rather than timed by the sum of the stage timers",
+    ]
+
+
+def test_a_non_finite_timer_of_an_attempt_logged_again_is_no_gap():
+    # step 2 crashed with an inf step timer (attempt 0) and was trained again in 50 s (attempt 1):
+    # the latest attempt's timer stands; step 3's NaN gen stays a gap
+    rows = [(1, 0, "timing_s/step", 40.0), (2, 0, "timing_s/step", math.inf), (2, 1, "timing_s/step", 50.0)]
+    rows += [(3, 0, "timing/gen", math.nan), (3, 0, "timing_s/step", 40.0)]  # an old name, canonicalised
+    steps = pd.DataFrame(rows, columns=["step", "attempt", "key", "value"])
+    assert unfinite_timers(steps) == {"timing_s/gen": (3,)}
 
 
 def test_hardware_and_model_given_on_the_command_line(capsys):

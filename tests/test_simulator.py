@@ -496,9 +496,14 @@ def test_docs_scenario_table_matches_the_shipped_runs():
         assert (meta["gpu"]["type"], meta["gpu"]["peak_flops"]) == ("H100-SXM-80GB", 989e12), name
 
 
-@pytest.mark.parametrize("steps", ["0", "-4"])
+@pytest.mark.parametrize("steps", ["0", "-4", "10001", "100000000000"])
 def test_cli_names_the_steps_option_it_refuses(tmp_path, capsys, steps):
-    # the error names the option to change, as --seed's does
-    code = main(["simulate", "--scenario", "healthy-colocated", "--steps", steps, "--out", str(tmp_path / "out")])
+    # the error names the option to change, as --seed's does; a count of steps no run has (a typo of
+    # a few zeros) is refused before anything is written, not simulated until the disk is full
+    out = tmp_path / "out"
+    code = main(["simulate", "--scenario", "healthy-colocated", "--steps", steps, "--out", str(out)])
     assert code == 2
-    assert capsys.readouterr().err == f"rlscope: simulate: --steps must be a whole number above 0, got {steps}\n"
+    assert (
+        capsys.readouterr().err == f"rlscope: simulate: --steps must be a whole number from 1 to 10,000, got {steps}\n"
+    )
+    assert not out.exists()

@@ -221,6 +221,25 @@ def test_bad_run_directories_give_one_line_errors(tmp_path, capsys, setup, error
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", ["info", "export", "compact", "dashboard"])
+def test_a_log_file_given_for_a_run_directory_says_how_to_read_it(tmp_path, capsys, command):
+    log_file = tmp_path / "train.log"
+    log_file.write_text("step:1 - timing_s/step:2.0\n")
+    assert main([command, str(log_file)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file, expected a run directory" in err
+    assert "rlscope diagnose FILE" in err and "rlscope import verl-log FILE --out RUN_DIR" in err
+
+
+def test_a_meta_json_given_for_a_run_directory_names_the_directory(tmp_path, capsys):
+    run = _run(tmp_path, [[0]])
+    assert main(["info", os.path.join(run, "meta.json")]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"rlscope: {run}/meta.json: is a file, expected a run directory: give the directory {run}\n"
+    )
+
+
 def test_a_file_where_a_table_folder_should_be_is_a_warning(tmp_path):
     run = _run(tmp_path, [[0]])
     with open(os.path.join(run, "gpu"), "w") as fh:

@@ -59,6 +59,7 @@ __all__ = [
     "topology_kind",
     "training_attempts",
     "trend",
+    "unfinite_timers",
     "usable_step_rows",
     "wide_steps",
 ]
@@ -117,6 +118,27 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     )
     # a stage that took negative seconds is a clock's fault: as unknown as a NaN one
     return df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
+
+
+def unfinite_timers(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[int, ...]]:
+    """Per stage or step timer (canonical key), the steps whose latest record of it logged no
+    finite number (inf or NaN; verl's file logger writes both as null). :func:`usable_step_rows`
+    drops such values as saying nothing: these are the steps where that left a timer out, which
+    the anatomy and the report must not take for steps that never timed it."""
+    df = steps.to_pandas() if isinstance(steps, pa.Table) else steps
+    df = df[df["key"].astype(str).str.contains("timing", regex=False)]
+    if df.empty:
+        return {}
+    df = df.assign(
+        key=[canonical_metric(k, v)[0] for k, v in zip(df["key"].astype(str), df["value"], strict=True)],
+        attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
+        finite=np.isfinite(df["value"].astype(float)),
+    )
+    df = df[df["key"].str.startswith("timing_s/")]
+    latest = df[df["attempt"] == df.groupby(["step", "key"])["attempt"].transform("max")]
+    bad = latest.groupby(["step", "key"])["finite"].any()
+    bad = bad[~bad].reset_index()
+    return {key: tuple(sorted(int(s) for s in rows["step"])) for key, rows in bad.groupby("key")}
 
 
 def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
@@ -729,6 +751,7 @@ class RunFrames:
     trajectories: Trajectories | pd.DataFrame | pa.Table = field(default_factory=Trajectories)
     meta: dict[str, Any] = field(default_factory=dict)
     reader: RunReader | None = None  # for analyzers that read other tables (gpu, spans, logprob)
+    unfinite: dict[str, tuple[int, ...]] = field(default_factory=dict)  # see unfinite_timers
 
     def __post_init__(self) -> None:
         if not isinstance(self.trajectories, Trajectories):
@@ -740,8 +763,8 @@ class RunFrames:
 
     @classmethod
     def from_reader(cls, reader: RunReader) -> RunFrames:
-        steps = wide_steps(reader.read("steps", ["step", "attempt", "time", "key", "value"]))
-        return cls(steps, Trajectories(reader), dict(reader.meta), reader)
+        table = reader.read("steps", ["step", "attempt", "time", "key", "value"])
+        return cls(wide_steps(table), Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table))
 
 
 def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:

@@ -151,6 +151,9 @@ class AnatomyResult:
     ``logged_recent``: the same over the last quarter of steps, which the headline's means take.
     ``timed_recent``: per phase of ``logged_recent``, how many of those steps timed it: a phase a
     timer measured in some of them only has zero seconds in the rest that are no measurement.
+    ``unfinite``: per timer, the steps whose value of it was logged as inf or NaN; a step whose
+    step timer was is left out of ``seconds`` (its time is unknown: the sum of its stage timers
+    would understate it), one whose stage timer was counts that stage as untimed.
     """
 
     seconds: pd.DataFrame
@@ -163,6 +166,7 @@ class AnatomyResult:
     logged: tuple[str, ...] = ()
     logged_recent: tuple[str, ...] = ()
     timed_recent: dict[str, int] = field(default_factory=dict)
+    unfinite: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResult:
@@ -170,6 +174,7 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     frames = load(run)
     overlapped = frames.facts.overlapped
     seconds = phase_seconds(frames.steps, overlapped=overlapped)
+    seconds = seconds.drop(index=seconds.index.intersection(frames.unfinite.get(STEP_TIMER, ())))
     shares = seconds.drop(columns="step").div(seconds["step"].where(seconds["step"] > 0), axis=0)
     trends = {p: _share_trend(seconds, shares[p]) for p in shares.columns}
     table = pd.DataFrame(
@@ -197,6 +202,7 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
         logged=logged,
         logged_recent=tuple(last),
         timed_recent=last,
+        unfinite=frames.unfinite,
     )
     if not seconds.empty:
         result.findings.extend(_findings(result))

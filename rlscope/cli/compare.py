@@ -33,7 +33,7 @@ from typing import Any
 
 from rlscope.cli._args import parser_for
 from rlscope.cli.diagnose import add_fact_options, analysis_progress, check_fact_options, open_run, read_with_facts
-from rlscope.report._format import generation_beside, secs, shown, topology_name
+from rlscope.report._format import MFU_DIGITS, generation_beside, pct, secs, shown, topology_name
 
 __all__ = ["main"]
 
@@ -64,8 +64,8 @@ def _cell(measure: str, unit: str, value: Any, doc: dict[str, Any]) -> str:
         return generation_beside(value)
     if unit == "s":
         return secs(value)
-    if unit == "share":
-        return f"{value:.1%}"
+    if unit == "share":  # as diagnose rounds it: shares of time to the whole percent, MFU to a tenth
+        return pct(value, MFU_DIGITS if measure == "whole-step MFU" else 0)
     return shown(value)
 
 

@@ -21,14 +21,23 @@ from rlscope.advice.finding import fmt_seconds
 from rlscope.cli._args import parser_for
 from rlscope.errors import UsageError
 
-__all__ = ["main"]
+__all__ = ["MAX_STEPS", "main"]
+
+# ten times the longest bench run (1,000 steps of longtail-8b: 3 minutes, 140 KB a step): a typo
+# of a few zeros is refused, not simulated until the disk is full
+MAX_STEPS = 10_000
 
 
 def main(argv: Sequence[str]) -> int:
     parser = parser_for("simulate", __doc__)
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--scenario", metavar="NAME", help="scenario to simulate (see --list)")
-    parser.add_argument("--steps", type=int, metavar="N", help="trainer steps to simulate (default: the scenario's)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        metavar="N",
+        help=f"trainer steps to simulate, 1 to {MAX_STEPS:,} (default: the scenario's)",
+    )
     parser.add_argument("--out", metavar="RUN_DIR", help="new or empty directory to write the run to")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args(list(argv))
@@ -44,8 +53,8 @@ def main(argv: Sequence[str]) -> int:
         raise UsageError("simulate: --scenario and --out are required (or --list to see the scenarios)")
     if not 0 <= args.seed < 2**32:  # numpy's seeds
         raise UsageError(f"simulate: --seed must be a whole number from 0 to 2**32 - 1, got {args.seed}")
-    if args.steps is not None and args.steps < 1:
-        raise UsageError(f"simulate: --steps must be a whole number above 0, got {args.steps}")
+    if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:
+        raise UsageError(f"simulate: --steps must be a whole number from 1 to {MAX_STEPS:,}, got {args.steps}")
     scenario = get_scenario(args.scenario)
     steps = scenario.default_steps if args.steps is None else args.steps
     meta = simulate(scenario, steps, args.out, seed=args.seed)

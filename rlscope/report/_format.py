@@ -11,6 +11,7 @@ from rlscope.analyzers.mfu import uncounted_note
 
 __all__ = [
     "HEADLINE_TITLE",
+    "MFU_DIGITS",
     "REWARD_COLUMNS",
     "WHAT_IF_COLUMNS",
     "findings_count",
@@ -27,6 +28,7 @@ __all__ = [
     "secs",
     "shown",
     "signed_secs",
+    "step_range",
     "topology_name",
     "what_if_rows",
 ]
@@ -43,6 +45,11 @@ REWARD_COLUMNS = (
     "zero share of scored, recent",
     "mean reward, recent",
 )
+
+
+# decimals of MFU, which sits at a few tens of percent and moves by tenths; shares of time (generation,
+# the tail, idle GPUs) are read to the whole percent. Every report and compare round them so.
+MFU_DIGITS = 1
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's Cc: what drives a terminal, not text
@@ -95,6 +102,14 @@ def generation(head: dict[str, Any]) -> str:
     return f"{secs(seconds)} per batch, {generation_beside(seconds / step)}"
 
 
+def step_range(run: dict[str, Any]) -> str | None:
+    """The run's timed steps as every format says them, "2..122 (4 timed)": a log may time only
+    some of the steps in its range, and the recent means rest on those. None when none are timed."""
+    if not run.get("steps"):
+        return None
+    return f"{run['first_step']}..{run['last_step']} ({run['steps']} timed)"
+
+
 def gpus(run: dict[str, Any]) -> str | None:
     """ "8 x H100", or "8 (type not stated)" when the count is known but the model is not."""
     if not run.get("gpu_count"):
@@ -139,7 +154,7 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("step time", f"{secs(head['step_s'])} (recent mean{basis})"),
         ("generation", generation(head)),
         ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] and head["tail_share"] is not None else "")),
-        ("whole-step MFU", pct(head["mfu"], 1) + mfu_missing(doc) + mfu_uncounted(doc)),
+        ("whole-step MFU", pct(head["mfu"], MFU_DIGITS) + mfu_missing(doc) + mfu_uncounted(doc)),
     ]
     if head["trainer_gpu_idle_share"] is not None:
         rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step, whole run (NVML)"))
@@ -157,7 +172,11 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             speed = f", {best['speedup']:.2f}x the {secs(model)} it models now" if best.get("speedup") and model else ""
             rows.append(("best topology", what + speed + (measured_aside(head) if speed else "")))
         elif is_current_best(doc, best):
-            rows.append(("best topology", f"{what}, as the run is now: the fastest option the model sees"))
+            # modelled, beside a measured step time two rows up: said, so the two are not taken for one
+            aside = measured_aside(head)
+            rows.append(
+                ("best topology", f"{what} modelled{aside}, as the run is now: the fastest option the model sees")
+            )
         else:
             rows.append(("best topology", f"no gain predicted: {what}, against the {secs(model)} it models now"))
     return rows

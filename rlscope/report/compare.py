@@ -16,10 +16,12 @@ from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.anatomy import STEP_TIMERS_WANTED
 from rlscope.analyzers.gpus import gpu_model
 from rlscope.report._format import (
+    MFU_DIGITS,
     is_current_best,
     measured_aside,
     mfu_missing,
     mfu_uncounted,
+    pct,
     secs,
     signed_secs,
     topology_name,
@@ -322,11 +324,13 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
         if abs(dtail) >= _MIN_PHASE_S or abs(dthr) >= _MIN_PHASE_S:
             out.append(
                 f"generation's throughput part changed {signed_secs(dthr)} and its tail {signed_secs(dtail)} "
-                f"(tail share {ha['tail_share']:.1%} -> {hb['tail_share']:.1%}{_estimates(ha, hb)}); "
+                f"(tail share {pct(ha['tail_share'])} -> {pct(hb['tail_share'])}{_estimates(ha, hb)}); "
                 "more GPUs shrink only the throughput part"
             )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
-        out.append(f"whole-step MFU {ha['mfu']:.1%} -> {hb['mfu']:.1%}; judge by step time: {_verdict(sa, sb)}")
+        out.append(
+            f"whole-step MFU {pct(ha['mfu'], MFU_DIGITS)} -> {pct(hb['mfu'], MFU_DIGITS)}; judge by step time: {_verdict(sa, sb)}"
+        )
     out.extend(_mfu_missing(a, b))
     if _split(a) != _split(b) or a["run"]["topology"] != b["run"]["topology"]:
         words = [

@@ -18,6 +18,7 @@ from rlscope import __version__
 from rlscope.analyzers import Diagnosis, RunFacts
 from rlscope.analyzers._data import meta_problems, recent
 from rlscope.analyzers.gpu_idle import learner_role
+from rlscope.collectors.verl_metrics import STEP_TIMER
 from rlscope.trace.reader import RunReader
 
 __all__ = ["SCHEMA", "build_document", "clean"]
@@ -101,8 +102,26 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         # what was read in part or not at all: a report saved to a file says so as the terminal did
         "warnings": [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
         + _import_warnings(meta)
+        + _unfinite_warnings(d.anatomy.unfinite)
         + reader.warnings,
     }
+
+
+def _unfinite_warnings(unfinite: dict[str, tuple[int, ...]]) -> list[str]:
+    """One warning per timer the run logged as inf or NaN in some steps: values the analyzers
+    cannot use, which would otherwise go unseen (a step timer's would shorten the mean step)."""
+    out = []
+    for key, steps in sorted(unfinite.items()):
+        named = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
+        where = f"step{'s' if len(steps) > 1 else ''} {named}"
+        if key == STEP_TIMER:
+            out.append(
+                f"{key} was logged as inf or NaN in {where}: time unknown, left out of the step analysis "
+                "rather than timed by the sum of the stage timers"
+            )
+        else:
+            out.append(f"{key} was logged as inf or NaN in {where}: read as untimed there")
+    return out
 
 
 # skip reasons that lose no value: a pprinted dict that repeats a step line (verl's validation before

@@ -21,6 +21,7 @@ from rlscope.report._format import (
     headline_rows,
     reward_rows,
     shown,
+    step_range,
     topology_name,
     what_if_rows,
 )
@@ -59,7 +60,7 @@ def render_html(doc: dict[str, Any], d: Diagnosis, reader: RunReader) -> str:
         ("GPUs", gpus(run)),
         ("topology", topology_name(run.get("topology") or "") or None),  # as the text report words it
         ("split", f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None),
-        ("steps", f"{run['first_step']}..{run['last_step']}" if run.get("steps") else "none timed"),
+        ("steps", step_range(run) or "none timed"),
     ]
     headline = headline_rows(doc)
     parts = [

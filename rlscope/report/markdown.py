@@ -20,6 +20,7 @@ from rlscope.report._format import (
     headline_rows,
     reward_rows,
     shown,
+    step_range,
     topology_name,
     what_if_rows,
 )
@@ -51,7 +52,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "GPUs": gpus(run),
         "topology": topology_name(run.get("topology") or "") or None,  # as the text report words it
         "split": f"{run['split']['rollout']}:{run['split']['train']}" if run.get("split") else None,
-        "steps": f"{run['first_step']}..{run['last_step']} ({run['steps']})" if run.get("steps") else "none timed",
+        "steps": step_range(run) or "none timed",
     }
     out += [f"- **{k}**: {escape_md(v)}" for k, v in facts.items() if v is not None]
     out += ["", f"## {HEADLINE_TITLE}", "", "| measure | value |", "|---|---|"]

@@ -22,6 +22,7 @@ from rlscope.report._format import (
     headline_rows,
     reward_rows,
     shown,
+    step_range,
     topology_name,
     what_if_rows,
 )
@@ -67,7 +68,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
         topology_name(run.get("topology", ""))
         + (f" {run['split']['rollout']}:{run['split']['train']}" if run.get("split") else ""),
         # steps are timed steps (run.steps): an untimed step line is no step the analyzers can use
-        f"steps {run['first_step']}..{run['last_step']}" if run.get("steps") else "no timed steps",
+        f"steps {step_range(run)}" if run.get("steps") else "no timed steps",
     ]
     console.print(_plain("  " + " | ".join(str(f) for f in facts if f)))
     console.print()

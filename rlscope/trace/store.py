@@ -92,8 +92,19 @@ def require_directory(run_dir: str | os.PathLike[str] | RunLocation) -> RunLocat
     if info.type == pafs.FileType.NotFound:
         raise RunDirError(f"{loc.path}: no such run directory")
     if info.type != pafs.FileType.Directory:
-        raise RunDirError(f"{loc.path}: is a file, expected a run directory")
+        raise RunDirError(f"{loc.path}: is a file, expected a run directory{_file_hint(loc.path)}")
     return loc
+
+
+def _file_hint(path: str) -> str:
+    """What to give instead of the file ``path``: its run directory for a ``meta.json``, else
+    the two ways a verl log is read (a file given here is most often one)."""
+    if os.path.basename(path) == META_FILE:
+        return f": give the directory {os.path.dirname(path)}"
+    return (
+        "; a verl log? rlscope diagnose FILE reads one directly, rlscope import verl-log FILE "
+        "--out RUN_DIR makes a run directory of it (verl-jsonl for a JSONL metrics file)"
+    )
 
 
 def new_writer_id() -> str:
