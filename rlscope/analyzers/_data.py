@@ -129,8 +129,9 @@ def unfinite_timers(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[int, ...]
     df = df[df["key"].astype(str).str.contains("timing", regex=False)]
     if df.empty:
         return {}
+    keys = df["key"].astype(str)
     df = df.assign(
-        key=[canonical_metric(k, v)[0] for k, v in zip(df["key"].astype(str), df["value"], strict=True)],
+        key=keys.map({k: canonical_metric(k, 1.0)[0] for k in keys.unique()}),  # the name: of the key alone
         attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
         finite=np.isfinite(df["value"].astype(float)),
     )
