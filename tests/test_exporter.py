@@ -1710,3 +1710,23 @@ def test_a_run_replaced_between_two_scrapes_starts_again(tmp_path):
         rec.log_logprob_delta(1, np.full(10, 1e-2))
     assert _value(registry, "rlscope_logprob_abs_delta_count") == 10
     assert _value(registry, "rlscope_logprob_abs_delta_threshold", precision="fp8", model_type="dense") is not None
+
+
+def test_a_step_timer_logged_as_infinity_is_no_step_in_the_served_mfu(tmp_path):
+    # as in diagnose: a step whose step timer is inf has no known length, not the 6 s its stages add up to.
+    # gen 2N + update_actor 6N on 1000 tokens of a 1e9 model, 1 GPU at 1e13: 8e12 / (10 s * 1e13) = 8%
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e13}}
+    with Recorder(tmp_path / "run", meta=meta) as rec:
+        for step in range(4):
+            timer = math.inf if step == 3 else 10.0
+            rec.log_step(
+                step,
+                {
+                    "timing_s/gen": 4.0,
+                    "timing_s/update_actor": 2.0,
+                    "timing_s/step": timer,
+                    "perf/total_num_tokens": 1e3,
+                },
+            )
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_mfu_ratio") == pytest.approx(0.08)

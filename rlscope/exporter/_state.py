@@ -31,7 +31,7 @@ from rlscope.advice.thresholds import (
     SPLIT_GAIN_MIN,
 )
 from rlscope.analyzers import anatomy, longtail, mfu, topology
-from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, wide_steps
+from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, unfinite_timers, wide_steps
 from rlscope.analyzers.mismatch import abs_quantile
 from rlscope.collectors.verl_metrics import SUBSTAGES, TRAINED_FROM_KEY, canonical
 from rlscope.errors import RLScopeError
@@ -840,7 +840,8 @@ class RunState:
 
     def _derive(self) -> None:
         """Tail share, MFU and the recommended split from the analyzers, on the last steps only."""
-        frames = RunFrames(wide_steps(self._window), self._window_trajectories(), self.meta)
+        window = self._window
+        frames = RunFrames(wide_steps(window), self._window_trajectories(), self.meta, unfinite=unfinite_timers(window))
         anat = anatomy.analyze(frames)
         tail = longtail.analyze(frames)
         self._tail_share = tail.tail_share
