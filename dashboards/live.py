@@ -640,7 +640,7 @@ class LiveRun:
         with self._lock:
             models, done = self._models, self._splits
             if not models.empty:
-                models = drift.steady_models(models, self.facts, int(self.phases.index.min()))
+                models = drift.steady_models(models, self.facts, {int(self.phases.index.min())})
             todo = models.index.difference(done.index)
             n = self.facts.n_gpus
             if len(todo) and n:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from resumed_async import RESUMED_JOBS, resumed_record
 
 from rlscope import Recorder
 from rlscope.analyzers import RunFrames, analyze_run, drift, load, topology
@@ -147,5 +148,23 @@ def test_an_async_run_s_pipeline_fill_step_is_not_a_balanced_split(tmp_path):
     assert list(result.per_step.index) == list(range(2, 9))
     assert list(result.per_step["t_thr_s"]) == [75.0] * 7 and list(result.per_step["t_train_s"]) == [75.0] * 7
     assert list(result.per_step["best_rollout"]) == [16] * 7
+    assert (result.first_rollout, result.last_rollout) == (16, 16)
+    assert result.findings == []
+
+
+def test_a_resumed_async_run_s_pipeline_fill_after_each_restart_is_not_a_balanced_split(tmp_path):
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    run = str(tmp_path / "run")
+    for job in RESUMED_JOBS:  # each job its own process, as after a crash
+        with Recorder(run, meta=meta) as rec:
+            rec.log_job_start()
+            for step, attempt, kind in job:
+                rec.log_step(step, resumed_record(kind), attempt=attempt)
+    result = drift.analyze(run)
+    # left out: step 1 (job 1's fill), step 4 (job 2's, redone under attempt 1, job 1's steady step 4
+    # replaced) and step 8 (job 3's, under attempt 0); the steady steps, job 2's step 5 included, are 16:16
+    assert list(result.per_step.index) == [2, 3, 5, 6, 7, 9, 10]
+    assert set(result.per_step["t_thr_s"]) == {75.0} and set(result.per_step["t_train_s"]) == {75.0}
+    assert set(result.per_step["best_rollout"]) == {16}
     assert (result.first_rollout, result.last_rollout) == (16, 16)
     assert result.findings == []

@@ -48,6 +48,7 @@ __all__ = [
     "early",
     "group_counts",
     "group_rows",
+    "job_first_steps",
     "kept",
     "labels",
     "last_attempt_rows",
@@ -58,6 +59,7 @@ __all__ = [
     "recent",
     "topology_kind",
     "training_attempts",
+    "training_records",
     "trend",
     "unfinite_timers",
     "usable_step_rows",
@@ -146,7 +148,11 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """Pivot the long ``steps`` table (its :func:`usable_step_rows`) to one row per step and one
     float column per key, of the rows :func:`placed_step_rows` keeps: a resumed run's records
     placed by whether they train."""
-    df = placed_step_rows(usable_step_rows(steps))
+    return _pivot(placed_step_rows(usable_step_rows(steps)))
+
+
+def _pivot(df: pd.DataFrame) -> pd.DataFrame:
+    """Placed long rows as one row per step and one float column per key."""
     if df.empty:
         return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     wide = df.pivot(index="step", columns="key", values="value").astype(float)
@@ -158,12 +164,50 @@ def training_attempts(usable: pd.DataFrame) -> pd.Series:
     """Each step's training attempt (index step): the highest attempt holding a metric of
     :func:`usable_step_rows` that makes a step (``makes_step``); a step none of whose records
     trains (a validation alone) is left out."""
+    trains = _trains(usable)
+    return usable["attempt"][trains].groupby(usable["step"][trains]).max()
+
+
+def _trains(usable: pd.DataFrame) -> np.ndarray:
+    """Which rows of :func:`usable_step_rows` hold a metric that makes a step."""
     keys = usable["key"]
     # by name, but for the step timer, whose value decides
     trains = np.array(keys.map({k: k != STEP_TIMER and makes_step(k, 1.0) for k in keys.unique()}), dtype=bool)
     timer = (keys == STEP_TIMER).to_numpy()
     trains[timer] = makes_step(STEP_TIMER, usable["value"].to_numpy()[timer])
-    return usable["attempt"][trains].groupby(usable["step"][trains]).max()
+    return trains
+
+
+def training_records(usable: pd.DataFrame) -> pd.DataFrame:
+    """Each (step, attempt) of :func:`usable_step_rows` that trains, with ``time``, when its first
+    training row was logged (-inf when its rows carry no time): what :func:`job_first_steps` places."""
+    if usable.empty:
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "attempt": pd.Series(dtype="int64"), "time": []})
+    rows = usable[_trains(usable)]
+    return rows.groupby(["step", "attempt"], as_index=False)["time"].min()
+
+
+def job_first_steps(records: pd.DataFrame, starts: Iterable[float]) -> frozenset[int]:
+    """The first training step of each job of the run, from its start (``starts``: the ``jobs``
+    table's times) and ``records`` (:func:`training_records`, all attempts).
+
+    A job's first training step is its record logged first at or after the job's start and
+    before the next job's: after a resume from the checkpoint of step k, step k+1, under attempt
+    0 if no job logged it before, or a higher one if the job redoes logged steps; a resume's
+    validation of step k trains nothing and is none. It counts only while that record is still
+    its step's training (:func:`training_attempts`): a later job that redid the step replaced it.
+    Records without a time, or a run without job starts, give none: attempts alone do not tell
+    which job logged a record (a resume that redoes nothing logs under attempt 0).
+    """
+    times = np.unique([t for t in starts if t is not None and math.isfinite(t)])
+    placed = records[np.isfinite(records["time"].to_numpy(dtype=float))]
+    if not len(times) or placed.empty:
+        return frozenset()
+    job = np.searchsorted(times, placed["time"].to_numpy(dtype=float), side="right") - 1
+    placed = placed.assign(job=job)[job >= 0]  # before the first start: a job whose start was not logged
+    firsts = placed.sort_values(["time", "step"], kind="stable").drop_duplicates("job")
+    training = records.groupby("step")["attempt"].max()
+    return frozenset(int(s) for s, a in zip(firsts["step"], firsts["attempt"], strict=True) if training[s] == a)
 
 
 def placed_step_rows(usable: pd.DataFrame) -> pd.DataFrame:
@@ -753,6 +797,7 @@ class RunFrames:
     meta: dict[str, Any] = field(default_factory=dict)
     reader: RunReader | None = None  # for analyzers that read other tables (gpu, spans, logprob)
     unfinite: dict[str, tuple[int, ...]] = field(default_factory=dict)  # see unfinite_timers
+    job_firsts: frozenset[int] = frozenset()  # each job's first training step: see job_first_steps
 
     def __post_init__(self) -> None:
         if not isinstance(self.trajectories, Trajectories):
@@ -765,7 +810,11 @@ class RunFrames:
     @classmethod
     def from_reader(cls, reader: RunReader) -> RunFrames:
         table = reader.read("steps", ["step", "attempt", "time", "key", "value"])
-        return cls(wide_steps(table), Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table))
+        usable = usable_step_rows(table)
+        starts = reader.read("jobs", ["time"]).column("time").to_pylist()
+        firsts = job_first_steps(training_records(usable), starts)
+        wide = _pivot(placed_step_rows(usable))
+        return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), firsts)
 
 
 def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:

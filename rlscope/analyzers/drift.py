@@ -8,9 +8,9 @@ as ``topology.measure`` does for the recent window) and finds each step's best s
 the run's topology (async streaming for colocated runs, as the option to move to). For
 async runs, verl's idle ratios are the measured side of the same question: rollouter idle
 high and trainer idle low means GPUs should move to the trainer, and the reverse.
-An async run on separate pools leaves out its first step: the pool's busy time in it is the
-pipeline filling (the first batch while the trainer waits, then the staleness buffer ahead of
-later steps), not one batch's generation.
+An async run on separate pools leaves out its first step, and each resumed job's first: the
+pool's busy time in it is the pipeline filling (the first batch while the trainer waits, then
+the staleness buffer ahead of later steps), not one batch's generation.
 Evidence: ``timing_s/*`` steps, trajectory finish times, idle ratios, ``meta.json`` split.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -88,14 +89,15 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
     return out[(out["t_thr_s"] > 0) & (out["t_train_s"] > 0)]
 
 
-def steady_models(models: pd.DataFrame, facts: RunFacts, first_step: int) -> pd.DataFrame:
-    """``models`` (rows of :func:`per_step_models`) less the pipeline fill of an async run on
-    separate pools, its first step ``first_step``: the rollouter's busy time in it (1 - idle
-    ratio) covers the first batch, generated while the trainer waits, and the staleness buffer
-    it fills for later steps, so as one step's T_thr it would call for far more rollout GPUs."""
+def steady_models(models: pd.DataFrame, facts: RunFacts, fills: Collection[int]) -> pd.DataFrame:
+    """``models`` (rows of :func:`per_step_models`) less the pipeline fills of an async run on
+    separate pools, ``fills``: the first training step of the run and of each job that resumed it
+    (``_data.job_first_steps``). The rollouter's busy time in one (1 - idle ratio) covers the
+    first batch, generated while the trainer waits, and the staleness buffer it fills for later
+    steps, so as one step's T_thr it would call for far more rollout GPUs."""
     if facts.kind != "async_streaming" or facts.shares_gpus:
         return models
-    return models.drop(index=first_step, errors="ignore")
+    return models.drop(index=list(fills), errors="ignore")
 
 
 def best_per_step(models: pd.DataFrame, n: int, topology: str) -> pd.DataFrame:
@@ -129,7 +131,8 @@ def analyze(
     tails = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
     models = pd.DataFrame()
     if n and n > 1 and not anatomy.seconds.empty:
-        models = steady_models(per_step_models(frames, anatomy, tails), facts, int(anatomy.seconds.index.min()))
+        fills = {int(anatomy.seconds.index.min()), *frames.job_firsts}
+        models = steady_models(per_step_models(frames, anatomy, tails), facts, fills)
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)
     per_step = models.join(best_per_step(models, n, topology))
