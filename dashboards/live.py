@@ -34,8 +34,10 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
+    job_first_steps,
     last_attempt_rows,
     placed_step_rows,
+    training_records,
     usable_step_rows,
 )
 from rlscope.analyzers.staleness import verl_lags
@@ -66,8 +68,10 @@ _COLUMNS: dict[str, list[str]] = {
     ),
     "logprob": ["step", "attempt", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
     "gpu": ["time", "host", "gpu", "role", "util_pct"],
+    "jobs": ["time"],
 }
-"""The tables the dashboard reads, and their columns (the ``jobs`` table shows nothing here)."""
+"""The tables the dashboard reads, and their columns (the ``jobs`` table only places each job's
+first training step, an async run's pipeline fill: ``LiveRun.splits``)."""
 _STEP_TABLES = ("steps", "spans", "trajectories", "logprob")
 _N_BINS = len(LOGPROB_BIN_EDGES) - 1
 
@@ -175,6 +179,8 @@ class LiveRun:
         # raw rows of the recent window
         self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
         self._placed = pd.DataFrame(columns=_COLUMNS["steps"])  # the long rows ``_wide`` holds
+        self._job_starts: list[float] = []  # the jobs table's times
+        self._records = training_records(pd.DataFrame())  # every training record of the run, with its time
         self._traj = _empty("trajectories").set_index("step", drop=False)
         self._spans = _empty("spans").set_index("step", drop=False)
         self._logprob_rows = _empty("logprob").set_index("step", drop=False)
@@ -391,6 +397,9 @@ class LiveRun:
             samples = read("gpu", _COLUMNS["gpu"], pc.field("time") >= cutoff)
             self._absorb({"gpu": samples})
             changed = changed or samples.num_rows > 0
+        if "jobs" in present:
+            self._absorb({"jobs": read("jobs", _COLUMNS["jobs"])})
+            changed = True
         return changed
 
     # -- folding new rows in -------------------------------------------------------------
@@ -447,6 +456,8 @@ class LiveRun:
             self._fold_logprob(frames["logprob"])
         if "gpu" in frames:
             self._gpu_parts.append(frames["gpu"])
+        if "jobs" in frames:
+            self._job_starts.extend(frames["jobs"]["time"].dropna().tolist())
         if touched:
             self._recompute(sorted(touched))
         self._evict()
@@ -476,6 +487,8 @@ class LiveRun:
         long = usable_step_rows(long.assign(attempt=long["attempt"].fillna(0).astype("int64")))
         if long.empty:  # no row that says anything: no attempt either
             return
+        records = pd.concat([self._records, training_records(long)]) if len(self._records) else training_records(long)
+        self._records = records.groupby(["step", "attempt"], as_index=False)["time"].min()
         held = self._placed["step"].isin(long["step"].unique())
         placed = placed_step_rows(pd.concat([self._placed[held], long]) if held.any() else long)
         self._placed = pd.concat([self._placed[~held], placed]) if len(self._placed) else placed
@@ -622,7 +635,8 @@ class LiveRun:
                     "steps": _long_table(self._wide),
                     "gpu": _arrow("gpu", pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu")),
                 }
-                frames = RunFrames(self._wide, traj, self.meta, _WindowReader(self.meta, tables))
+                firsts = job_first_steps(self._records, self._job_starts)
+                frames = RunFrames(self._wide, traj, self.meta, _WindowReader(self.meta, tables), job_firsts=firsts)
                 result = analyze_run(frames)
             self._analysis = (self.version, result)
             return result
@@ -636,13 +650,17 @@ class LiveRun:
 
     def splits(self) -> pd.DataFrame:
         """Each step's best split for the drift topology, computed for the steps not yet done
-        (an async run's pipeline-fill step is none: ``drift.steady_models``)."""
+        (an async run's pipeline fills are none: its first step and each job's, ``drift.steady_models``;
+        a step found to be one after its split was computed, as its job's start was read late, leaves)."""
         with self._lock:
             models, done = self._models, self._splits
             if not models.empty:
-                models = drift.steady_models(models, self.facts, {int(self.phases.index.min())})
+                fills = {int(self.phases.index.min()), *job_first_steps(self._records, self._job_starts)}
+                models = drift.steady_models(models, self.facts, fills)
+                done = done[done.index.isin(models.index)] if len(done) else done
             todo = models.index.difference(done.index)
             n = self.facts.n_gpus
+            self._splits = done
             if len(todo) and n:
                 topology = self.facts.kind if self.facts.is_pooled else "async_streaming"
                 new = drift.best_per_step(models.loc[todo], n, topology).assign(topology=topology)

@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ import pytest
 
 pytest.importorskip("dash")
 pytest.importorskip("plotly")
+
+from resumed_async import RESUMED_JOBS, resumed_record
 
 from rlscope import Recorder
 from rlscope.analyzers import analyze_run, drift
@@ -1445,3 +1448,54 @@ def test_the_mfu_card_of_a_run_whose_critic_is_not_counted_says_it_is_a_lower_bo
     assert shown["MFU (last step)"] == ">= 8.0%"
     _, _, _, waterfall, *_ = overview._render([run], False)
     assert "lower bound" in waterfall.layout.title.text and "critic" in waterfall.layout.title.text
+
+
+def test_the_live_drift_leaves_out_each_resumed_job_s_pipeline_fill_step(tmp_path):
+    # the crashed and twice resumed async run of test_analyzers_drift (steady steps 16:16, a fill 24:8
+    # were it a step): each job's first training step fills the pipeline, step 1, step 4 redone under
+    # attempt 1 after job 2 validated step 3, and step 8 under attempt 0; read record by record and whole
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run", window=4)
+    trained: dict[int, tuple[int, str]] = {}  # step -> (attempt, kind) of its latest training
+    for job in RESUMED_JOBS:
+        with Recorder(path, meta=meta, flush_interval=3600) as rec:
+            rec.log_job_start()
+            rec.flush()
+            for step, attempt, kind in job:
+                rec.log_step(step, resumed_record(kind), attempt=attempt)
+                rec.flush()
+                if kind != "validation" and attempt >= trained.get(step, (-1, ""))[0]:
+                    trained[step] = (attempt, kind)
+                live.refresh(force=True)
+                assert list(live.splits().index) == sorted(s for s, (_, k) in trained.items() if k == "steady")
+    whole = LiveRun(0, str(path), "run")
+    whole.refresh(force=True)
+    # the analysis of the recent window leaves job 3's fill out too: of steps 7-10 (the window's first, 7,
+    # is its first step), 9 and 10; the whole run in a window of 50
+    for run, in_window in ((live, [9, 10]), (whole, [2, 3, 5, 6, 7, 9, 10])):
+        assert list(run.splits().index) == [2, 3, 5, 6, 7, 9, 10] and set(run.splits()["best_rollout"]) == {16}
+        window = run.analysis()
+        assert window is not None and list(window.drift.per_step.index) == in_window
+
+
+def test_a_fill_step_whose_job_start_is_read_after_it_leaves_the_live_drift(tmp_path):
+    # job 2's start reaches the run directory after its first step (another writer's late flush): the
+    # step's split, computed meanwhile, leaves once the start is read
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run")
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        rec.log_job_start()
+        for step, attempt, kind in RESUMED_JOBS[0]:
+            rec.log_step(step, resumed_record(kind), attempt=attempt)
+    resumed = time.time()
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        rec.log_step(6, resumed_record("fill"))
+        rec.flush()
+        live.refresh(force=True)
+        assert list(live.splits().index) == [2, 3, 4, 5, 6]
+        rec.log_job_start(resumed)
+        rec.flush()
+        live.refresh(force=True)
+        assert list(live.splits().index) == [2, 3, 4, 5]
