@@ -635,8 +635,8 @@ class LiveRun:
                     "steps": _long_table(self._wide),
                     "gpu": _arrow("gpu", pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu")),
                 }
-                firsts = job_first_steps(self._records, self._job_starts)
-                frames = RunFrames(self._wide, traj, self.meta, _WindowReader(self.meta, tables), job_firsts=firsts)
+                reader = _WindowReader(self.meta, tables)
+                frames = RunFrames(self._wide, traj, self.meta, reader, fills=self._fills())
                 result = analyze_run(frames)
             self._analysis = (self.version, result)
             return result
@@ -648,6 +648,12 @@ class LiveRun:
                 self._full = (self.last_step or 0, analyze_run(self._reader))
             return self._full
 
+    def _fills(self) -> frozenset[int]:
+        """The run's async pipeline fills (``RunFrames.fills``): its first training step and each
+        job's, of the whole run, not of the window."""
+        first = {int(self.phases.index.min())} if len(self.phases) else set()
+        return job_first_steps(self._records, self._job_starts) | first
+
     def splits(self) -> pd.DataFrame:
         """Each step's best split for the drift topology, computed for the steps not yet done
         (an async run's pipeline fills are none: its first step and each job's, ``drift.steady_models``;
@@ -655,8 +661,7 @@ class LiveRun:
         with self._lock:
             models, done = self._models, self._splits
             if not models.empty:
-                fills = {int(self.phases.index.min()), *job_first_steps(self._records, self._job_starts)}
-                models = drift.steady_models(models, self.facts, fills)
+                models = drift.steady_models(models, self.facts, self._fills())
                 done = done[done.index.isin(models.index)] if len(done) else done
             todo = models.index.difference(done.index)
             n = self.facts.n_gpus

@@ -797,7 +797,9 @@ class RunFrames:
     meta: dict[str, Any] = field(default_factory=dict)
     reader: RunReader | None = None  # for analyzers that read other tables (gpu, spans, logprob)
     unfinite: dict[str, tuple[int, ...]] = field(default_factory=dict)  # see unfinite_timers
-    job_firsts: frozenset[int] = frozenset()  # each job's first training step: see job_first_steps
+    # the steps that filled an async pipeline: the run's first training step and each job's
+    # (job_first_steps); None: the frames' own first step alone, for frames of the whole run
+    fills: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.trajectories, Trajectories):
@@ -812,9 +814,10 @@ class RunFrames:
         table = reader.read("steps", ["step", "attempt", "time", "key", "value"])
         usable = usable_step_rows(table)
         starts = reader.read("jobs", ["time"]).column("time").to_pylist()
-        firsts = job_first_steps(training_records(usable), starts)
+        records = training_records(usable)
+        fills = job_first_steps(records, starts) | set(records["step"].nsmallest(1).astype(int))
         wide = _pivot(placed_step_rows(usable))
-        return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), firsts)
+        return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), fills)
 
 
 def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:

@@ -131,7 +131,7 @@ def analyze(
     tails = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
     models = pd.DataFrame()
     if n and n > 1 and not anatomy.seconds.empty:
-        fills = {int(anatomy.seconds.index.min()), *frames.job_firsts}
+        fills = frames.fills if frames.fills is not None else {int(anatomy.seconds.index.min())}
         models = steady_models(per_step_models(frames, anatomy, tails), facts, fills)
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)
