@@ -60,6 +60,7 @@ __all__ = [
     "TRAINED_FROM_KEY",
     "canonical",
     "canonical_metric",
+    "is_rollouter_window_key",
     "is_substage",
     "is_validation_key",
     "makes_step",
@@ -303,5 +304,11 @@ def split_record(step: int, metrics: Mapping[str, _V]) -> list[tuple[int, dict[s
 def _stays(key: str) -> bool:
     """Whether a key of a record with the fully async trainer's training metrics is the
     rollouter's window or validation, of the step logged."""
-    name = canonical(key)
-    return name.startswith(_ROLLOUTER_WINDOW) or is_validation_key(name)
+    return is_rollouter_window_key(key) or is_validation_key(canonical(key))
+
+
+def is_rollouter_window_key(key: str) -> bool:
+    """Whether ``key`` is of the fully async rollouter's report on its window between two weight
+    syncs, which verl logs once per sync but for a last one of the same version when ``fit`` ends
+    (``docs/verl-hook.md``): the hook and the importers tell that one by it."""
+    return canonical(key).startswith(_ROLLOUTER_WINDOW)
