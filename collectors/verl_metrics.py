@@ -54,6 +54,7 @@ __all__ = [
     "PHASES",
     "RENAMED_KEYS",
     "RENAMED_PREFIXES",
+    "ROLLOUT_UTILIZATION_KEY",
     "STAGE_PHASES",
     "STEP_TIMER",
     "SUBSTAGES",
@@ -269,8 +270,10 @@ def record_trains(metrics: Mapping[str, Any]) -> bool:
 
 # In verl's fully async trainer, the version an update trains from; only its training record holds it
 TRAINED_FROM_KEY: Final = "fully_async/count/current_param_version"
+# The utilization of the rollouter's window, which verl 0.9.1's training record repeats
+ROLLOUT_UTILIZATION_KEY: Final = "dynamic_resource/rollout_resource_utilization"
 # What the fully async rollouter reports of its window between two weight syncs (``reset_staleness``)
-_ROLLOUTER_WINDOW: Final = ("fully_async/rollouter/", "dynamic_resource/rollout_resource_utilization")
+_ROLLOUTER_WINDOW: Final = ("fully_async/rollouter/", ROLLOUT_UTILIZATION_KEY)
 
 
 def split_record(step: int, metrics: Mapping[str, _V]) -> list[tuple[int, dict[str, _V]]]:

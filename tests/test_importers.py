@@ -496,12 +496,18 @@ def test_fully_async_late_timed_validation_is_not_a_restart(tmp_path):
 
 
 def _fully_async_export(tmp_path: Path, records: list[tuple[int, dict]], logger: str) -> Path:
-    """verl's file logger (a line per Tracking.log), or a W&B history export (a row per step: the
-    step's records merged, as wandb.log merges calls of one step)."""
+    """verl's file logger (a line per Tracking.log), TensorBoard (an event per call) or a W&B
+    history export (a row per step: the step's records merged, as wandb.log merges calls of one step)."""
     if logger == "jsonl":
         path = tmp_path / "metrics.jsonl"
         path.write_text("".join(json.dumps({"step": step, "data": data}) + "\n" for step, data in records))
         return path
+    if logger == "tensorboard":
+        folder = tmp_path / "tensorboard_log" / "proj" / "exp"
+        folder.mkdir(parents=True)
+        events = [(step, 1700000000.0 + i, data) for i, (step, data) in enumerate(records)]
+        write_events(folder, "events.out.tfevents.1700000000.host.1.0", events)
+        return tmp_path / "tensorboard_log"
     rows: dict[int, dict] = {}
     for step, data in records:
         rows.setdefault(step, {"_step": step}).update(data)
@@ -510,13 +516,14 @@ def _fully_async_export(tmp_path: Path, records: list[tuple[int, dict]], logger:
     return path
 
 
-@pytest.mark.parametrize("logger", ["jsonl", "wandb"])
+@pytest.mark.parametrize("logger", ["jsonl", "wandb", "tensorboard"])
 @pytest.mark.parametrize(("sync_every", "trained"), [(1, {1: [1], 2: [2], 3: [3]}), (2, {1: [1], 2: [2, 3]})])
 def test_fully_async_training_records_go_under_their_update_not_the_next_sync(tmp_path, logger, sync_every, trained):
-    # the fully async trainer's Tracking.log calls (fully_async_log), as verl's loggers keep them
+    # the fully async trainer's Tracking.log calls (fully_async_log), as verl's loggers keep them;
+    # TensorBoard splits the training record at the window's utilization it repeats: no restart
     records = fully_async_records(4, sync_every=sync_every)
     source = _fully_async_export(tmp_path, records, logger)
-    importer = import_verl_jsonl if logger == "jsonl" else import_wandb_csv
+    importer = {"jsonl": import_verl_jsonl, "wandb": import_wandb_csv, "tensorboard": import_tensorboard}[logger]
     summary = importer([source], tmp_path / "run", strict=True)
     df = steps(tmp_path / "run")
     assert summary.restarts == 0 and df.attempt.eq(0).all() and summary.steps == max(s for s, _ in records)
@@ -524,9 +531,12 @@ def test_fully_async_training_records_go_under_their_update_not_the_next_sync(tm
         assert value(df, step, "timing_s/step") == sum(update_metrics(u, 0)["timing_s/step"] for u in own)
         assert value(df, step, "training/global_step") == own[-1]
     for step in range(1, summary.steps + 1):  # the rollouter's window of update ``step``
-        idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]
-        assert value(df, step, "fully_async/rollouter/idle_ratio") == idle
-    assert value(df, 2, "val-core/acc") == 0.02
+        window = rollouter_window(step)
+        idle = window["fully_async/rollouter/idle_ratio"]  # TensorBoard keeps float32
+        assert value(df, step, "fully_async/rollouter/idle_ratio") == pytest.approx(idle)
+        utilization = df[(df.step == step) & (df.key == "dynamic_resource/rollout_resource_utilization")].value
+        assert list(utilization) == pytest.approx([1 - idle] * len(utilization)) and len(utilization)
+    assert value(df, 2, "val-core/acc") == pytest.approx(0.02)
 
 
 def test_fully_async_final_sync_is_one_restart_of_the_last_step_its_training_there(tmp_path):

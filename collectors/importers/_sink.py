@@ -22,7 +22,13 @@ import pyarrow.fs as pafs
 
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import TRAINED_FROM_KEY, canonical_metric, makes_step, split_record
+from rlscope.collectors.verl_metrics import (
+    ROLLOUT_UTILIZATION_KEY,
+    TRAINED_FROM_KEY,
+    canonical_metric,
+    makes_step,
+    split_record,
+)
 from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
@@ -237,10 +243,15 @@ class StepSink:
             return
         self.summary.records += 1
         # verl's fully async trainer logs its training record after the window of the step it is
-        # logged under, repeating that window's rollout utilization: never a restart's first record
-        trainer = TRAINED_FROM_KEY in named
+        # logged under, repeating that window's rollout utilization: never a restart's first record.
+        # TensorBoard, which reads a tag logged again at a step as a new record, splits it there:
+        # the rest repeats no key of the step but that one
+        last = step == self._attempts.last
+        joins = last and (
+            TRAINED_FROM_KEY in named or named.keys() & self._attempts.last_keys == {ROLLOUT_UTILIZATION_KEY}
+        )
         for described, part in split_record(step, named):
-            if described == step and not (trainer and step == self._attempts.last):
+            if described == step and not joins:
                 self._place(step, part, when)
             else:  # an update's metrics filed under its own step, or the rest of the step logged last:
                 # they join the attempt that step is on, no restart
