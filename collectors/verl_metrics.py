@@ -51,9 +51,11 @@ from typing import Any, Final, TypeVar
 _V = TypeVar("_V")
 
 __all__ = [
+    "GLOBAL_STEP_KEY",
     "PHASES",
     "RENAMED_KEYS",
     "RENAMED_PREFIXES",
+    "ROLLOUTER_PREFIX",
     "ROLLOUT_UTILIZATION_KEY",
     "STAGE_PHASES",
     "STEP_TIMER",
@@ -272,8 +274,12 @@ def record_trains(metrics: Mapping[str, Any]) -> bool:
 TRAINED_FROM_KEY: Final = "fully_async/count/current_param_version"
 # The utilization of the rollouter's window, which verl 0.9.1's training record repeats
 ROLLOUT_UTILIZATION_KEY: Final = "dynamic_resource/rollout_resource_utilization"
+# verl's count of updates (the fully async trainer's aggregate holds its last update's)
+GLOBAL_STEP_KEY: Final = "training/global_step"
+# The keys the fully async rollouter alone reports of its window (the trainer repeats none of them)
+ROLLOUTER_PREFIX: Final = "fully_async/rollouter/"
 # What the fully async rollouter reports of its window between two weight syncs (``reset_staleness``)
-_ROLLOUTER_WINDOW: Final = ("fully_async/rollouter/", ROLLOUT_UTILIZATION_KEY)
+_ROLLOUTER_WINDOW: Final = (ROLLOUTER_PREFIX, ROLLOUT_UTILIZATION_KEY)
 
 
 def split_record(step: int, metrics: Mapping[str, _V]) -> list[tuple[int, dict[str, _V]]]:
