@@ -51,15 +51,19 @@ from typing import Any, Final, TypeVar
 _V = TypeVar("_V")
 
 __all__ = [
+    "GLOBAL_STEP_KEY",
     "PHASES",
     "RENAMED_KEYS",
     "RENAMED_PREFIXES",
+    "ROLLOUTER_PREFIX",
+    "ROLLOUT_UTILIZATION_KEY",
     "STAGE_PHASES",
     "STEP_TIMER",
     "SUBSTAGES",
     "TRAINED_FROM_KEY",
     "canonical",
     "canonical_metric",
+    "is_rollouter_window_key",
     "is_substage",
     "is_validation_key",
     "makes_step",
@@ -268,8 +272,14 @@ def record_trains(metrics: Mapping[str, Any]) -> bool:
 
 # In verl's fully async trainer, the version an update trains from; only its training record holds it
 TRAINED_FROM_KEY: Final = "fully_async/count/current_param_version"
+# The utilization of the rollouter's window, which verl 0.9.1's training record repeats
+ROLLOUT_UTILIZATION_KEY: Final = "dynamic_resource/rollout_resource_utilization"
+# verl's count of updates (the fully async trainer's aggregate holds its last update's)
+GLOBAL_STEP_KEY: Final = "training/global_step"
+# The keys the fully async rollouter alone reports of its window (the trainer repeats none of them)
+ROLLOUTER_PREFIX: Final = "fully_async/rollouter/"
 # What the fully async rollouter reports of its window between two weight syncs (``reset_staleness``)
-_ROLLOUTER_WINDOW: Final = ("fully_async/rollouter/", "dynamic_resource/rollout_resource_utilization")
+_ROLLOUTER_WINDOW: Final = (ROLLOUTER_PREFIX, ROLLOUT_UTILIZATION_KEY)
 
 
 def split_record(step: int, metrics: Mapping[str, _V]) -> list[tuple[int, dict[str, _V]]]:
@@ -303,5 +313,11 @@ def split_record(step: int, metrics: Mapping[str, _V]) -> list[tuple[int, dict[s
 def _stays(key: str) -> bool:
     """Whether a key of a record with the fully async trainer's training metrics is the
     rollouter's window or validation, of the step logged."""
-    name = canonical(key)
-    return name.startswith(_ROLLOUTER_WINDOW) or is_validation_key(name)
+    return is_rollouter_window_key(key) or is_validation_key(canonical(key))
+
+
+def is_rollouter_window_key(key: str) -> bool:
+    """Whether ``key`` is of the fully async rollouter's report on its window between two weight
+    syncs, which verl logs once per sync but for a last one of the same version when ``fit`` ends
+    (``docs/verl-hook.md``): the hook and the importers tell that one by it."""
+    return canonical(key).startswith(_ROLLOUTER_WINDOW)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from damage import damage_column
+from fully_async_log import fully_async_records, rollouter_window, update_metrics
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import analyze_run
@@ -944,6 +945,21 @@ def test_the_step_time_says_when_it_is_the_sum_of_stage_timers(tmp_path, capsys)
     assert "40 s (recent mean; the sum of its stage timers, no timing_s/step)" in capsys.readouterr().out
     log.write_text("".join(f"step:{i} - timing_s/gen:30.0 - timing_s/step:45.0\n" for i in range(1, 5)))
     assert _run_json(capsys, str(log))[1]["headline"]["step_s_basis"] == "step timer"
+
+
+def test_the_fully_async_trainers_final_window_is_no_restart_and_no_warning(tmp_path, capsys):
+    # fit() ends after version 3 (not due for validation, test_freq 2) with one more sync, logging
+    # a second rollouter window of step 3 (after the last update): left out, step 3 keeps its own
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in fully_async_records(3)))
+    code, doc = _run_json(capsys, str(jsonl))
+    assert code == 0 and (doc["run"]["first_step"], doc["run"]["last_step"]) == (1, 3)
+    assert doc["run"]["warnings"] == []
+    # the last quarter of 3 steps is step 3: its own window's idle ratio beside update 3's trainer idle
+    (idle,) = [f["evidence"] for f in doc["findings"] if f["id"] == "async-idle-imbalanced"]
+    last = update_metrics(3, 2)
+    assert idle["rollouter_idle"] == pytest.approx(rollouter_window(3)["fully_async/rollouter/idle_ratio"])
+    assert idle["trainer_idle"] == pytest.approx(last["timing_s/gen"] / last["timing_s/step"])
 
 
 def test_a_restarted_log_is_told(tmp_path, capsys):

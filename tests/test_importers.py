@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fully_async_log import fully_async_records, rollouter_window, update_metrics
+from fully_async_log import aggregated, fully_async_records, rollouter_window, update_metrics
 
 from rlscope import RunReader
+from rlscope.analyzers._data import wide_steps
 from rlscope.cli import main as cli
 from rlscope.collectors.importers import (
     ImportSummary,
@@ -496,12 +497,24 @@ def test_fully_async_late_timed_validation_is_not_a_restart(tmp_path):
 
 
 def _fully_async_export(tmp_path: Path, records: list[tuple[int, dict]], logger: str) -> Path:
-    """verl's file logger (a line per Tracking.log), or a W&B history export (a row per step: the
-    step's records merged, as wandb.log merges calls of one step)."""
+    """verl's file logger (a line per Tracking.log), its console logger (the same, as ``step:N -
+    key:value`` lines), TensorBoard (an event per call) or a W&B history export (a row per step:
+    the step's records merged, as wandb.log merges calls of one step)."""
     if logger == "jsonl":
         path = tmp_path / "metrics.jsonl"
         path.write_text("".join(json.dumps({"step": step, "data": data}) + "\n" for step, data in records))
         return path
+    if logger == "log":
+        path = tmp_path / "console.log"
+        lines = (" - ".join([f"step:{step}", *(f"{k}:{v!r}" for k, v in data.items())]) for step, data in records)
+        path.write_text("".join(f"{line}\n" for line in lines))
+        return path
+    if logger == "tensorboard":
+        folder = tmp_path / "tensorboard_log" / "proj" / "exp"
+        folder.mkdir(parents=True)
+        events = [(step, 1700000000.0 + i, data) for i, (step, data) in enumerate(records)]
+        write_events(folder, "events.out.tfevents.1700000000.host.1.0", events)
+        return tmp_path / "tensorboard_log"
     rows: dict[int, dict] = {}
     for step, data in records:
         rows.setdefault(step, {"_step": step}).update(data)
@@ -510,13 +523,14 @@ def _fully_async_export(tmp_path: Path, records: list[tuple[int, dict]], logger:
     return path
 
 
-@pytest.mark.parametrize("logger", ["jsonl", "wandb"])
+@pytest.mark.parametrize("logger", ["jsonl", "wandb", "tensorboard"])
 @pytest.mark.parametrize(("sync_every", "trained"), [(1, {1: [1], 2: [2], 3: [3]}), (2, {1: [1], 2: [2, 3]})])
 def test_fully_async_training_records_go_under_their_update_not_the_next_sync(tmp_path, logger, sync_every, trained):
-    # the fully async trainer's Tracking.log calls (fully_async_log), as verl's loggers keep them
+    # the fully async trainer's Tracking.log calls (fully_async_log), as verl's loggers keep them;
+    # TensorBoard splits the training record at the window's utilization it repeats: no restart
     records = fully_async_records(4, sync_every=sync_every)
     source = _fully_async_export(tmp_path, records, logger)
-    importer = import_verl_jsonl if logger == "jsonl" else import_wandb_csv
+    importer = {"jsonl": import_verl_jsonl, "wandb": import_wandb_csv, "tensorboard": import_tensorboard}[logger]
     summary = importer([source], tmp_path / "run", strict=True)
     df = steps(tmp_path / "run")
     assert summary.restarts == 0 and df.attempt.eq(0).all() and summary.steps == max(s for s, _ in records)
@@ -524,23 +538,86 @@ def test_fully_async_training_records_go_under_their_update_not_the_next_sync(tm
         assert value(df, step, "timing_s/step") == sum(update_metrics(u, 0)["timing_s/step"] for u in own)
         assert value(df, step, "training/global_step") == own[-1]
     for step in range(1, summary.steps + 1):  # the rollouter's window of update ``step``
-        idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]
-        assert value(df, step, "fully_async/rollouter/idle_ratio") == idle
-    assert value(df, 2, "val-core/acc") == 0.02
+        window = rollouter_window(step)
+        idle = window["fully_async/rollouter/idle_ratio"]  # TensorBoard keeps float32
+        assert value(df, step, "fully_async/rollouter/idle_ratio") == pytest.approx(idle)
+        utilization = df[(df.step == step) & (df.key == "dynamic_resource/rollout_resource_utilization")].value
+        assert list(utilization) == pytest.approx([1 - idle] * len(utilization)) and len(utilization)
+    assert value(df, 2, "val-core/acc") == pytest.approx(0.02)
 
 
-def test_fully_async_final_sync_is_one_restart_of_the_last_step_its_training_there(tmp_path):
-    # the queue ends after version 3, not validated: verl syncs once more, logging a second window
-    # of step 3 (read as a restart, docs/verl-hook.md), then update 3's record, which repeats that
-    # window's rollout utilization: it joins the attempt, no second restart
-    records = fully_async_records(3)
-    summary = import_verl_jsonl([_fully_async_export(tmp_path, records, "jsonl")], tmp_path / "run", strict=True)
+_IMPORTERS = {"jsonl": import_verl_jsonl, "log": import_verl_log, "tensorboard": import_tensorboard}
+
+
+@pytest.mark.parametrize("logger", ["jsonl", "log", "tensorboard"])
+@pytest.mark.parametrize(("updates", "sync_every"), [(3, 1), (2, 2), (6, 2)])
+def test_fully_async_final_window_after_the_last_update_is_no_restart_and_replaces_nothing(
+    tmp_path, logger, updates, sync_every
+):
+    # the queue ends right after the sync to version 3 (or 1), not due for validation: fit() syncs
+    # it once more, logging a second window under it (after the last update), then that update's record
+    records = fully_async_records(updates, sync_every=sync_every, test_freq=2)
+    last = updates // sync_every
+    assert records[-2] == (last, rollouter_window(last, last=True))
+    summary = _IMPORTERS[logger]([_fully_async_export(tmp_path, records, logger)], tmp_path / "run", strict=True)
     df = steps(tmp_path / "run")
-    assert summary.restarts == 1 and summary.steps == 4
-    assert value(df, 3, "timing_s/step", attempt=1) == update_metrics(3, 0)["timing_s/step"]
-    end = rollouter_window(3, last=True)["fully_async/rollouter/idle_ratio"]
-    assert value(df, 3, "fully_async/rollouter/idle_ratio", attempt=1) == end
-    assert value(df, 2, "timing_s/step") == update_metrics(2, 0)["timing_s/step"]
+    assert summary.restarts == 0 and df.attempt.eq(0).all() and summary.steps == last
+    assert summary.skipped == {"fully_async_final_window": 1}
+    wide = wide_steps(df)
+    for step in range(1, last + 1):  # each step keeps the rollouter's window of its own update
+        idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]
+        assert wide.loc[step, "fully_async/rollouter/idle_ratio"] == pytest.approx(idle)
+        # not the final window's utilization, which the last update's record repeats
+        assert wide.loc[step, "dynamic_resource/rollout_resource_utilization"] == pytest.approx(1 - idle)
+    # the last update's record, logged after the final window (a sync every 2: it replaces the
+    # record of updates 4 and 5 at step 3, as the hook's last value does)
+    assert wide.loc[last, "training/global_step"] == updates
+    assert wide.loc[last, "timing_s/step"] == update_metrics(updates, 0)["timing_s/step"]
+
+
+_UTILIZATION = "dynamic_resource/rollout_resource_utilization"  # the window's, which the trainer's record repeats
+
+
+def _resumed(first: list[tuple[int, dict]], again: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """A run that crashed after ``first`` and was resumed, logging ``again`` (its first record a
+    rollouter window of the last step ``first`` logged: a different window, idle 0.75)."""
+    step, window = again[0]
+    return [*first, (step, {**window, "fully_async/rollouter/idle_ratio": 0.75}), *again[1:]]
+
+
+@pytest.mark.parametrize("logger", ["jsonl", "log"])
+@pytest.mark.parametrize(
+    "records",
+    [
+        # a sync per update: crashed after the sync to version 3; resumed from version 2, the
+        # sync to 3 again (the aggregator empty: no record), to 4, then update 3's record, late
+        _resumed(
+            fully_async_records(3)[:-2],
+            [
+                (3, rollouter_window(3)),
+                (4, rollouter_window(4)),
+                (4, {"rollouter/validate_time": 3.0, "val-core/acc": 0.04}),
+                (4, aggregated([update_metrics(3, 2)], rollouter_window(4)[_UTILIZATION])),
+            ],
+        ),
+        # a sync every 2 updates (test_freq 3): crashed after the sync to version 2; resumed from
+        # version 1 at global step 3 (1 * 2 + 1): the sync to 2 again, then updates 3's record
+        # under 2, the same global step as the one logged there before: no final window
+        _resumed(
+            fully_async_records(4, sync_every=2, test_freq=3)[:-2],
+            [(2, rollouter_window(2)), (2, aggregated([update_metrics(3, 1)], rollouter_window(2)[_UTILIZATION]))],
+        ),
+    ],
+    ids=["sync-each-update", "sync-every-2"],
+)
+def test_fully_async_resume_that_first_logs_the_window_of_the_last_step_is_a_restart(tmp_path, logger, records):
+    summary = _IMPORTERS[logger]([_fully_async_export(tmp_path, records, logger)], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    step = max(s for s, data in records if data.get("fully_async/rollouter/idle_ratio") == 0.75)
+    assert summary.restarts == 1 and "fully_async_final_window" not in summary.skipped
+    assert value(df, step, "fully_async/rollouter/idle_ratio", attempt=1) == 0.75
+    assert wide_steps(df).loc[step, "fully_async/rollouter/idle_ratio"] == 0.75
+    assert wide_steps(df).loc[step, "training/global_step"] == 3  # the resumed run's update 3
 
 
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):

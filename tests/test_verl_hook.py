@@ -618,8 +618,9 @@ def test_the_fully_async_record_the_tests_build_is_what_verls_metrics_aggregator
     [
         # validated last (test_freq 2): verl never logs update 4's own record
         (4, 1, {1: [1], 2: [2], 3: [3]}, [1, 2, 3, 4]),
-        # the queue ends after a version not validated: verl syncs once more and logs update 3 then
-        (3, 1, {1: [1], 2: [2], 3: [3]}, [1, 2]),
+        # the queue ends after a version not validated: verl syncs once more and logs update 3 then,
+        # with a second rollouter window of step 3 (after the last update): dropped, step 3 keeps its own
+        (3, 1, {1: [1], 2: [2], 3: [3]}, [1, 2, 3]),
         # a sync every 2 updates: the record under step 2 aggregates updates 2 and 3, the last of
         # version 1's and the first of version 2's (verl adds an update after logging)
         (4, 2, {1: [1], 2: [2, 3]}, [1, 2]),
@@ -651,6 +652,53 @@ def test_the_fully_async_trainers_records_join_the_rollouters_window_of_the_same
     assert set(wide.index) == set(trained) | set(windows)
     logged = {step for step, _ in fully_async_records(updates, sync_every=sync_every)}
     assert {s["step"] for s in RunReader(str(run)).read("spans", ["step"]).to_pylist()} == logged
+    # fit() syncs once more when the queue ends right after a sync to a version not due for validation
+    final = updates % sync_every == 0 and updates // sync_every % 2 != 0
+    assert hook.status()["skipped"] == ({"fully_async_final_window": 1} if final else {})
+    assert {r["attempt"] for r in RunReader(str(run)).read("steps", ["attempt"]).to_pylist()} == {0}
+
+
+@pytest.mark.parametrize("sync_every", [1, 2])
+def test_the_fully_async_final_window_after_the_last_update_never_replaces_that_steps_own(tmp_path, sync_every):
+    # the queue ends after version 1 (not due for validation): fit() syncs once more, logging a
+    # second window of step 1 (from that sync to the end) and the last update's record
+    records = fully_async_records(sync_every, sync_every=sync_every, test_freq=2)
+    assert [step for step, _ in records][-2:] == [1, 1] and records[-2][1] == rollouter_window(1, last=True)
+    run = tmp_path / "run"
+    hook = Hook(str(run))
+    for step, data in records:
+        hook.on_log(step, data)
+    hook.flush()
+    wide = wide_steps(RunReader(str(run)).read("steps").to_pandas())
+    assert list(wide.index) == [1]
+    own = rollouter_window(1)
+    assert wide.loc[1, "fully_async/rollouter/idle_ratio"] == own["fully_async/rollouter/idle_ratio"]
+    # the last update's record repeats the final window's utilization: left out with it
+    assert (
+        records[-1][1]["dynamic_resource/rollout_resource_utilization"]
+        != own["dynamic_resource/rollout_resource_utilization"]
+    )
+    assert (
+        wide.loc[1, "dynamic_resource/rollout_resource_utilization"]
+        == own["dynamic_resource/rollout_resource_utilization"]
+    )
+    assert wide.loc[1, "training/global_step"] == sync_every  # the last update's record, logged after it
+    assert hook.status()["skipped"] == {"fully_async_final_window": 1}
+
+
+def test_a_resumed_process_logging_the_fully_async_window_of_its_last_step_again_is_a_restart(tmp_path):
+    # the first process dies after the sync that made version 2; the resumed one (from version 1)
+    # syncs to version 2 again: its window is a second attempt of step 2, not a final window
+    run = tmp_path / "run"
+    for idle in (0.2, 0.7):
+        hook = Hook(str(run))  # a new process
+        hook.on_log(2, {**rollouter_window(2), "fully_async/rollouter/idle_ratio": idle})
+        hook.flush()
+    rows = RunReader(str(run)).read("steps").to_pandas()
+    idle = rows[rows.key == "fully_async/rollouter/idle_ratio"]
+    assert sorted(idle[["attempt", "value"]].itertuples(index=False, name=None)) == [(0, 0.2), (1, 0.7)]
+    assert wide_steps(rows).loc[2, "fully_async/rollouter/idle_ratio"] == 0.7
+    assert hook.status()["skipped"] == {}
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import time
 from collections import Counter
@@ -22,7 +23,16 @@ import pyarrow.fs as pafs
 
 from rlscope import __version__
 from rlscope.collectors.importers._source import ImportInputError
-from rlscope.collectors.verl_metrics import TRAINED_FROM_KEY, canonical_metric, makes_step, split_record
+from rlscope.collectors.verl_metrics import (
+    GLOBAL_STEP_KEY,
+    ROLLOUT_UTILIZATION_KEY,
+    ROLLOUTER_PREFIX,
+    TRAINED_FROM_KEY,
+    canonical_metric,
+    is_rollouter_window_key,
+    makes_step,
+    split_record,
+)
 from rlscope.errors import MetaError, RunDirError, UsageError
 from rlscope.trace.schema import STEPS
 from rlscope.trace.store import (
@@ -199,6 +209,10 @@ class StepSink:
         self._keys: set[str] = set()
         self._attempts = _Attempts()
         self._pending: tuple[int, dict[str, float], float | None] | None = None
+        # a rollouter window logged again at the last step: verl's final one, or a restart (_final_window)
+        self._window: tuple[int, dict[str, float], float | None] | None = None
+        self._global_step: float | None = None  # the highest training/global_step read
+        self._final_step: int | None = None  # the step whose final window was left out
         self._cols: dict[str, list[Any]] = {name: [] for name in ("step", "attempt", "time", "key", "value")}
 
     def _check_target(self) -> None:
@@ -236,15 +250,61 @@ class StepSink:
         if not named:
             return
         self.summary.records += 1
+        final = self._final_window(step, named)
+        at_last = step == self._attempts.last
         # verl's fully async trainer logs its training record after the window of the step it is
-        # logged under, repeating that window's rollout utilization: never a restart's first record
-        trainer = TRAINED_FROM_KEY in named
+        # logged under, repeating that window's rollout utilization: never a restart's first record.
+        # TensorBoard, which reads a tag logged again at a step as a new record, splits it there:
+        # the rest repeats no key of the step but that one
+        trainer = at_last and (
+            TRAINED_FROM_KEY in named or named.keys() & self._attempts.last_keys == {ROLLOUT_UTILIZATION_KEY}
+        )
+        if final or (trainer and step == self._final_step):  # the final window's, or its utilization repeated
+            named = {k: v for k, v in named.items() if not is_rollouter_window_key(k)}
+        global_step = named.get(GLOBAL_STEP_KEY)
+        if global_step is not None and math.isfinite(global_step):
+            self._global_step = global_step if self._global_step is None else max(self._global_step, global_step)
         for described, part in split_record(step, named):
-            if described == step and not (trainer and step == self._attempts.last):
+            if described == step and not (final or trainer):
                 self._place(step, part, when)
-            else:  # an update's metrics filed under its own step, or the rest of the step logged last:
-                # they join the attempt that step is on, no restart
+            else:  # an update's metrics filed under its own step, or the rest of the step logged last
+                # (the last update's after a final window too): they join the attempt that step is on
                 self._rows(described, self._attempts.attempt(described), part, when)
+
+    def _final_window(self, step: int, named: dict[str, float]) -> bool:
+        """Whether ``named`` (canonical keys) is verl's fully async record of its last update,
+        after the rollouter window of the final sync: then that window, held or in ``named``
+        (TensorBoard merges the two when the record does not repeat the window's utilization,
+        else splits the record before it into the held one), is counted as skipped; else a
+        held window is a restart.
+
+        When the queue ends right after a sync to a version not due for validation, ``fit``
+        syncs it once more and logs a second window under the last step (after the last update,
+        no step's), then the last update's record: the one right after the record of the
+        update before it, its ``training/global_step`` one more. A resume logging that step's
+        window again logs next a later step, or (a sync every n > 1 updates) the record of an
+        update the run logged before: no global step beyond the highest read.
+        """
+        held, self._window = self._window, None
+        last = self._attempts.last
+        # the window's own keys again: the trainer's record repeats only its utilization
+        repeats = step == last and any(k.startswith(ROLLOUTER_PREFIX) for k in named.keys() & self._attempts.last_keys)
+        final = (
+            (held is not None or repeats)
+            and step == last
+            and TRAINED_FROM_KEY in named
+            and self._global_step is not None
+            and named.get(GLOBAL_STEP_KEY) == self._global_step + 1
+        )
+        if held is not None and not final:
+            self._write(*held, restart=True)
+        if final:
+            self.skip("fully_async_final_window", "", bad=False)
+            self._final_step = step
+            rest = {k: v for k, v in held[1].items() if not is_rollouter_window_key(k)} if held else {}
+            if held is not None and rest:  # TensorBoard's split of the record before it, merged with the window
+                self._rows(step, self._attempts.attempt(step), rest, held[2])
+        return final
 
     def _place(self, step: int, named: dict[str, float], when: float | None) -> None:
         """Write a record of ``step`` (canonical keys), or hold it till the next tells its attempt."""
@@ -255,6 +315,10 @@ class StepSink:
                 return
             self._settle(restart=self._attempts.last is not None and step <= self._attempts.last)
         last = self._attempts.last
+        again = named.keys() & self._attempts.last_keys if step == last else set()
+        if TRAINED_FROM_KEY not in named and any(k.startswith(ROLLOUTER_PREFIX) for k in again):
+            self._window = (step, named, when)  # the rollouter's window of the last step again: see the next
+            return
         if last is not None and step < last and not any(makes_step(k, v) for k, v in named.items()):
             # validation (with its timer, say) of an earlier step: logged late (async trainers)
             # or the first line of a restart; the next record tells which
@@ -410,6 +474,8 @@ class StepSink:
 
     def close(self, *, interrupted: bool = False) -> ImportSummary:
         """Write everything still buffered and the final meta.json; return the summary."""
+        if self._window is not None:  # no record of the last update came after it: a restart
+            self._write(*self._window, restart=True)
         if self._pending is not None:
             self._settle(restart=False)
         self.flush()

@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from rlscope.collectors.verl_metrics import record_trains, split_record, timer_stage
+from rlscope.collectors.verl_metrics import (
+    TRAINED_FROM_KEY,
+    is_rollouter_window_key,
+    record_trains,
+    split_record,
+    timer_stage,
+)
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader
 from rlscope.trace.recorder import Recorder
@@ -158,6 +164,9 @@ class Hook:
         self.patches: dict[str, str] = {}  # "module:attr" -> patched | pending | missing | failed: <error>
         self.faults: dict[str, int] = {}
         self.pending_dropped = 0
+        self.skipped: dict[str, int] = {}  # reason -> records (or parts of them) not recorded
+        self._window_step: int | None = None  # the step of the last fully async rollouter window logged
+        self._final_step: int | None = None  # the step whose final fully async rollouter window was dropped
         self._warned: set[str] = set()
         self._services: dict[str, Any] | None = None  # started once, in the driver
         self._on_disk: Future | None = None  # steps logged before this process: step -> last attempt
@@ -204,6 +213,7 @@ class Hook:
                 "faults": dict(self.faults),
                 "pending": len(self._spans) + len(self._logprob) + len(self._held),
                 "pending_dropped": self.pending_dropped,
+                "skipped": dict(self.skipped),
             }
         out["recorder"] = rec.status() if rec is not None else None
         services = self._services or {}
@@ -379,7 +389,12 @@ class Hook:
         rec = self.recorder()
         step = int(step)
         attempt = None
+        trainer = TRAINED_FROM_KEY in data
         for described, metrics in split_record(step, data):
+            if described == step:
+                metrics = self._without_final_window(step, metrics, trainer=trainer)
+                if not metrics:
+                    continue
             logged = self._attempt(described, metrics)
             rec.log_step(described, metrics, attempt=logged)
             attempt = logged if described == step else attempt
@@ -393,6 +408,29 @@ class Hook:
         for deltas, probs_diff_max in logprob:
             rec.log_logprob_delta(step, deltas, source=SOURCE, attempt=attempt)
             rec.log_step(step, {CROSSCHECK_KEY: probs_diff_max}, attempt=attempt)
+
+    def _without_final_window(self, step: int, metrics: dict[str, Any], *, trainer: bool) -> dict[str, Any]:
+        """``metrics`` less a second fully async rollouter window of ``step`` in this process.
+
+        verl logs one window per weight sync, under the version it made; when the queue ends
+        right after a sync to a version not due for validation, ``fit`` syncs that version once
+        more and logs the window from the last sync to the end, which followed the last update
+        and is no step's: it would replace the step's own. Counted in ``status()["skipped"]``.
+        The trainer's record (``trainer``: it holds ``TRAINED_FROM_KEY``) repeats the rollout
+        utilization of the window logged before it: no window of its own, but the final one's
+        again after that window is dropped."""
+        window = [key for key in metrics if is_rollouter_window_key(str(key))]
+        if not window:
+            return metrics
+        with self._lock:
+            if trainer:
+                again = self._final_step == step
+            else:
+                again, self._window_step = self._window_step == step, step
+                if again:
+                    self._final_step = step
+                    self.skipped["fully_async_final_window"] = self.skipped.get("fully_async_final_window", 0) + 1
+        return {k: v for k, v in metrics.items() if k not in window} if again else metrics
 
     def log_trajectory(self, step: int, row: Mapping[str, Any]) -> None:
         self.log_trajectories(step, [row])

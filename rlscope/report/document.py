@@ -124,9 +124,11 @@ def _unfinite_warnings(unfinite: dict[str, tuple[int, ...]]) -> list[str]:
     return out
 
 
-# skip reasons that lose no value: a pprinted dict that repeats a step line (verl's validation before
-# training prints both) is in nearly every log, and calling it a warning would cry wolf
-_NOTHING_LOST = frozenset({"duplicate_of_step_line"})
+# skip reasons that lose no value of a step: a pprinted dict that repeats a step line (verl's validation
+# before training prints both) is in nearly every log, and so is, in a fully async run that ends after
+# a version not due for validation, the rollouter's window after the last update; calling either a
+# warning would cry wolf
+_NOTHING_LOST = frozenset({"duplicate_of_step_line", "fully_async_final_window"})
 
 
 def _import_warnings(meta: dict[str, Any]) -> list[str]:
