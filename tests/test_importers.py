@@ -2303,3 +2303,17 @@ def test_a_log_imported_in_the_other_verl_format_is_told_which_to_use(tmp_path, 
     ):
         code, _, err = run_cli(capsys, fmt, source, "--out", tmp_path / f"{fmt}-{source.name}")
         assert code == 1 and err.rstrip("\n").endswith(")" + hint)
+
+
+def test_tensorboard_keeps_the_record_tail_it_merged_with_the_fully_async_final_window(tmp_path):
+    # TensorBoard splits update 2's record (logged at step 3) at the window's utilization it repeats; its
+    # tail, dynamic_resource/resource_utilization, then merges with the final window that follows. The
+    # window is left out; the tail is kept at step 3, with the last update's own value logged after it
+    records = fully_async_records(3, sync_every=1, test_freq=2)
+    import_tensorboard([_fully_async_export(tmp_path, records, "tensorboard")], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    (update_2,) = [d for s, d in records if s == 3 and d.get("training/global_step") == 2]
+    (update_3,) = [d for s, d in records if s == 3 and d.get("training/global_step") == 3]
+    kept = df[(df.step == 3) & (df.key == "dynamic_resource/resource_utilization")]
+    key = "dynamic_resource/resource_utilization"
+    assert sorted(kept.value) == pytest.approx(sorted([update_2[key], update_3[key]]))
