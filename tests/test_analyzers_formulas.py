@@ -308,11 +308,40 @@ def test_tail_split_ignores_missing_and_handles_empty():
 def test_tail_share_estimate_from_lengths():
     # L90 = 8000 * ln 10 = 18420.7; f = 1 - 18420.7 / 32000 = 0.4243
     assert longtail.estimate_tail_share(8000, 32000) == pytest.approx(0.4243, abs=1e-4)
-    # 10% or more of responses hit the limit: the 90th percentile is the limit, no tail
+    # more than 10% of responses hit the limit: the slowest 10% all stop at the limit together, no tail
     assert longtail.estimate_tail_share(8000, 32000, clip_ratio=0.15) == 0.0
-    # short answers: ln 10 * mean above the max caps at the max
-    assert longtail.estimate_tail_share(200, 256) == 0.0
     assert math.isnan(longtail.estimate_tail_share(0, 256))
+
+
+def test_an_estimate_the_lengths_cannot_give_is_unknown_not_zero():
+    # mean x ln 10 = 460.5 reaches the max 256: the lengths are bunched near the max, not spread as
+    # the exponential assumes, and the tail is anywhere from 0 to its bound
+    assert math.isnan(longtail.estimate_tail_share(200, 256))
+    # exactly 10% at the cap: 1 of 10 responses, and the 9th of 10 (t90) can be shorter: no 0
+    lengths = [100] * 9 + [1000]
+    assert longtail.tail_split(lengths).tail_share == pytest.approx(0.9)  # finish time = length
+    assert longtail.estimate_tail_share(8000, 32000, clip_ratio=0.1) == pytest.approx(0.4243, abs=1e-4)
+    # 2 of 10 at the cap: t90 is the cap, as the estimate says
+    assert longtail.tail_split([100] * 8 + [1000, 1000]).tail_share == 0.0
+
+
+def test_tail_share_bound_from_mean_min_and_max():
+    # mean <= 0.9 L90 + 0.1 max: f <= (max - mean) / (0.9 max); 256 - 239 = 17 over 230.4 = 0.0738
+    assert longtail.tail_share_bound(239, 256) == pytest.approx(17 / 230.4)
+    # and L90 >= min: f <= 1 - min / max. Mean 210: (256 - 210) / 230.4 = 0.1997, below 1 - 200 / 256 =
+    # 0.2188, so the mean's bound holds; with min 220, 1 - 220 / 256 = 0.1406 is the lower
+    assert longtail.tail_share_bound(210, 256, 200) == pytest.approx(46 / 230.4)
+    assert longtail.tail_share_bound(210, 256, 220) == pytest.approx(0.140625)
+    # nine at 100 and one at 1000: mean 190, true f = 0.9, and the bound (1000 - 190) / 900 = 0.9 is met
+    lengths = [100] * 9 + [1000]
+    bound = longtail.tail_share_bound(np.mean(lengths), max(lengths), min(lengths))
+    assert bound == pytest.approx(0.9) == longtail.tail_split(lengths).tail_share
+    # any lengths, finish time = length: the true share never passes the bound
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x = rng.lognormal(5, rng.uniform(0.1, 2), size=int(rng.integers(10, 300)))
+        assert longtail.tail_split(x).tail_share <= longtail.tail_share_bound(x.mean(), x.max(), x.min()) + 1e-12
+    assert math.isnan(longtail.tail_share_bound(0, 256))
 
 
 # -- engine balance, sync bubble, staleness ---------------------------------------------

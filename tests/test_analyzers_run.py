@@ -298,14 +298,44 @@ def test_longtail_estimated_from_response_lengths(tmp_path):
 
 
 def test_an_estimated_tail_growing_is_information(tmp_path):
-    # lengths spread out: max/mean 2 -> 8. f = 1 - min(max, mean ln 10) / max: 0 -> 1 - 2.303/8 = 0.71
+    # lengths spread out: max/mean 2.5 -> 8.5. f = 1 - mean ln 10 / max: 1 - 2.303/2.5 = 0.079 -> 1 - 2.303/8.5 = 0.73
     steps = {
-        s: {"response_length/mean": 1000, "response_length/max": 2000 + 2000 * s, "timing_s/gen": 100} for s in range(4)
+        s: {"response_length/mean": 1000, "response_length/max": 2500 + 2000 * s, "timing_s/gen": 100} for s in range(4)
     }
     r = longtail.analyze(make_run(tmp_path / "r", {}, steps))
-    assert r.estimated and r.trend.first == 0 and r.trend.last == pytest.approx(1 - 1000 * math.log(10) / 8000)
+    assert r.estimated and r.trend.first == pytest.approx(1 - 1000 * math.log(10) / 2500)
+    assert r.trend.last == pytest.approx(1 - 1000 * math.log(10) / 8500)
     (f,) = [f for f in r.findings if f.id == "long-tail-growing"]
     assert f.severity is Severity.INFO and "estimated" in f.recommendation
+
+
+def test_lengths_bunched_near_the_max_give_a_bound_not_a_zero_tail(tmp_path):
+    # verl's quickstart: mean x ln 10 past the max 256, no clip ratio. The tail is unknown; it is at
+    # most (max - mean) / (0.9 max) of each rollout: (256 - 239) / 230.4 = 0.0738, (256 - 232) / 230.4
+    # = 0.1042 (the min's 1 - 77/256 and 1 - 91/256 are looser)
+    lengths = [(239, 77, 21.0), (232, 91, 23.0), (239, 77, 21.0), (232, 91, 23.0)]
+    steps = {
+        s: {"response_length/mean": m, "response_length/max": 256, "response_length/min": lo, "timing_s/gen": g}
+        for s, (m, lo, g) in enumerate(lengths)
+    }
+    r = longtail.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.estimated and math.isnan(r.tail_share) and math.isnan(r.t_tail_s) and math.isnan(r.t_thr_s)
+    assert r.per_step["tail_share"].isna().all()
+    assert r.per_step["tail_share_max"].tolist() == pytest.approx([17 / 230.4, 24 / 230.4] * 2)
+    # the last quarter is step 3: its bound
+    assert r.tail_share_max == pytest.approx(24 / 230.4)
+    assert r.findings == []
+
+
+def test_a_recent_share_needs_every_recent_step_estimated(tmp_path):
+    # 8 steps, the last two recent: step 6 estimated (f = 1 - 8000 ln 10 / 32000 = 0.4243), step 7
+    # bunched (mean 30000 of 32000): a mean over step 6 alone is not the recent share
+    steps = {s: {"response_length/mean": 8000, "response_length/max": 32000, "timing_s/gen": 600} for s in range(7)}
+    steps[7] = {"response_length/mean": 30000, "response_length/max": 32000, "timing_s/gen": 600}
+    r = longtail.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.per_step.loc[6, "tail_share"] == pytest.approx(0.4243, abs=1e-4) and math.isnan(r.tail_share)
+    # bounds (32000 - 8000) / 28800 = 0.8333 and 2000 / 28800 = 0.0694, weighted alike by 600 s
+    assert r.tail_share_max == pytest.approx((24000 / 28800 + 2000 / 28800) / 2)
 
 
 def test_longtail_without_evidence_is_empty(tmp_path):

@@ -1022,6 +1022,17 @@ def test_a_source_keeps_its_gauges_while_it_appears_and_loses_them_when_gone(tmp
     assert _value(registry, "rlscope_reward_error_ratio", source="good") == 0.0
 
 
+@pytest.mark.parametrize(("mean", "share"), [(8000.0, 1 - 8000 * math.log(10) / 32000), (30000.0, None)])
+def test_tail_share_estimated_from_lengths_is_served_only_when_known(tmp_path, mean, share):
+    # no trajectories: f = 1 - mean ln 10 / max; mean 30000 of 32000 is bunched near the max, no estimate
+    lengths = {"response_length/mean": mean, "response_length/max": 32000.0, "timing_s/gen": 600.0}
+    with Recorder(tmp_path / "run", flush_interval=60) as rec:
+        for step in range(1, 5):
+            rec.log_step(step, {**lengths, "timing_s/update_actor": 100.0, "timing_s/step": 700.0})
+    registry, _ = _registry(tmp_path / "run")
+    assert _value(registry, "rlscope_tail_share") == (None if share is None else pytest.approx(share))
+
+
 def test_tail_staleness_and_logprob(run):
     registry, _ = _registry(run)
     # finish times 1..10 s: t90 = 9 s, tail 1 s of 10

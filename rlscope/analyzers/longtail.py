@@ -18,12 +18,24 @@ before the ceil(0.9 n)-th, so nothing changes there. A step with a single trajec
 tail to measure (NaN). The long-tail finding says when recent steps hold fewer than 10.
 
 Without trajectories the split is estimated from verl's ``response_length/mean``,
-``response_length/max``, ``response_length/clip_ratio`` and ``timing_s/gen`` (``estimated``
-is then True). Estimator: if all sequences decode together at a constant step time, finish
-time is proportional to length, so f = 1 - L90 / L_max; with lengths taken as exponential
-around their mean, L90 = mean * ln 10 (capped at L_max), and when at least 10% of responses
-hit the length limit L90 = L_max and f = 0. It is rough (one wave, no queueing): the 8B
-example (mean 8K, max 32K) gives f = 0.42 against 0.33 measured.
+``/max``, ``/min``, ``/clip_ratio`` and ``timing_s/gen`` (``estimated`` is then True). If all
+responses decode in one wave (they start together and each decode step serves every one still
+running), finish time grows with length, so f = 1 - L90 / L_max (L90: the 90th-percentile length).
+A batch that shrinks decodes faster per token, which only shortens the tail, so this f is the
+most it can be. The four statistics do not give L90; what they do give:
+
+- more than 10% of responses at the length cap (clip ratio > 0.1): the slowest 10% all have the
+  cap length and finish together, so f = 0 (at exactly 0.1 the 90th percentile can sit below it);
+- a bound, whatever the lengths' shape: the fastest 90% are no longer than L90 and the rest no
+  longer than L_max, so mean <= 0.9 L90 + 0.1 L_max, and L90 >= min; f <= min((L_max - mean) /
+  (0.9 L_max), 1 - min / L_max) (``tail_share_max``; mean 239, max 256 gives at most 7.4%);
+- an estimate, only with a shape assumed: lengths exponential around their mean give L90 =
+  mean * ln 10. Where that reaches L_max the lengths are bunched near the max, not spread as
+  assumed, and the estimate is unknown (NaN; the bound stands). Rough (one wave, no queueing):
+  the 8B example (mean 8K, max 32K) gives f = 0.42 against 0.33 measured.
+
+Several engines, or more requests than an engine runs at once, break the one wave: the bound and
+the 0 hold only for it.
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN,
 from rlscope.analyzers._data import RunFacts, RunFrames, Trajectories, Trend, kept, load, recent, trend
 from rlscope.trace.reader import RunReader
 
-__all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_split"]
+__all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_share_bound", "tail_split"]
 
 _COLUMNS = ["n", "rollout_s", "t_thr_s", "t_tail_s", "tail_share"]
 
@@ -91,13 +103,26 @@ def _split(t: np.ndarray) -> TailSplit:
 
 
 def estimate_tail_share(mean_len: float, max_len: float, clip_ratio: float | None = None) -> float:
-    """Tail share from response lengths alone (see the module docstring for the model)."""
+    """Tail share from response lengths alone, NaN where they cannot give one (see the module
+    docstring for the model)."""
     if not (mean_len > 0 and max_len > 0):
         return math.nan
-    if clip_ratio is not None and clip_ratio >= 0.1:
+    if clip_ratio is not None and clip_ratio > 0.1:  # the slowest 10% all stop at the cap together
         return 0.0
-    l90 = min(max_len, mean_len * math.log(10))
+    l90 = mean_len * math.log(10)
+    if l90 >= max_len:  # lengths bunched near the max: not the exponential spread assumed
+        return math.nan
     return 1.0 - l90 / max_len
+
+
+def tail_share_bound(mean_len: float, max_len: float, min_len: float | None = None) -> float:
+    """The most the tail share can be, whatever the lengths' shape, in one wave (module docstring)."""
+    if not (mean_len > 0 and max_len >= mean_len):
+        return math.nan
+    bound = (max_len - mean_len) / (0.9 * max_len)
+    if min_len is not None and not math.isnan(min_len):
+        bound = min(bound, 1.0 - min_len / max_len)
+    return min(1.0, max(0.0, bound))
 
 
 @dataclass(frozen=True)
@@ -107,8 +132,9 @@ class LongTailResult:
     ``per_step``: index step; ``n`` (trajectories with a finite finish time, NaN when
     estimated), ``rollout_s``, ``t_thr_s``, ``t_tail_s``, ``tail_share``. ``t_thr_s``,
     ``t_tail_s``, ``tail_share``: means over the last quarter of steps (share = mean tail /
-    mean rollout). ``estimated``:
-    True when derived from response lengths rather than trajectories.
+    mean rollout; all NaN when any of those steps' estimate is unknown). ``estimated``:
+    True when derived from response lengths rather than trajectories; ``per_step`` then also has
+    ``tail_share_max``, and ``tail_share_max`` is the most the recent share can be (NaN when measured).
     """
 
     per_step: pd.DataFrame
@@ -118,6 +144,7 @@ class LongTailResult:
     t_tail_s: float
     tail_share: float
     findings: list[Finding] = field(default_factory=list)
+    tail_share_max: float = math.nan
 
 
 def _measured(trajectories: Trajectories) -> pd.DataFrame:
@@ -142,17 +169,19 @@ def _measured(trajectories: Trajectories) -> pd.DataFrame:
 def _estimated(steps: pd.DataFrame) -> pd.DataFrame:
     need = ["response_length/mean", "response_length/max", "timing_s/gen"]
     if not set(need) <= set(steps.columns):
-        return pd.DataFrame(columns=_COLUMNS, index=pd.Index([], name="step"))
+        return pd.DataFrame(columns=[*_COLUMNS, "tail_share_max"], index=pd.Index([], name="step"))
     df = steps.dropna(subset=need)
-    clip = df["response_length/clip_ratio"] if "response_length/clip_ratio" in df else pd.Series(np.nan, df.index)
-    f = [
-        estimate_tail_share(m, x, None if math.isnan(c) else c)
-        for m, x, c in zip(df["response_length/mean"], df["response_length/max"], clip, strict=True)
-    ]
+    nan = pd.Series(np.nan, df.index)
+    clip = df["response_length/clip_ratio"] if "response_length/clip_ratio" in df else nan
+    low = df["response_length/min"] if "response_length/min" in df else nan
+    mean, top = df["response_length/mean"], df["response_length/max"]
+    f = [estimate_tail_share(m, x, None if math.isnan(c) else c) for m, x, c in zip(mean, top, clip, strict=True)]
+    bound = [tail_share_bound(m, x, lo) for m, x, lo in zip(mean, top, low, strict=True)]
     out = pd.DataFrame({"n": np.nan, "rollout_s": df["timing_s/gen"], "tail_share": f}, index=df.index)
     out["t_tail_s"] = out["rollout_s"] * out["tail_share"]
     out["t_thr_s"] = out["rollout_s"] - out["t_tail_s"]
-    return out[_COLUMNS].rename_axis("step")
+    out["tail_share_max"] = bound
+    return out[[*_COLUMNS, "tail_share_max"]].rename_axis("step")
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResult:
@@ -166,7 +195,18 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     t_thr, t_tail = float(now["t_thr_s"].mean()), float(now["t_tail_s"].mean())
     share = t_tail / (t_thr + t_tail) if t_thr + t_tail > 0 else math.nan
     estimated = not measured and not per_step.empty  # nothing to estimate from is no estimate
-    result = LongTailResult(per_step, estimated, trend(per_step["tail_share"]), t_thr, t_tail, share)
+    most = math.nan
+    if estimated:
+        if now["tail_share"].isna().any():  # a share of the steps with an estimate is not the recent share
+            t_thr = t_tail = share = math.nan
+        # each step's tail is at most its bound times its rollout: so is their sum
+        rollout = float(now["rollout_s"].sum())
+        most = (
+            float((now["tail_share_max"] * now["rollout_s"]).sum(skipna=False)) / rollout if rollout > 0 else math.nan
+        )
+    result = LongTailResult(
+        per_step, estimated, trend(per_step["tail_share"]), t_thr, t_tail, share, tail_share_max=most
+    )
     result.findings.extend(_findings(result, frames.facts))
     return result
 
