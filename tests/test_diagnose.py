@@ -267,6 +267,29 @@ def test_recent_phase_shares_are_the_headline_s_ratio_of_means(tmp_path, capsys)
     assert shares["gen"] == pytest.approx(50 / 60) and shares["update_actor"] == pytest.approx(5 / 60)
 
 
+@pytest.mark.parametrize(
+    ("lengths", "says", "share"),
+    [
+        # mean x ln 10 past the max: no estimate; at most (256 - 232) / (0.9 x 256) = 10%
+        ({"response_length/mean": 232.0, "response_length/min": 91.0}, "at most 10% of rollout", None),
+        # 20% of responses at the cap: the slowest 10% stop there together, if they decode in one wave
+        ({"response_length/mean": 93.0, "response_length/clip_ratio": 0.2}, "hit the length cap", 0.0),
+    ],
+)
+def test_an_estimated_tail_says_what_the_lengths_support(tmp_path, capsys, lengths, says, share):
+    log = tmp_path / "metrics.jsonl"
+    data = {"timing_s/gen": 23.0, "timing_s/update_actor": 40.0, "response_length/max": 256.0, **lengths}
+    log.write_text("".join(json.dumps({"step": s, "data": data}) + "\n" for s in range(1, 5)))
+    code, doc = _run_json(capsys, str(log))
+    assert code == 0 and doc["headline"]["tail_estimated"] and doc["headline"]["tail_share"] == share
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert says in out
+        if share is None:  # not "0% of rollout", the quickstart's old headline
+            assert not re.search(r"(?<![\d.])0% of rollout", out)
+
+
 @pytest.mark.parametrize("unfinished", [0, 2])
 def test_one_trajectory_a_step_has_no_tail_and_says_why(tmp_path, capsys, unfinished):
     # beside it, trajectories that never finished (infinite times) are not counted: still one

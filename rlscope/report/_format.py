@@ -141,7 +141,18 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     tail = f"{pct(head['tail_share'])} of rollout"
     if head["t_thr_s"] is not None and head["t_tail_s"] is not None:
         tail += f" (T_thr {secs(head['t_thr_s'])} + T_tail {secs(head['t_tail_s'])})"
-    if head["tail_share"] is None:
+    estimated = " [estimated]" if head["tail_estimated"] else ""
+    if head["tail_share"] == 0 and head["tail_estimated"]:
+        estimated = (
+            " [estimated: over 10% of responses hit the length cap and finish together, if all decode in one wave]"
+        )
+    if head["tail_share"] is None and head.get("tail_share_max") is not None:
+        tail = (
+            f"at most {pct(head['tail_share_max'])} of rollout (if all decode in one wave; no estimate: mean x ln 10 "
+            "reaches the max, the lengths are bunched near it)"
+        )
+    elif head["tail_share"] is None:
+        estimated = ""
         tail = "n/a (needs trajectory finish times, or response_length/mean, response_length/max and timing_s/gen)"
         measured = [r["n"] for r in doc["long_tail"]["per_step"] if r.get("n") is not None]
         if measured and max(measured) <= 1:
@@ -153,7 +164,7 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("step time", f"{secs(head['step_s'])} (recent mean{basis})"),
         ("generation", generation(head)),
-        ("slowest 10%", tail + (" [estimated]" if head["tail_estimated"] and head["tail_share"] is not None else "")),
+        ("slowest 10%", tail + estimated),
         ("whole-step MFU", pct(head["mfu"], MFU_DIGITS) + mfu_missing(doc) + mfu_uncounted(doc)),
     ]
     if head["trainer_gpu_idle_share"] is not None:

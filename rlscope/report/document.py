@@ -201,6 +201,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         "generation_overlapped": bool(d.anatomy.overlapped),
         "tail_share": _num(d.longtail.tail_share),
         "tail_estimated": bool(d.longtail.estimated),
+        "tail_share_max": _num(d.longtail.tail_share_max),
         "t_thr_s": _num(d.longtail.t_thr_s),
         "t_tail_s": _num(d.longtail.t_tail_s),
         "mfu": _num(d.mfu.mfu),
