@@ -36,6 +36,7 @@ from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
     job_first_steps,
     last_attempt_rows,
+    pivot_placed,
     placed_step_rows,
     training_records,
     usable_step_rows,
@@ -492,8 +493,7 @@ class LiveRun:
         held = self._placed["step"].isin(long["step"].unique())
         placed = placed_step_rows(pd.concat([self._placed[held], long]) if held.any() else long)
         self._placed = pd.concat([self._placed[~held], placed]) if len(self._placed) else placed
-        new = placed.pivot(index="step", columns="key", values="value").astype(float)
-        new.columns.name = None
+        new = pivot_placed(placed)
         self._wide = _upsert(self._wide, new, new.index)
 
     def _fold_logprob(self, rows: pd.DataFrame) -> None:
