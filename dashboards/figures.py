@@ -768,7 +768,8 @@ def split_drift(runs: Mapping[str, pd.DataFrame], current: Mapping[str, int | No
     title = "Balanced split over the run"
     if not runs:
         return placeholder(
-            "the split per step needs meta.json's GPU count and step timers (an async run on separate pools also its split and verl's rollouter idle ratio)",
+            "the split per step needs meta.json's GPU count and step timers (an async run on separate pools also its "
+            "split and verl's occupancy share or rollouter idle ratio)",
             title,
         )
     topology = str(next(iter(runs.values()))["topology"].iloc[0]).replace("_", " ")

@@ -36,6 +36,7 @@ from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
     job_first_steps,
     last_attempt_rows,
+    pivot_placed,
     placed_step_rows,
     training_records,
     usable_step_rows,
@@ -71,7 +72,8 @@ _COLUMNS: dict[str, list[str]] = {
     "jobs": ["time"],
 }
 """The tables the dashboard reads, and their columns (the ``jobs`` table only places each job's
-first training step, an async run's pipeline fill: ``LiveRun.splits``)."""
+first training step, an async run's pipeline fill, for the balanced split and the window's
+analysis: ``LiveRun._fills``)."""
 _STEP_TABLES = ("steps", "spans", "trajectories", "logprob")
 _N_BINS = len(LOGPROB_BIN_EDGES) - 1
 
@@ -175,7 +177,7 @@ class LiveRun:
         self._steps: list[int] = []  # every step seen, sorted
         self._logprob_attempt: dict[int, int] = {}  # step -> attempt of its histograms in ``logprob``
         # step -> attempt of the rows held in the window (each step's highest so far), per table
-        self._held: dict[str, dict[int, int]] = {"trajectories": {}, "logprob": {}}
+        self._held_attempt: dict[str, dict[int, int]] = {"trajectories": {}, "logprob": {}}
         # raw rows of the recent window
         self._wide = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
         self._placed = pd.DataFrame(columns=_COLUMNS["steps"])  # the long rows ``_wide`` holds
@@ -450,7 +452,7 @@ class LiveRun:
                 held = getattr(self, attr)
                 new = frames[table]
                 if table != "spans":  # a redone step's samples and histograms are its last attempt's, as diagnose's
-                    held, new = self._keep_last_attempt(held, new, self._held[table])
+                    held, new = self._keep_last_attempt(held, new, self._held_attempt[table])
                 setattr(self, attr, pd.concat([held, new.set_index("step", drop=False)]))
         if "logprob" in frames:
             self._fold_logprob(frames["logprob"])
@@ -492,8 +494,7 @@ class LiveRun:
         held = self._placed["step"].isin(long["step"].unique())
         placed = placed_step_rows(pd.concat([self._placed[held], long]) if held.any() else long)
         self._placed = pd.concat([self._placed[~held], placed]) if len(self._placed) else placed
-        new = placed.pivot(index="step", columns="key", values="value").astype(float)
-        new.columns.name = None
+        new = pivot_placed(placed)
         self._wide = _upsert(self._wide, new, new.index)
 
     def _fold_logprob(self, rows: pd.DataFrame) -> None:
@@ -562,7 +563,7 @@ class LiveRun:
         self._spans = self._spans[self._spans.index >= horizon]
         self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]
         # a step read again after it left the window is read whole (_whole_late_steps): its attempts afresh
-        for attempts in (*self._held.values(), self._logprob_attempt):
+        for attempts in (*self._held_attempt.values(), self._logprob_attempt):
             for step in [s for s in attempts if s < horizon]:
                 del attempts[step]
         cutoff = self._gpu_cutoff()

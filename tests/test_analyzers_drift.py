@@ -122,27 +122,15 @@ def test_async_drift_sample_recovers_the_simulated_drift():
 
 
 def test_an_async_run_s_pipeline_fill_step_is_not_a_balanced_split(tmp_path):
-    # async streaming on separate pools, 16:16 of 32 GPUs. Steady steps: 300 s, rollouter idle 0.5, so the
-    # pool is busy 150 s on 16 GPUs (T_thr = 150 * 16/32 = 75 s on all GPUs) and forward + training take
-    # 150 s on 16 (T_train = 75 s): n_r/n_t = 75/75 -> 16:16. The first step also holds the trainer's
-    # 300 s wait for its first batch while the pool fills the staleness buffer (idle 0.25, busy 450 s):
-    # 225/75 -> 24:8 if it were taken for a step, which it is not (the pool ran ahead of later steps).
+    # async streaming on separate pools, 16:16 of 32 GPUs, steps 1-8 (resumed_record's numbers): the steady
+    # steps balance at 16:16 (T_thr = T_train = 75 s); the first also holds the trainer's wait for its first
+    # batch while the pool fills the staleness buffer: 24:8 if it were taken for a step, which it is not
+    # (the pool ran ahead of later steps)
     meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
     run = str(tmp_path / "run")
     with Recorder(run, meta=meta) as rec:
         for step in range(1, 9):
-            first = step == 1
-            rec.log_step(
-                step,
-                {
-                    "timing_s/gen": 300.0 if first else 0.0,
-                    "timing_s/old_log_prob": 50.0,
-                    "timing_s/update_actor": 100.0,
-                    "timing_s/step": 600.0 if first else 300.0,
-                    "fully_async/rollouter/idle_ratio": 0.25 if first else 0.5,
-                    "fully_async/trainer/idle_ratio": 0.5 if first else 0.0,
-                },
-            )
+            rec.log_step(step, resumed_record("fill" if step == 1 else "steady"))
     result = drift.analyze(run)
     assert result.topology == "async_streaming"
     assert list(result.per_step.index) == list(range(2, 9))

@@ -509,6 +509,13 @@ def test_empty_inputs_give_a_placeholder_not_an_error(build):
     assert _is_placeholder(build())
 
 
+def test_the_empty_split_drift_asks_for_either_busy_time_of_an_async_pool():
+    # an async run on separate pools is modelled from verl's occupancy share or else its rollouter idle
+    # ratio (topology.unmodelled): the placeholder asks for either, not for the idle ratio alone
+    message = figures.split_drift({"r": EMPTY}).layout.annotations[0].text
+    assert "occupancy share" in message and "rollouter idle ratio" in message
+
+
 def test_strings_from_the_data_are_escaped():
     series = pd.Series([1.0, 2.0], index=[1, 2])
     fig = figures.step_time_compare({"<b>run</b>": series})

@@ -39,6 +39,7 @@ from rlscope.advice.thresholds import (
 from rlscope.analyzers import analyze_run, anatomy
 from rlscope.cli import main as cli_main
 from rlscope.collectors.verl._hook import Hook
+from rlscope.collectors.verl_metrics import SUBSTAGES
 from rlscope.exporter import METRICS, OTHER, RLScopeCollector, ServeError, sanitize_label, serve
 from rlscope.exporter._labels import LabelCap
 from rlscope.exporter._state import _SourceRewards
@@ -1741,3 +1742,9 @@ def test_a_step_timer_logged_as_infinity_is_no_step_in_the_served_mfu(tmp_path):
             )
     registry, _ = _registry(tmp_path / "run")
     assert _value(registry, "rlscope_mfu_ratio") == pytest.approx(0.08)
+
+
+def test_step_seconds_help_names_every_nested_timer_it_leaves_out():
+    # the help says which timers are left out as nested in a stage: every one the exporter leaves out
+    (spec,) = [m for m in METRICS if m.name == "rlscope_step_seconds"]
+    assert [s for s in sorted(SUBSTAGES) if s not in spec.help] == []

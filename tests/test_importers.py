@@ -620,6 +620,20 @@ def test_fully_async_resume_that_first_logs_the_window_of_the_last_step_is_a_res
     assert wide_steps(df).loc[step, "training/global_step"] == 3  # the resumed run's update 3
 
 
+@pytest.mark.parametrize("logger", ["jsonl", "log", "tensorboard"])
+def test_fully_async_resume_whose_log_ends_after_the_window_of_the_last_step_is_a_restart(tmp_path, logger):
+    # crashed after the sync to version 3; the resumed run logs the window of step 3 again (idle 0.75)
+    # and the log ends there: no record of an update follows to call it the final window, so it is
+    # the resume's first record, kept under a new attempt, not left out
+    records = _resumed(fully_async_records(3)[:-2], [(3, rollouter_window(3))])
+    summary = _IMPORTERS[logger]([_fully_async_export(tmp_path, records, logger)], tmp_path / "run", strict=True)
+    df = steps(tmp_path / "run")
+    assert summary.restarts == 1 and "fully_async_final_window" not in summary.skipped
+    assert value(df, 3, "fully_async/rollouter/idle_ratio", attempt=1) == 0.75
+    before = rollouter_window(3)["fully_async/rollouter/idle_ratio"]  # the crashed run's own window stays
+    assert value(df, 3, "fully_async/rollouter/idle_ratio", attempt=0) == pytest.approx(before)
+
+
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):
     # the dict prints 0.0078125, the console logger's line 0.008: one value at step 0, the dict's
     log = tmp_path / "tz.log"

@@ -302,7 +302,7 @@ class StepSink:
             self.skip("fully_async_final_window", "", bad=False)
             self._final_step = step
             rest = {k: v for k, v in held[1].items() if not is_rollouter_window_key(k)} if held else {}
-            if held is not None and rest:  # TensorBoard's split of the record before it, merged with the window
+            if rest:  # TensorBoard's split of the record before it, merged with the window
                 self._rows(step, self._attempts.attempt(step), rest, held[2])
         return final
 

@@ -55,6 +55,7 @@ __all__ = [
     "last_attempt_table",
     "load",
     "numbers",
+    "pivot_placed",
     "placed_step_rows",
     "recent",
     "topology_kind",
@@ -148,11 +149,12 @@ def wide_steps(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """Pivot the long ``steps`` table (its :func:`usable_step_rows`) to one row per step and one
     float column per key, of the rows :func:`placed_step_rows` keeps: a resumed run's records
     placed by whether they train."""
-    return _pivot(placed_step_rows(usable_step_rows(steps)))
+    return pivot_placed(placed_step_rows(usable_step_rows(steps)))
 
 
-def _pivot(df: pd.DataFrame) -> pd.DataFrame:
-    """Placed long rows as one row per step and one float column per key."""
+def pivot_placed(df: pd.DataFrame) -> pd.DataFrame:
+    """Placed long rows (:func:`placed_step_rows`) as one row per step and one float column per key:
+    the wide table of a whole run and of the live dashboard's window alike."""
     if df.empty:
         return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     wide = df.pivot(index="step", columns="key", values="value").astype(float)
@@ -816,7 +818,7 @@ class RunFrames:
         starts = reader.read("jobs", ["time"]).column("time").to_pylist()
         records = training_records(usable)
         fills = job_first_steps(records, starts) | set(records["step"].nsmallest(1).astype(int))
-        wide = _pivot(placed_step_rows(usable))
+        wide = pivot_placed(placed_step_rows(usable))
         return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), fills)
 
 

@@ -48,6 +48,7 @@ from rlscope.advice.thresholds import (
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
 from rlscope.analyzers._data import TOPOLOGIES, RunFacts, RunFrames, load, recent
+from rlscope.collectors.verl_metrics import ROLLOUT_UTILIZATION_KEY
 from rlscope.trace.reader import RunReader
 
 __all__ = [
@@ -83,7 +84,7 @@ POOLED = TOPOLOGIES[1:]
 ROLLOUTER_IDLE = "fully_async/rollouter/idle_ratio"
 TRAINER_IDLE = "fully_async/trainer/idle_ratio"
 # verl's occupancy-weighted use of the rollout pool per policy version (0.9.1 on)
-ROLLOUT_UTILIZATION = "dynamic_resource/rollout_resource_utilization"
+ROLLOUT_UTILIZATION = ROLLOUT_UTILIZATION_KEY
 BUSY_BOUND_NOTE = (
     f"the rollout pool's busy time is 1 - {ROLLOUTER_IDLE} (no {ROLLOUT_UTILIZATION} logged), an upper bound "
     "that counts its draining tail as busy"

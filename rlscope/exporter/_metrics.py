@@ -126,8 +126,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         "Seconds of each verl stage timer (timing_s/<phase>) in the most recent step that logged them (a fully "
         "async run logs an update's one sync late), until a resume logs another attempt; phase=step is the whole step. "
-        "Timers nested in another stage (generate_sequences, reshard, tool_calls, agent_loop) and keys under a "
-        "stage (timing_s/agent_loop/...) are left out.",
+        "Timers nested in another stage (generate_sequences, generate_async, reshard, tool_calls, agent_loop) and "
+        "keys under a stage (timing_s/agent_loop/...) are left out.",
         ("phase",),
     ),
     MetricSpec(
