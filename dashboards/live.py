@@ -38,7 +38,9 @@ from rlscope.analyzers._data import (
     last_attempt_rows,
     pivot_placed,
     placed_step_rows,
+    timer_finiteness,
     training_records,
+    unfinite_of,
     usable_step_rows,
 )
 from rlscope.analyzers.staleness import verl_lags
@@ -183,6 +185,8 @@ class LiveRun:
         self._placed = pd.DataFrame(columns=_COLUMNS["steps"])  # the long rows ``_wide`` holds
         self._job_starts: list[float] = []  # the jobs table's times
         self._records = training_records(pd.DataFrame())  # every training record of the run, with its time
+        # the run's timers, whether logged finite per step and attempt: the window's usable rows drop inf and NaN
+        self._finiteness = timer_finiteness(pd.DataFrame({"step": [], "key": [], "value": []}))
         self._traj = _empty("trajectories").set_index("step", drop=False)
         self._spans = _empty("spans").set_index("step", drop=False)
         self._logprob_rows = _empty("logprob").set_index("step", drop=False)
@@ -486,7 +490,13 @@ class LiveRun:
         """Steps' metrics into the wide window: the rows the window holds of the steps read again
         plus the new ones, placed by ``placed_step_rows`` as ``wide_steps`` places a whole run's
         (a resumed run's record that trains nothing keeps the step's training)."""
-        long = usable_step_rows(long.assign(attempt=long["attempt"].fillna(0).astype("int64")))
+        long = long.assign(attempt=long["attempt"].fillna(0).astype("int64"))
+        finiteness = timer_finiteness(long)
+        if len(finiteness):  # an inf or NaN timer is dropped below; RunFrames.unfinite must know it was logged
+            held = self._finiteness["step"].isin(finiteness["step"].unique())  # regrouped: the batch's steps only
+            both = pd.concat([self._finiteness[held], finiteness]).groupby(["step", "key", "attempt"], as_index=False)
+            self._finiteness = pd.concat([self._finiteness[~held], both["finite"].any()])
+        long = usable_step_rows(long)
         if long.empty:  # no row that says anything: no attempt either
             return
         records = pd.concat([self._records, training_records(long)]) if len(self._records) else training_records(long)
@@ -527,7 +537,7 @@ class LiveRun:
         past the window comes whole, ``_whole_late_steps``), which stay in the window until evicted."""
         wide = self._wide.reindex([s for s in steps if s in self._wide.index])
         traj = self._traj[self._traj.index.isin(steps)]
-        frames = RunFrames(wide, traj.reset_index(drop=True), self.meta)
+        frames = RunFrames(wide, traj.reset_index(drop=True), self.meta, unfinite=self._unfinite(wide.index))
         a = anatomy.analyze(frames)
         t = longtail.analyze(frames)
         self.phases = _upsert(self.phases, a.seconds, a.seconds.index)
@@ -637,7 +647,8 @@ class LiveRun:
                     "gpu": _arrow("gpu", pd.concat(self._gpu_parts) if self._gpu_parts else _empty("gpu")),
                 }
                 reader = _WindowReader(self.meta, tables)
-                frames = RunFrames(self._wide, traj, self.meta, reader, fills=self._fills())
+                unfinite = self._unfinite(self._wide.index)
+                frames = RunFrames(self._wide, traj, self.meta, reader, unfinite=unfinite, fills=self._fills())
                 result = analyze_run(frames)
             self._analysis = (self.version, result)
             return result
@@ -648,6 +659,10 @@ class LiveRun:
             if recompute and self._reader is not None:
                 self._full = (self.last_step or 0, analyze_run(self._reader))
             return self._full
+
+    def _unfinite(self, steps: pd.Index) -> dict[str, tuple[int, ...]]:
+        """``RunFrames.unfinite`` of ``steps``: their timers whose latest attempt logged no finite value."""
+        return unfinite_of(self._finiteness[self._finiteness["step"].isin(steps)])
 
     def _fills(self) -> frozenset[int]:
         """The run's async pipeline fills (``RunFrames.fills``): its first training step and each

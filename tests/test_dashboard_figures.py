@@ -1507,3 +1507,20 @@ def test_a_fill_step_whose_job_start_is_read_after_it_leaves_the_live_drift(tmp_
         rec.flush()
         live.refresh(force=True)
         assert list(live.splits().index) == [2, 3, 4, 5]
+
+
+def test_a_step_timer_logged_as_infinity_is_no_step_live_as_in_diagnose(tmp_path):
+    # step 2's timing_s/step was inf: its length is unknown, not the 20 s its stages add up to; a restart
+    # that logs step 3 again with a finite timer (attempt 1) makes it a step again, as unfinite_timers does
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run")
+    with Recorder(path, meta=META, flush_interval=3600) as rec:
+        for step in range(1, 5):
+            timer = math.inf if step in (2, 3) else 30.0
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/update_actor": 10.0, "timing_s/step": timer})
+        rec.flush()
+        live.refresh(force=True)
+        assert list(live.analysis().anatomy.seconds.index) == [1, 4] and list(live.phases.index) == [1, 4]
+        rec.log_step(3, {"timing_s/gen": 10.0, "timing_s/update_actor": 10.0, "timing_s/step": 25.0}, attempt=1)
+    live.refresh(force=True)
+    assert list(live.analysis().anatomy.seconds.index) == [1, 3, 4] and live.phases.loc[3, "step"] == 25.0

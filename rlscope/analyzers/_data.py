@@ -58,10 +58,12 @@ __all__ = [
     "pivot_placed",
     "placed_step_rows",
     "recent",
+    "timer_finiteness",
     "topology_kind",
     "training_attempts",
     "training_records",
     "trend",
+    "unfinite_of",
     "unfinite_timers",
     "usable_step_rows",
     "wide_steps",
@@ -128,10 +130,16 @@ def unfinite_timers(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[int, ...]
     finite number (inf or NaN; verl's file logger writes both as null). :func:`usable_step_rows`
     drops such values as saying nothing: these are the steps where that left a timer out, which
     the anatomy and the report must not take for steps that never timed it."""
+    return unfinite_of(timer_finiteness(steps))
+
+
+def timer_finiteness(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """Of the long ``steps`` table's timers, per ``step``, canonical ``key`` and ``attempt``:
+    whether any value logged was ``finite`` (the live dashboard keeps these, not the rows)."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps
     df = df[df["key"].astype(str).str.contains("timing", regex=False)]
     if df.empty:
-        return {}
+        return pd.DataFrame({"step": [], "key": [], "attempt": [], "finite": []})
     keys = df["key"].astype(str)
     df = df.assign(
         key=keys.map({k: canonical_metric(k, 1.0)[0] for k in keys.unique()}),  # the name: of the key alone
@@ -139,7 +147,15 @@ def unfinite_timers(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[int, ...]
         finite=np.isfinite(df["value"].astype(float)),
     )
     df = df[df["key"].str.startswith("timing_s/")]
-    latest = df[df["attempt"] == df.groupby(["step", "key"])["attempt"].transform("max")]
+    return df.groupby(["step", "key", "attempt"], as_index=False)["finite"].any()
+
+
+def unfinite_of(finiteness: pd.DataFrame) -> dict[str, tuple[int, ...]]:
+    """:func:`unfinite_timers` of rows of :func:`timer_finiteness`: a timer's latest attempt decides."""
+    if finiteness.empty:
+        return {}
+    by = finiteness.groupby(["step", "key"])["attempt"].transform("max")
+    latest = finiteness[finiteness["attempt"] == by]
     bad = latest.groupby(["step", "key"])["finite"].any()
     bad = bad[~bad].reset_index()
     return {key: tuple(sorted(int(s) for s in rows["step"])) for key, rows in bad.groupby("key")}
