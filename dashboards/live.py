@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
-    job_first_steps,
     last_attempt_rows,
+    pipeline_fills,
     pivot_placed,
     placed_step_rows,
     timer_finiteness,
@@ -665,10 +665,9 @@ class LiveRun:
         return unfinite_of(self._finiteness[self._finiteness["step"].isin(steps)])
 
     def _fills(self) -> frozenset[int]:
-        """The run's async pipeline fills (``RunFrames.fills``): its first training step and each
-        job's, of the whole run, not of the window."""
-        first = {int(self.phases.index.min())} if len(self.phases) else set()
-        return job_first_steps(self._records, self._job_starts) | first
+        """The run's async pipeline fills (``RunFrames.fills``), of the whole run, not of the window:
+        from its training records as diagnose's, not the anatomy's first step."""
+        return pipeline_fills(self._records, self._job_starts)
 
     def splits(self) -> pd.DataFrame:
         """Each step's best split for the drift topology, computed for the steps not yet done

@@ -1524,3 +1524,21 @@ def test_a_step_timer_logged_as_infinity_is_no_step_live_as_in_diagnose(tmp_path
         rec.log_step(3, {"timing_s/gen": 10.0, "timing_s/update_actor": 10.0, "timing_s/step": 25.0}, attempt=1)
     live.refresh(force=True)
     assert list(live.analysis().anatomy.seconds.index) == [1, 3, 4] and live.phases.loc[3, "step"] == 25.0
+
+
+def test_a_first_step_whose_step_timer_was_infinity_is_still_the_live_drift_s_fill(tmp_path):
+    # the async run's first training step (1) fills the pipeline though its timing_s/step was logged as inf
+    # (no step of the anatomy); step 2 is steady and stays, as diagnose keeps it (RunFrames.fills)
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    path = tmp_path / "run"
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        rec.log_step(1, resumed_record("fill") | {"timing_s/step": math.inf})
+        for step in range(2, 6):
+            rec.log_step(step, resumed_record("steady"))
+    live = LiveRun(0, str(path), "run")
+    live.refresh(force=True)
+    window = live.analysis()
+    assert window is not None and list(window.drift.per_step.index) == [2, 3, 4, 5]
+    assert list(live.splits().index) == [2, 3, 4, 5]
+    assert list(analyze_run(RunReader(path)).drift.per_step.index) == [2, 3, 4, 5]
+

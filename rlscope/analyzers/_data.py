@@ -55,6 +55,7 @@ __all__ = [
     "last_attempt_table",
     "load",
     "numbers",
+    "pipeline_fills",
     "pivot_placed",
     "placed_step_rows",
     "recent",
@@ -226,6 +227,13 @@ def job_first_steps(records: pd.DataFrame, starts: Iterable[float]) -> frozenset
     firsts = placed.sort_values(["time", "step"], kind="stable").drop_duplicates("job")
     training = records.groupby("step")["attempt"].max()
     return frozenset(int(s) for s, a in zip(firsts["step"], firsts["attempt"], strict=True) if training[s] == a)
+
+
+def pipeline_fills(records: pd.DataFrame, starts: Iterable[float]) -> frozenset[int]:
+    """The steps that filled an async pipeline (``RunFrames.fills``): the run's first training
+    record's step, whether or not the anatomy times it (its step timer may have been inf), and
+    each job's (:func:`job_first_steps`); ``records`` as there."""
+    return job_first_steps(records, starts) | frozenset(int(s) for s in records["step"].nsmallest(1))
 
 
 def placed_step_rows(usable: pd.DataFrame) -> pd.DataFrame:
@@ -816,7 +824,7 @@ class RunFrames:
     reader: RunReader | None = None  # for analyzers that read other tables (gpu, spans, logprob)
     unfinite: dict[str, tuple[int, ...]] = field(default_factory=dict)  # see unfinite_timers
     # the steps that filled an async pipeline: the run's first training step and each job's
-    # (job_first_steps); None: the frames' own first step alone, for frames of the whole run
+    # (pipeline_fills); None: the frames' own first step alone, for frames of the whole run
     fills: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
@@ -832,9 +840,8 @@ class RunFrames:
         table = reader.read("steps", ["step", "attempt", "time", "key", "value"])
         usable = usable_step_rows(table)
         starts = reader.read("jobs", ["time"]).column("time").to_pylist()
-        records = training_records(usable)
-        fills = job_first_steps(records, starts) | set(records["step"].nsmallest(1).astype(int))
         wide = pivot_placed(placed_step_rows(usable))
+        fills = pipeline_fills(training_records(usable), starts)
         return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), fills)
 
 

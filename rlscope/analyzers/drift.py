@@ -92,7 +92,7 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
 def steady_models(models: pd.DataFrame, facts: RunFacts, fills: Collection[int]) -> pd.DataFrame:
     """``models`` (rows of :func:`per_step_models`) less the pipeline fills of an async run on
     separate pools, ``fills``: the first training step of the run and of each job that resumed it
-    (``_data.job_first_steps``). The rollout pool's busy time in one (``topology.async_busy_share``:
+    (``_data.pipeline_fills``). The rollout pool's busy time in one (``topology.async_busy_share``:
     verl's occupancy share, else 1 - its idle ratio) covers the first batch, generated while the
     trainer waits, and the staleness buffer it fills for later steps, so as one step's T_thr it
     would call for far more rollout GPUs."""
