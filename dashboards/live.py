@@ -569,6 +569,8 @@ class LiveRun:
         horizon = self._steps[-self.window]
         self._wide = self._wide[self._wide.index >= horizon]
         self._placed = self._placed[self._placed["step"] >= horizon]
+        # a step past the window is read again whole (_whole_late_steps), its timers' finiteness too
+        self._finiteness = self._finiteness[self._finiteness["step"] >= horizon]
         self._traj = self._traj[self._traj.index >= horizon]
         self._spans = self._spans[self._spans.index >= horizon]
         self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]

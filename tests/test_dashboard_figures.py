@@ -1542,3 +1542,19 @@ def test_a_first_step_whose_step_timer_was_infinity_is_still_the_live_drift_s_fi
     assert list(live.splits().index) == [2, 3, 4, 5]
     assert list(analyze_run(RunReader(path)).drift.per_step.index) == [2, 3, 4, 5]
 
+
+def test_the_live_timer_finiteness_is_kept_for_the_window_s_steps_only(tmp_path):
+    # window of 4: of steps 1-8, 5-8 stay; step 2's inf step timer, once evicted, is read again with
+    # the step's other rows when a late row of it arrives, so it is still no step
+    path = tmp_path / "run"
+    live = LiveRun(0, str(path), "run", window=4)
+    with Recorder(path, meta=META, flush_interval=3600) as rec:
+        for step in range(1, 9):
+            timer = math.inf if step == 2 else 30.0
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/update_actor": 10.0, "timing_s/step": timer})
+            rec.flush()
+            live.refresh(force=True)
+        assert set(live._finiteness["step"]) == {5, 6, 7, 8}
+        rec.log_step(2, {"actor/entropy": 0.5})  # a late row of step 2, past the window
+    live.refresh(force=True)
+    assert list(live.phases.index) == [1, 3, 4, 5, 6, 7, 8]
