@@ -277,7 +277,7 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
     out: list[str] = [setup] if setup else []
     sa, sb = ha["step_s"], hb["step_s"]
     untimed = [name for name, step in (("A", sa), ("B", sb)) if step is None]
-    # a run may have timed its validations or checkpoints only: none of those make a training step
+    # a run may have timed its validations, checkpoints or profiling only: none of those make a training step
     timers = STEP_TIMERS_WANTED
     if len(untimed) == 2:
         out.append(f"neither run has {timers}: their steps cannot be compared")
