@@ -1524,3 +1524,24 @@ def test_a_step_timer_logged_as_infinity_is_no_step_live_as_in_diagnose(tmp_path
         rec.log_step(3, {"timing_s/gen": 10.0, "timing_s/update_actor": 10.0, "timing_s/step": 25.0}, attempt=1)
     live.refresh(force=True)
     assert list(live.analysis().anatomy.seconds.index) == [1, 3, 4] and live.phases.loc[3, "step"] == 25.0
+
+
+def test_the_page_notices_list_what_diagnose_reads_with_warnings(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import overview
+
+    # a step timer logged as inf in step 2, a stage timer as NaN in step 3, an import that dropped a record
+    # and a meta.json GPU count the analyzers must ignore: each is a line diagnose prints, so the page says it too
+    meta = {"gpu": {"count": -4}, "importer": {"name": "verl-log", "skipped": {"duplicate_key": 1}}}
+    path = tmp_path / "run"
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        for step in (1, 2, 3):
+            gen = math.nan if step == 3 else 20.0
+            rec.log_step(step, {"timing_s/gen": gen, "timing_s/step": math.inf if step == 2 else 30.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    lines = [n.children for n in overview._render([run], False)[0]]
+    assert all(line.startswith("run: ") for line in lines)
+    assert any("timing_s/step was logged as inf or NaN in step 2:" in line for line in lines)
+    assert any("timing_s/gen was logged as inf or NaN in step 3:" in line for line in lines)
+    assert any("the import (verl-log) left out 1 duplicate_key" in line for line in lines)
+    assert any(line.startswith("run: meta.json: ") and "gpu.count" in line for line in lines)
