@@ -1545,3 +1545,27 @@ def test_the_page_notices_list_what_diagnose_reads_with_warnings(tmp_path, clien
     assert any("timing_s/gen was logged as inf or NaN in step 3:" in line for line in lines)
     assert any("the import (verl-log) left out 1 duplicate_key" in line for line in lines)
     assert any(line.startswith("run: meta.json: ") and "gpu.count" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "shown"),
+    [
+        # lengths exponential around the mean: f = 1 - mean ln 10 / max = 1 - 8000 * 2.3026 / 32000 = 42%
+        ({"response_length/mean": 8000.0, "response_length/max": 32000.0}, "42% (estimated)"),
+        # over 10% at the cap: the slowest 10% finish together, f = 0, but only if all decode in one wave
+        ({"response_length/mean": 100.0, "response_length/max": 128.0, "response_length/clip_ratio": 0.2},
+         "0% (estimated)"),
+        # mean ln 10 reaches the max: no estimate, only the bound (256 - 239) / (0.9 * 256) = 7.4%
+        ({"response_length/mean": 239.0, "response_length/max": 256.0}, "<= 7%"),
+    ],
+)  # fmt: skip
+def test_the_tail_share_card_says_when_it_is_an_estimate_or_a_bound(tmp_path, client, lengths, shown):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    path = tmp_path / "run"
+    with Recorder(path, flush_interval=3600) as rec:
+        rec.log_step(1, lengths | {"timing_s/gen": 40.0, "timing_s/update_actor": 10.0, "timing_s/step": 50.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    cards = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
+    assert cards["tail share (last step)"] == shown
