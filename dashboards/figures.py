@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import pandas as pd
@@ -244,10 +244,12 @@ def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tai
     return fig
 
 
-def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
+def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]], lower_bounds: Collection[str] = ()) -> go.Figure:
     """Points lost per cause and the resulting MFU, one bar group per run: ``(lost, mfu,
     tail_estimated)``. The runs share one axis of causes, so a run's name in the legend says
-    when its long tail is estimated from response lengths."""
+    when its long tail is estimated from response lengths, and when its MFU is a lower bound (a
+    label in ``lower_bounds``: a timed critic of unknown size). The legend shows even when one run
+    is left, so its bars are never unnamed."""
     colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v[0].empty and not math.isnan(v[1])}
     if not runs:
@@ -258,10 +260,12 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
         fig.add_bar(
             x=[*(cause_label(c, False) for c in causes), "MFU"],
             y=[*(float(lost[c]) for c in causes), 100 * mfu],
-            name=text(label) + (" (long tail estimated)" if tail_estimated else ""),
+            name=text(label)
+            + (" (long tail estimated)" if tail_estimated else "")
+            + (" (MFU a lower bound: the critic is not counted)" if label in lower_bounds else ""),
             marker_color=colors[label],
         )
-    fig.update_layout(barmode="group", legend=_LEGEND_RIGHT)
+    fig.update_layout(barmode="group", legend=_LEGEND_RIGHT, showlegend=True)
     return fig
 
 

@@ -1569,3 +1569,21 @@ def test_the_tail_share_card_says_when_it_is_an_estimate_or_a_bound(tmp_path, cl
     run.refresh(force=True)
     cards = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
     assert cards["tail share (last step)"] == shown
+
+
+def test_the_compared_mfu_names_each_run_and_says_which_is_a_lower_bound(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    # PPO with a timed critic of unknown size (MFU >= 8%, as in the single-run card above) beside a run
+    # with no model size (no MFU at all): the one bar group left must still be named, and as a bound
+    step = {"timing_s/gen": 4.0, "timing_s/values": 2.0, "timing_s/update_critic": 2.0, "timing_s/update_actor": 2.0}
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e13}}
+    runs = []
+    for name, run_meta in (("ppo", meta), ("sizeless", {"gpu": meta["gpu"]})):
+        with Recorder(tmp_path / name, meta=run_meta, flush_interval=3600) as rec:
+            rec.log_step(1, step | {"timing_s/step": 10.0, "perf/total_num_tokens": 1000.0})
+        runs.append(LiveRun(len(runs), str(tmp_path / name), name))
+        runs[-1].refresh(force=True)
+    _, _, _, compared, *_ = overview._render(runs, False)
+    assert [t.name for t in compared.data] == ["ppo (MFU a lower bound: the critic is not counted)"]
+    assert compared.data[0].y[-1] == pytest.approx(8.0) and compared.layout.showlegend is True

@@ -144,7 +144,8 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
                 if d is not None
                 else (pd.Series(dtype=float), math.nan, False)
                 for label, d in analyses.items()
-            }
+            },
+            lower_bounds={label for label, d in analyses.items() if d is not None and d.mfu.uncounted},
         )
     found = []
     for run in runs:
