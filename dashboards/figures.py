@@ -215,9 +215,23 @@ def step_time_compare(runs: Mapping[str, pd.Series]) -> go.Figure:
         return placeholder("no step timers (timing_s/*) recorded yet", "Step time")
     fig = _figure("Step time", "step", "seconds")
     for label, series in runs.items():
-        shown = thin(series.to_frame("s"))["s"]
+        shown = _broken_at_gaps(thin(series.to_frame("s"))["s"])
         fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
     return fig
+
+
+def _broken_at_gaps(series: pd.Series) -> pd.Series:
+    """``series`` with NaN where a step is missing from its usual spacing (a step timer logged as
+    inf or NaN has no length), so its line breaks there instead of bridging the step as if timed."""
+    if len(series) < 3:
+        return series
+    steps = series.index.to_numpy(dtype=float)
+    gaps = np.diff(steps)
+    usual = float(np.median(gaps))
+    holes = steps[:-1][gaps > usual] + usual
+    if not len(holes):
+        return series
+    return pd.concat([series, pd.Series(np.nan, index=holes.astype(series.index.dtype))]).sort_index()
 
 
 def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tail_estimated: bool = False) -> go.Figure:

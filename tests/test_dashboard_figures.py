@@ -1587,3 +1587,22 @@ def test_the_compared_mfu_names_each_run_and_says_which_is_a_lower_bound(tmp_pat
     _, _, _, compared, *_ = overview._render(runs, False)
     assert [t.name for t in compared.data] == ["ppo (MFU a lower bound: the critic is not counted)"]
     assert compared.data[0].y[-1] == pytest.approx(8.0) and compared.layout.showlegend is True
+
+
+def test_a_compared_step_time_line_breaks_at_a_step_of_unknown_length(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    # step 4's timing_s/step logged as inf: its time is unknown, so the line must not bridge 3 -> 5 as if timed
+    runs = []
+    for name in ("gap", "whole"):
+        with Recorder(tmp_path / name, flush_interval=3600) as rec:
+            for step in range(1, 8):
+                timer = math.inf if name == "gap" and step == 4 else 30.0 + step
+                rec.log_step(step, {"timing_s/gen": 20.0, "timing_s/step": timer})
+        runs.append(LiveRun(len(runs), str(tmp_path / name), name))
+        runs[-1].refresh(force=True)
+    _, _, compared, *_ = overview._render(runs, False)
+    gap, whole = compared.data
+    assert list(gap.x) == [1, 2, 3, 4, 5, 6, 7] and math.isnan(gap.y[3])
+    np.testing.assert_allclose(np.delete(np.asarray(gap.y, dtype=float), 3), [31, 32, 33, 35, 36, 37])
+    assert list(whole.x) == [1, 2, 3, 4, 5, 6, 7] and not np.isnan(np.asarray(whole.y, dtype=float)).any()
