@@ -321,17 +321,29 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
     return fig
 
 
-def tail_shares(runs: Mapping[str, pd.Series]) -> go.Figure:
-    """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories."""
+def tail_shares(runs: Mapping[str, pd.Series], bounds: Mapping[str, pd.Series] | None = None) -> go.Figure:
+    """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories.
+    ``bounds``: per run, the most the share can be in the steps whose estimate from response lengths
+    is unknown, drawn dotted and named a bound, so such a run shows what is known, never a value."""
     colors = _run_colors(runs)
+    bounds = {k: v.dropna() for k, v in (bounds or {}).items() if k in colors and not v.dropna().empty}
     runs = {k: v.dropna() for k, v in runs.items() if not v.dropna().empty}
     title = "Slowest 10%: share of rollout time"
-    if not runs:
+    if not runs and not bounds:
         return placeholder("no rollout timing yet (trajectories or response lengths)", title)
     fig = _figure(title, "step", "tail share (T_tail / rollout)")
     for label, series in runs.items():
         shown = thin(series.to_frame("f"))["f"]
         fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
+    for label, series in bounds.items():
+        shown = thin(series.to_frame("f"))["f"]
+        fig.add_scatter(
+            x=shown.index,
+            y=shown,
+            name=text(label) + ": at most (no estimate)",
+            mode="lines+markers",
+            line={"color": colors[label], "dash": "dot"},
+        )
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig

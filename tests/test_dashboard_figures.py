@@ -1606,3 +1606,20 @@ def test_a_compared_step_time_line_breaks_at_a_step_of_unknown_length(tmp_path, 
     assert list(gap.x) == [1, 2, 3, 4, 5, 6, 7] and math.isnan(gap.y[3])
     np.testing.assert_allclose(np.delete(np.asarray(gap.y, dtype=float), 3), [31, 32, 33, 35, 36, 37])
     assert list(whole.x) == [1, 2, 3, 4, 5, 6, 7] and not np.isnan(np.asarray(whole.y, dtype=float)).any()
+
+
+def test_the_tail_share_chart_draws_the_bound_where_the_estimate_is_unknown(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import rollout
+
+    # mean ln 10 reaches the max in every step: no estimate, but at most (256 - 239) / (0.9 * 256) = 7.4%
+    path = tmp_path / "run"
+    with Recorder(path, flush_interval=3600) as rec:
+        for step in (1, 2, 3):
+            lengths = {"response_length/mean": 239.0, "response_length/max": 256.0}
+            rec.log_step(step, lengths | {"timing_s/gen": 40.0, "timing_s/step": 50.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    _, _, tails, _, _ = rollout._render([run], rollout._steps(None, [run]))
+    assert [t.name for t in tails.data] == ["run: at most (no estimate)"]
+    assert list(tails.data[0].x) == [1, 2, 3]
+    np.testing.assert_allclose(tails.data[0].y, [17 / (0.9 * 256)] * 3)
