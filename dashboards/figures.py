@@ -344,6 +344,8 @@ def tail_shares(runs: Mapping[str, pd.Series], bounds: Mapping[str, pd.Series] |
             mode="lines+markers",
             line={"color": colors[label], "dash": "dot"},
         )
+    if bounds:  # a lone trace hides the legend, and with it the name that says the line is a bound
+        fig.update_layout(showlegend=True)
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig

@@ -1620,6 +1620,6 @@ def test_the_tail_share_chart_draws_the_bound_where_the_estimate_is_unknown(tmp_
     run = LiveRun(0, str(path), "run")
     run.refresh(force=True)
     _, _, tails, _, _ = rollout._render([run], rollout._steps(None, [run]))
-    assert [t.name for t in tails.data] == ["run: at most (no estimate)"]
+    assert [t.name for t in tails.data] == ["run: at most (no estimate)"] and tails.layout.showlegend is True
     assert list(tails.data[0].x) == [1, 2, 3]
     np.testing.assert_allclose(tails.data[0].y, [17 / (0.9 * 256)] * 3)
