@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import pandas as pd
@@ -215,9 +215,23 @@ def step_time_compare(runs: Mapping[str, pd.Series]) -> go.Figure:
         return placeholder("no step timers (timing_s/*) recorded yet", "Step time")
     fig = _figure("Step time", "step", "seconds")
     for label, series in runs.items():
-        shown = thin(series.to_frame("s"))["s"]
+        shown = _broken_at_gaps(thin(series.to_frame("s"))["s"])
         fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
     return fig
+
+
+def _broken_at_gaps(series: pd.Series) -> pd.Series:
+    """``series`` with NaN where a step is missing from its usual spacing (a step timer logged as
+    inf or NaN has no length), so its line breaks there instead of bridging the step as if timed."""
+    if len(series) < 3:
+        return series
+    steps = series.index.to_numpy(dtype=float)
+    gaps = np.diff(steps)
+    usual = float(np.median(gaps))
+    holes = steps[:-1][gaps > usual] + usual
+    if not len(holes):
+        return series
+    return pd.concat([series, pd.Series(np.nan, index=holes.astype(series.index.dtype))]).sort_index()
 
 
 def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tail_estimated: bool = False) -> go.Figure:
@@ -244,10 +258,12 @@ def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tai
     return fig
 
 
-def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
+def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]], lower_bounds: Collection[str] = ()) -> go.Figure:
     """Points lost per cause and the resulting MFU, one bar group per run: ``(lost, mfu,
     tail_estimated)``. The runs share one axis of causes, so a run's name in the legend says
-    when its long tail is estimated from response lengths."""
+    when its long tail is estimated from response lengths, and when its MFU is a lower bound (a
+    label in ``lower_bounds``: a timed critic of unknown size). The legend shows even when one run
+    is left, so its bars are never unnamed."""
     colors = _run_colors(runs)
     runs = {k: v for k, v in runs.items() if not v[0].empty and not math.isnan(v[1])}
     if not runs:
@@ -258,10 +274,12 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]]) -> go.Figure:
         fig.add_bar(
             x=[*(cause_label(c, False) for c in causes), "MFU"],
             y=[*(float(lost[c]) for c in causes), 100 * mfu],
-            name=text(label) + (" (long tail estimated)" if tail_estimated else ""),
+            name=text(label)
+            + (" (long tail estimated)" if tail_estimated else "")
+            + (" (MFU a lower bound: the critic is not counted)" if label in lower_bounds else ""),
             marker_color=colors[label],
         )
-    fig.update_layout(barmode="group", legend=_LEGEND_RIGHT)
+    fig.update_layout(barmode="group", legend=_LEGEND_RIGHT, showlegend=True)
     return fig
 
 
@@ -303,17 +321,31 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
     return fig
 
 
-def tail_shares(runs: Mapping[str, pd.Series]) -> go.Figure:
-    """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories."""
+def tail_shares(runs: Mapping[str, pd.Series], bounds: Mapping[str, pd.Series] | None = None) -> go.Figure:
+    """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories.
+    ``bounds``: per run, the most the share can be in the steps whose estimate from response lengths
+    is unknown, drawn dotted and named a bound, so such a run shows what is known, never a value."""
     colors = _run_colors(runs)
+    bounds = {k: v.dropna() for k, v in (bounds or {}).items() if k in colors and not v.dropna().empty}
     runs = {k: v.dropna() for k, v in runs.items() if not v.dropna().empty}
     title = "Slowest 10%: share of rollout time"
-    if not runs:
+    if not runs and not bounds:
         return placeholder("no rollout timing yet (trajectories or response lengths)", title)
     fig = _figure(title, "step", "tail share (T_tail / rollout)")
     for label, series in runs.items():
         shown = thin(series.to_frame("f"))["f"]
         fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
+    for label, series in bounds.items():
+        shown = thin(series.to_frame("f"))["f"]
+        fig.add_scatter(
+            x=shown.index,
+            y=shown,
+            name=text(label) + ": at most (no estimate)",
+            mode="lines+markers",
+            line={"color": colors[label], "dash": "dot"},
+        )
+    if bounds:  # a lone trace hides the legend, and with it the name that says the line is a bound
+        fig.update_layout(showlegend=True)
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig

@@ -46,6 +46,7 @@ from rlscope.analyzers._data import (
 from rlscope.analyzers.staleness import verl_lags
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE
 from rlscope.errors import MetaError, RLScopeError, RunDirError
+from rlscope.report.document import read_warnings
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
 from rlscope.trace.store import read_meta, require_directory
@@ -231,8 +232,11 @@ class LiveRun:
 
     @property
     def warnings(self) -> list[str]:
-        """What the reader left out and why (unreadable segments), as ``rlscope diagnose`` lists them."""
-        return list(self._reader.warnings) if self._reader is not None else []
+        """What ``rlscope diagnose`` reads the run with warnings about (ignored meta.json values, what its
+        import left out, timers logged as inf or NaN, unreadable segments), in its words."""
+        unreadable = list(self._reader.warnings) if self._reader is not None else []
+        suspect = pd.Index(self._finiteness.loc[~self._finiteness["finite"].astype(bool), "step"].unique())
+        return read_warnings(self.meta, self._unfinite(suspect), unreadable)  # each page asks: the few steps only
 
     def unread(self, table: str) -> bool:
         """Whether some of ``table``'s data was left out because it could not be read."""

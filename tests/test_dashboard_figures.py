@@ -1558,3 +1558,102 @@ def test_the_live_timer_finiteness_is_kept_for_the_window_s_steps_only(tmp_path)
         rec.log_step(2, {"actor/entropy": 0.5})  # a late row of step 2, past the window
     live.refresh(force=True)
     assert list(live.phases.index) == [1, 3, 4, 5, 6, 7, 8]
+
+
+def test_the_page_notices_list_what_diagnose_reads_with_warnings(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import overview
+
+    # a step timer logged as inf in step 2, a stage timer as NaN in step 3, an import that dropped a record
+    # and a meta.json GPU count the analyzers must ignore: each is a line diagnose prints, so the page says it too
+    meta = {"gpu": {"count": -4}, "importer": {"name": "verl-log", "skipped": {"duplicate_key": 1}}}
+    path = tmp_path / "run"
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        for step in (1, 2, 3):
+            gen = math.nan if step == 3 else 20.0
+            rec.log_step(step, {"timing_s/gen": gen, "timing_s/step": math.inf if step == 2 else 30.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    lines = [n.children for n in overview._render([run], False)[0]]
+    assert all(line.startswith("run: ") for line in lines)
+    assert any("timing_s/step was logged as inf or NaN in step 2:" in line for line in lines)
+    assert any("timing_s/gen was logged as inf or NaN in step 3:" in line for line in lines)
+    assert any("the import (verl-log) left out 1 duplicate_key" in line for line in lines)
+    assert any(line.startswith("run: meta.json: ") and "gpu.count" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "shown"),
+    [
+        # lengths exponential around the mean: f = 1 - mean ln 10 / max = 1 - 8000 * 2.3026 / 32000 = 42%
+        ({"response_length/mean": 8000.0, "response_length/max": 32000.0}, "42% (estimated)"),
+        # over 10% at the cap: the slowest 10% finish together, f = 0, but only if all decode in one wave
+        ({"response_length/mean": 100.0, "response_length/max": 128.0, "response_length/clip_ratio": 0.2},
+         "0% (estimated)"),
+        # mean ln 10 reaches the max: no estimate, only the bound (256 - 239) / (0.9 * 256) = 7.4%
+        ({"response_length/mean": 239.0, "response_length/max": 256.0}, "<= 7%"),
+    ],
+)  # fmt: skip
+def test_the_tail_share_card_says_when_it_is_an_estimate_or_a_bound(tmp_path, client, lengths, shown):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    path = tmp_path / "run"
+    with Recorder(path, flush_interval=3600) as rec:
+        rec.log_step(1, lengths | {"timing_s/gen": 40.0, "timing_s/update_actor": 10.0, "timing_s/step": 50.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    cards = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
+    assert cards["tail share (last step)"] == shown
+
+
+def test_the_compared_mfu_names_each_run_and_says_which_is_a_lower_bound(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    # PPO with a timed critic of unknown size (MFU >= 8%, as in the single-run card above) beside a run
+    # with no model size (no MFU at all): the one bar group left must still be named, and as a bound
+    step = {"timing_s/gen": 4.0, "timing_s/values": 2.0, "timing_s/update_critic": 2.0, "timing_s/update_actor": 2.0}
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e13}}
+    runs = []
+    for name, run_meta in (("ppo", meta), ("sizeless", {"gpu": meta["gpu"]})):
+        with Recorder(tmp_path / name, meta=run_meta, flush_interval=3600) as rec:
+            rec.log_step(1, step | {"timing_s/step": 10.0, "perf/total_num_tokens": 1000.0})
+        runs.append(LiveRun(len(runs), str(tmp_path / name), name))
+        runs[-1].refresh(force=True)
+    _, _, _, compared, *_ = overview._render(runs, False)
+    assert [t.name for t in compared.data] == ["ppo (MFU a lower bound: the critic is not counted)"]
+    assert compared.data[0].y[-1] == pytest.approx(8.0) and compared.layout.showlegend is True
+
+
+def test_a_compared_step_time_line_breaks_at_a_step_of_unknown_length(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import overview
+
+    # step 4's timing_s/step logged as inf: its time is unknown, so the line must not bridge 3 -> 5 as if timed
+    runs = []
+    for name in ("gap", "whole"):
+        with Recorder(tmp_path / name, flush_interval=3600) as rec:
+            for step in range(1, 8):
+                timer = math.inf if name == "gap" and step == 4 else 30.0 + step
+                rec.log_step(step, {"timing_s/gen": 20.0, "timing_s/step": timer})
+        runs.append(LiveRun(len(runs), str(tmp_path / name), name))
+        runs[-1].refresh(force=True)
+    _, _, compared, *_ = overview._render(runs, False)
+    gap, whole = compared.data
+    assert list(gap.x) == [1, 2, 3, 4, 5, 6, 7] and math.isnan(gap.y[3])
+    np.testing.assert_allclose(np.delete(np.asarray(gap.y, dtype=float), 3), [31, 32, 33, 35, 36, 37])
+    assert list(whole.x) == [1, 2, 3, 4, 5, 6, 7] and not np.isnan(np.asarray(whole.y, dtype=float)).any()
+
+
+def test_the_tail_share_chart_draws_the_bound_where_the_estimate_is_unknown(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import rollout
+
+    # mean ln 10 reaches the max in every step: no estimate, but at most (256 - 239) / (0.9 * 256) = 7.4%
+    path = tmp_path / "run"
+    with Recorder(path, flush_interval=3600) as rec:
+        for step in (1, 2, 3):
+            lengths = {"response_length/mean": 239.0, "response_length/max": 256.0}
+            rec.log_step(step, lengths | {"timing_s/gen": 40.0, "timing_s/step": 50.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    _, _, tails, _, _ = rollout._render([run], rollout._steps(None, [run]))
+    assert [t.name for t in tails.data] == ["run: at most (no estimate)"] and tails.layout.showlegend is True
+    assert list(tails.data[0].x) == [1, 2, 3]
+    np.testing.assert_allclose(tails.data[0].y, [17 / (0.9 * 256)] * 3)

@@ -89,8 +89,9 @@ def graph(component_id: str, figure: go.Figure | None = None) -> dcc.Graph:
 
 
 def notices(runs: Sequence[LiveRun]) -> list[html.Div]:
-    """One line per run that has nothing (or only part) to show yet, and one per segment left out
-    because it could not be read (the warnings ``rlscope diagnose`` lists), as text."""
+    """One line per run that has nothing (or only part) to show yet, and one per warning ``rlscope
+    diagnose`` reads the run with (ignored meta.json values, what its import left out, timers logged
+    as inf or NaN, segments that could not be read), as text."""
     out = []
     if not runs:
         out.append(html.Div("No run selected: pick one above.", className="rls-notice"))

@@ -64,6 +64,19 @@ def _last(per_step: pd.DataFrame) -> str:
     return f" ({_last_steps(len(recent(per_step)))})" if len(per_step) else ""
 
 
+def _tail_share(d: Diagnosis | None) -> str:
+    """The recent tail share as diagnose's headline qualifies it: one estimated from response lengths
+    says so, and where the estimate is unknown the bound that stands is shown as a bound, not a value."""
+    if d is None:
+        return "-"
+    tail = d.longtail
+    if not tail.estimated:
+        return _number(tail.tail_share, ".0%")
+    if math.isfinite(tail.tail_share):
+        return f"{tail.tail_share:.0%} (estimated)"
+    return f"<= {tail.tail_share_max:.0%}" if math.isfinite(tail.tail_share_max) else "-"
+
+
 def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     facts = run.facts
     # the analyzers assume colocated when meta.json says nothing; the card does not
@@ -71,7 +84,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     topology = kind if run.meta.get("topology") else "?"
     if facts.is_pooled:
         topology += f" {facts.rollout_gpus}:{facts.train_gpus}"
-    step_s = gen = tail = mfu = math.nan
+    step_s = gen = mfu = math.nan
     counts = "-"
     timed = tailed = rated = found_in = ""
     bounded = d is not None and bool(d.mfu.uncounted)  # a timed critic of unknown size counts no FLOPs
@@ -83,7 +96,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
             step_s, gen = float(now["step"]), float(now["gen"] / now["step"]) if now["step"] > 0 else math.nan
             if "gen" not in d.anatomy.logged_recent:  # not timed: its time, if any, is in other, not 0%
                 gen = math.nan
-        tail, mfu = d.longtail.tail_share, d.mfu.mfu
+        mfu = d.mfu.mfu
         found = d.findings
         counts = " · ".join(f"{sum(f.severity is s for f in found)} {s.value}" for s in reversed(Severity))
     cards = [
@@ -93,7 +106,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         _card("steps", f"{run.n_trained} (latest step {run.last_step})" if run.n_steps else "none yet"),
         _card(f"step time{timed}", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
         _card(f"generation / step{timed}", _number(gen, ".0%")),
-        _card(f"tail share{tailed}", _number(tail, ".0%")),
+        _card(f"tail share{tailed}", _tail_share(d)),
         _card(f"MFU{rated}", (">= " if bounded and math.isfinite(mfu) else "") + _number(mfu, ".1%")),
         _card(f"findings{found_in}", counts),
     ]
@@ -131,7 +144,8 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
                 if d is not None
                 else (pd.Series(dtype=float), math.nan, False)
                 for label, d in analyses.items()
-            }
+            },
+            lower_bounds={label for label, d in analyses.items() if d is not None and d.mfu.uncounted},
         )
     found = []
     for run in runs:

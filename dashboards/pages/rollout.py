@@ -58,6 +58,13 @@ def _steps(value: object, runs: Sequence[LiveRun]) -> list[int | None]:
     return [r.last_step for r in runs]
 
 
+def _tail_bound(tails: pd.DataFrame) -> pd.Series:
+    """The bound on each step's tail share where its estimate from response lengths is unknown."""
+    if "tail_share_max" not in tails or "tail_share" not in tails:
+        return pd.Series(dtype=float)
+    return tails["tail_share_max"].where(tails["tail_share"].isna())
+
+
 def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     finish, engines = {}, {}
     shown = {s for s in steps if s is not None}
@@ -75,7 +82,10 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     return (
         common.notices(runs),
         figures.finish_cdf(finish, one),
-        figures.tail_shares({r.label: r.tails.get("tail_share", pd.Series(dtype=float)) for r in runs}),
+        figures.tail_shares(
+            {r.label: r.tails.get("tail_share", pd.Series(dtype=float)) for r in runs},
+            {r.label: _tail_bound(r.tails) for r in runs},
+        ),
         figures.response_lengths({r.label: r.lengths for r in runs}),
         figures.engine_load(engines, one),
     )

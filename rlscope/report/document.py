@@ -21,7 +21,7 @@ from rlscope.analyzers.gpu_idle import learner_role
 from rlscope.collectors.verl_metrics import STEP_TIMER
 from rlscope.trace.reader import RunReader
 
-__all__ = ["SCHEMA", "build_document", "clean"]
+__all__ = ["SCHEMA", "build_document", "clean", "read_warnings"]
 
 SCHEMA = "rlscope.diagnose/1"
 
@@ -100,11 +100,20 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "first_step": int(steps.min()) if len(steps) else None,
         "last_step": int(steps.max()) if len(steps) else None,
         # what was read in part or not at all: a report saved to a file says so as the terminal did
-        "warnings": [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
-        + _import_warnings(meta)
-        + _unfinite_warnings(d.anatomy.unfinite)
-        + reader.warnings,
+        "warnings": read_warnings(meta, d.anatomy.unfinite, reader.warnings),
     }
+
+
+def read_warnings(meta: dict[str, Any], unfinite: dict[str, tuple[int, ...]], unreadable: list[str]) -> list[str]:
+    """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
+    meta.json values, what its import left out, timers logged as inf or NaN, and unreadable segments
+    (the dashboard's notices list the same, so the two never disagree about what was read)."""
+    return (
+        [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
+        + _import_warnings(meta)
+        + _unfinite_warnings(unfinite)
+        + list(unreadable)
+    )
 
 
 def _unfinite_warnings(unfinite: dict[str, tuple[int, ...]]) -> list[str]:
