@@ -1181,3 +1181,41 @@ def test_trajectories_given_as_a_table_keep_each_step_s_last_attempt():
     traj = Trajectories(table)
     assert len(traj) == 3
     assert traj.numbers("finish_time").tolist() == [1.0, 2.0, 4.0]
+
+
+def test_a_waterfall_whose_estimated_tail_is_unknown_does_not_split_generation(tmp_path):
+    # lengths bunched near the max (mean 232, max 256): the tail is unknown, at most (256 - 232) /
+    # (0.9 x 256) = 24 / 230.4 of each rollout. 1 GPU at a toy 1e12 peak, 1000 tokens a step of 40 s:
+    # gen 2N x 1000 = 2e12 (2 GPU-s useful of 20), update_actor 6e12 (6 of 20): MFU 8 / 40 = 20%
+    step = {
+        "timing_s/gen": 20,
+        "timing_s/update_actor": 20,
+        "timing_s/step": 40,
+        "perf/total_num_tokens": 1000,
+        "response_length/mean": 232,
+        "response_length/max": 256,
+        "response_length/min": 91,
+    }
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
+    r = mfu.analyze(make_run(tmp_path / "r", meta, dict.fromkeys(range(4), step)))
+    assert r.mfu == pytest.approx(0.2) and r.tail_estimated and r.tail_unknown
+    # generation's 18 lost GPU-s of 40 in one bar, not all to decode throughput beside a 0 tail
+    assert r.waterfall["decode"] == pytest.approx(45.0) and math.isnan(r.waterfall["long_tail"])
+    assert r.waterfall["training"] == pytest.approx(35.0) and r.waterfall.sum() == pytest.approx(80.0)
+    # the tail at its bound: 24 / 230.4 of 20 s over 40 s
+    assert r.tail_points_max == pytest.approx(100 * 24 / 230.4 * 20 / 40)
+    assert r.per_step["eta_thr"].isna().all() and r.per_step["eta_gen"].tolist() == pytest.approx([0.1] * 4)
+    (f,) = [f for f in r.findings if f.id == "mfu-waterfall"]
+    assert f.evidence["tail_unknown"] and f.evidence["top_label"] == "decode + long tail (split unknown)"
+    assert (
+        "-45.0 decode + long tail (split unknown)" in f.recommendation
+        and "long tail (estimated)" not in f.recommendation
+    )
+    assert f"at most {100 * 24 / 230.4 * 20 / 40:.1f}" in f.recommendation
+    # a known estimate still splits: mean 50 of 256, f = 1 - 50 ln 10 / 256 = 0.5503
+    known = {**step, "response_length/mean": 50}
+    r = mfu.analyze(make_run(tmp_path / "known", meta, dict.fromkeys(range(4), known)))
+    f = 1 - 50 * math.log(10) / 256
+    assert not r.tail_unknown and math.isnan(r.tail_points_max)
+    assert r.waterfall["long_tail"] == pytest.approx(100 * f * 20 / 40)
+    assert r.waterfall["decode"] == pytest.approx(45.0 - 100 * f * 20 / 40)

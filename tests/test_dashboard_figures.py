@@ -1524,3 +1524,13 @@ def test_a_step_timer_logged_as_infinity_is_no_step_live_as_in_diagnose(tmp_path
         rec.log_step(3, {"timing_s/gen": 10.0, "timing_s/update_actor": 10.0, "timing_s/step": 25.0}, attempt=1)
     live.refresh(force=True)
     assert list(live.analysis().anatomy.seconds.index) == [1, 3, 4] and live.phases.loc[3, "step"] == 25.0
+
+
+def test_a_waterfall_whose_long_tail_is_unknown_draws_one_bar_for_decode_and_tail():
+    # the long tail NaN (its estimate unknown): no tail bar, decode named as holding it, every point still charged
+    lost = pd.Series({"decode": 45.0, "long_tail": math.nan, "training": 35.0, "idle_other": 0.0})
+    (w,) = figures.mfu_waterfall(lost, 0.2, tail_estimated=True).data
+    assert list(w.x) == ["peak", "decode + long tail (split unknown)", "training", "idle / other", "MFU"]
+    assert 100 + sum(w.y[1:-1]) == pytest.approx(20.0)
+    fig = figures.mfu_compare({"a": (lost, 0.2, True), "b": (lost.fillna(5.0) - [5, 0, 0, 0], 0.2, True)})
+    assert [t.name for t in fig.data] == ["a (long tail unknown: in decode)", "b (long tail estimated)"]

@@ -234,6 +234,15 @@ def mfu_uncounted(doc: dict[str, Any]) -> str:
     return f" ({uncounted_note(uncounted)})" if doc["headline"]["mfu"] is not None and uncounted else ""
 
 
+def tail_unknown_note(points_max: float | None) -> str:
+    """What a waterfall whose decode bar holds the long tail says of the tail's part of it."""
+    most = "no bound either" if points_max is None or math.isnan(points_max) else f"at most {points_max:.1f} points"
+    return (
+        "decode + long tail: the response lengths give no estimate of the long tail, so generation's points are "
+        f"not split; the tail holds {most} of them (if all responses decode in one wave)"
+    )
+
+
 def findings_count(counts: dict[str, int]) -> str:
     """How many findings of each severity, most severe first: "1 critical, 3 warn" (or "none")."""
     return ", ".join(f"{counts[s]} {s}" for s in ("critical", "warn", "info") if counts.get(s)) or "none"

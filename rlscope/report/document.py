@@ -241,6 +241,8 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "mfu": d.mfu.mfu,
             "waterfall_points": d.mfu.waterfall,
             "tail_estimated": d.mfu.tail_estimated,
+            "tail_unknown": d.mfu.tail_unknown,
+            "tail_points_max": d.mfu.tail_points_max,
             "cross_check": d.mfu.cross_check,
             "missing": list(d.mfu.missing),
             "uncounted": list(d.mfu.uncounted),
