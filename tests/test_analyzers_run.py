@@ -1219,3 +1219,28 @@ def test_a_waterfall_whose_estimated_tail_is_unknown_does_not_split_generation(t
     assert not r.tail_unknown and math.isnan(r.tail_points_max)
     assert r.waterfall["long_tail"] == pytest.approx(100 * f * 20 / 40)
     assert r.waterfall["decode"] == pytest.approx(45.0 - 100 * f * 20 / 40)
+
+
+def test_a_what_if_whose_estimated_tail_is_unknown_models_none_and_bounds_the_async_gain(tmp_path):
+    # colocated on 8 GPUs, gen 60 s + update_actor 40 s; lengths mean 232 of max 256: the tail is unknown, at most
+    # b = (256 - 232) / (0.9 x 256) = 24 / 230.4 of generation. The model has no tail (T_thr = 60 s), so DOMAIN's
+    # async speedup 1 / (1 - f T_gen / (T_gen + T_t)) is 1 at f = 0, and 1 / (1 - b 60 / 100) at the bound
+    step = {"timing_s/gen": 60, "timing_s/update_actor": 40, "timing_s/step": 100}
+    step |= {"response_length/mean": 232, "response_length/max": 256, "response_length/min": 91}
+    r = topology.analyze(make_run(tmp_path / "r", {"gpu": {"count": 8}}, dict.fromkeys(range(4), step)))
+    assert r.tail_unknown and r.model.t_tail_s == 0 and r.model.t_thr_s == pytest.approx(60)
+    assert r.async_speedup == pytest.approx(1.0)
+    assert r.async_speedup_max == pytest.approx(1 / (1 - 24 / 230.4 * 60 / 100))
+    # a 30 s weight sync, which async overlaps: recommended, its gain called a lower bound, not a "0 s tail"
+    synced = {**step, "timing_s/update_weights": 30, "timing_s/step": 130}
+    r = topology.analyze(make_run(tmp_path / "s", {"gpu": {"count": 8}}, dict.fromkeys(range(4), synced)))
+    (f,) = [f for f in r.findings if f.id == "async-recommended"]
+    assert f.evidence["tail_unknown"] and "0 s tail" not in f.recommendation
+    assert "a lower bound" in f.recommendation and f"add up to {r.async_speedup_max:.2f}x more" in f.recommendation
+    # a known estimate (mean 50: f = 1 - 50 ln 10 / 256) is modelled as before, with no bound beside it
+    known = topology.analyze(
+        make_run(tmp_path / "k", {"gpu": {"count": 8}}, {s: {**step, "response_length/mean": 50} for s in range(4)})
+    )
+    f = 1 - 50 * math.log(10) / 256
+    assert not known.tail_unknown and math.isnan(known.async_speedup_max)
+    assert known.async_speedup == pytest.approx(1 / (1 - f * 60 / 100))

@@ -1239,3 +1239,20 @@ def test_a_waterfall_whose_estimated_tail_is_unknown_says_so_in_every_format(tmp
         out = " ".join(capsys.readouterr().out.split())
         assert "decode + long tail (split unknown)" in out and f"at most {most:.1f} points" in out
         assert "decode throughput" not in out
+
+
+def test_a_what_if_whose_estimated_tail_is_unknown_says_its_async_gain_is_a_lower_bound(tmp_path, capsys):
+    # 8 GPUs, gen 60 s + update_actor 40 s, lengths mean 232 of max 256 (tail unknown, at most 24 / 230.4 of
+    # generation): async over colocated is at least 1.00x (no tail), at most 1 / (1 - (24 / 230.4) 60 / 100)
+    data = {"timing_s/gen": 60.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}
+    data |= {"response_length/mean": 232.0, "response_length/max": 256.0, "response_length/min": 91.0}
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "data": data}) + "\n" for s in range(1, 5)))
+    most = 1 / (1 - 24 / 230.4 * 60 / 100)
+    code, doc = _run_json(capsys, str(log), "--gpus", "8")
+    assert code == 0 and doc["topology"]["tail_unknown"] is True and doc["headline"]["async_speedup"] == 1.0
+    assert doc["topology"]["async_speedup_max"] == doc["headline"]["async_speedup_max"] == pytest.approx(most)
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--gpus", "8", "--format", fmt]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "no long tail modelled, its estimate unknown" in out and f"would add up to {most:.2f}x more" in out

@@ -190,7 +190,21 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             )
         else:
             rows.append(("best topology", f"no gain predicted: {what}, against the {secs(model)} it models now"))
+    if best and doc["topology"].get("tail_unknown"):
+        label, value = rows[-1]
+        rows[-1] = (label, value + no_tail_modelled(head))
     return rows
+
+
+def no_tail_modelled(head: dict[str, Any]) -> str:
+    """What the what-if leaves out when the estimated tail is unknown, and the async gain's range."""
+    most = head.get("async_speedup_max")
+    upper = f"; overlapping the tail would add up to {most:.2f}x more (at its bound, if all decode in one wave)"
+    return (
+        " [no long tail modelled, its estimate unknown: async streaming's gain is a lower bound"
+        + (upper if most else "")
+        + "]"
+    )
 
 
 def what_if_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
