@@ -18,6 +18,7 @@ from rlscope.analyzers import (
     RunFrames,
     analyze_run,
     anatomy,
+    drift,
     load,
     longtail,
     mfu,
@@ -1244,3 +1245,21 @@ def test_a_what_if_whose_estimated_tail_is_unknown_models_none_and_bounds_the_as
     f = 1 - 50 * math.log(10) / 256
     assert not known.tail_unknown and math.isnan(known.async_speedup_max)
     assert known.async_speedup == pytest.approx(1 / (1 - f * 60 / 100))
+
+
+def test_a_drift_whose_estimated_tail_is_unknown_says_the_split_leans_to_rollout(tmp_path):
+    # colocated on 8 GPUs, update_actor 40 s; gen 20 s for steps 0-3, 80 s for 4-7; lengths mean 232 of max 256:
+    # the tail unknown, generation taken as all throughput part. Async's balanced n_r = 8 T_thr / (T_thr + T_t):
+    # 8 x 20 / 60 = 2.7 -> 3 (max(160 / 3, 320 / 5) = 64 s beats 2's 80 s), 8 x 80 / 120 = 5.3 -> 5 (128 s, 6's 160 s)
+    lengths = {"response_length/mean": 232, "response_length/max": 256, "response_length/min": 91}
+    steps = {s: {"timing_s/gen": 20 if s < 4 else 80, "timing_s/update_actor": 40, **lengths} for s in range(8)}
+    r = drift.analyze(make_run(tmp_path / "r", {"gpu": {"count": 8}}, steps))
+    assert r.tail_unknown and (r.per_step["t_tail_s"] == 0).all()
+    assert r.first_rollout == 3 and r.last_rollout == 5
+    (f,) = [f for f in r.findings if f.id == "split-drift"]
+    assert f.evidence["tail_unknown"] and "leans the balanced split to rollout" in f.recommendation
+    # a known estimate (mean 5: f = 1 - 5 ln 10 / 256, tail split off) says nothing of it
+    known = {s: {**v, "response_length/mean": 5} for s, v in steps.items()}
+    r = drift.analyze(make_run(tmp_path / "k", {"gpu": {"count": 8}}, known))
+    assert not r.tail_unknown and all("tail_unknown" not in f.evidence for f in r.findings)
+    assert r.per_step["t_tail_s"].iloc[0] == pytest.approx(20 * (1 - 5 * math.log(10) / 256))

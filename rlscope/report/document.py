@@ -264,6 +264,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "topology": d.drift.topology,
             "first_rollout": d.drift.first_rollout,
             "last_rollout": d.drift.last_rollout,
+            "tail_unknown": d.drift.tail_unknown,
             "per_step": d.drift.per_step,
         },
         "staleness": {
