@@ -313,17 +313,34 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
     return fig
 
 
-def tail_shares(runs: Mapping[str, pd.Series]) -> go.Figure:
-    """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories."""
+def tail_shares(runs: Mapping[str, pd.Series], bounds: Mapping[str, pd.Series] | None = None) -> go.Figure:
+    """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories.
+
+    ``bounds``: each run's ``tail_share_max``; a step whose estimate is unknown (NaN share) is
+    drawn at its bound as an "at most" marker, not left out as if nothing were known."""
     colors = _run_colors(runs)
-    runs = {k: v.dropna() for k, v in runs.items() if not v.dropna().empty}
+    bounds = bounds or {}
+    most = {k: bounds.get(k, pd.Series(dtype=float)).where(v.isna()).dropna() for k, v in runs.items()}
+    runs = {k: v.dropna() for k, v in runs.items()}
     title = "Slowest 10%: share of rollout time"
-    if not runs:
+    if all(v.empty and most[k].empty for k, v in runs.items()):
         return placeholder("no rollout timing yet (trajectories or response lengths)", title)
     fig = _figure(title, "step", "tail share (T_tail / rollout)")
     for label, series in runs.items():
-        shown = thin(series.to_frame("f"))["f"]
-        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
+        if not series.empty:
+            shown = thin(series.to_frame("f"))["f"]
+            fig.add_scatter(
+                x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]}
+            )
+        if not most[label].empty:
+            shown = thin(most[label].to_frame("f"))["f"]  # a mean of bounds bounds the mean, as the shares thin
+            fig.add_scatter(
+                x=shown.index,
+                y=shown,
+                name=text(label) + " at most (no estimate from response lengths)",
+                mode="markers",
+                marker={"symbol": "triangle-down-open", "color": colors[label]},
+            )
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     return fig

@@ -72,6 +72,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     if facts.is_pooled:
         topology += f" {facts.rollout_gpus}:{facts.train_gpus}"
     step_s = gen = tail = mfu = math.nan
+    tail_card = ""
     counts = "-"
     timed = tailed = rated = found_in = ""
     bounded = d is not None and bool(d.mfu.uncounted)  # a timed critic of unknown size counts no FLOPs
@@ -84,8 +85,11 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
             if "gen" not in d.anatomy.logged_recent:  # not timed: its time, if any, is in other, not 0%
                 gen = math.nan
         tail, mfu = d.longtail.tail_share, d.mfu.mfu
+        if math.isnan(tail) and d.longtail.estimated and math.isfinite(d.longtail.tail_share_max):
+            tail_card = "<= " + _number(d.longtail.tail_share_max, ".0%")  # no estimate: its bound
         found = d.findings
         counts = " · ".join(f"{sum(f.severity is s for f in found)} {s.value}" for s in reversed(Severity))
+    tail_card = tail_card or _number(tail, ".0%")
     cards = [
         _card("run", run.label),
         _card("topology", topology),
@@ -93,7 +97,7 @@ def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
         _card("steps", f"{run.n_trained} (latest step {run.last_step})" if run.n_steps else "none yet"),
         _card(f"step time{timed}", f"{fmt_seconds(step_s)} s" if math.isfinite(step_s) else "n/a"),
         _card(f"generation / step{timed}", _number(gen, ".0%")),
-        _card(f"tail share{tailed}", _number(tail, ".0%")),
+        _card(f"tail share{tailed}", tail_card),
         _card(f"MFU{rated}", (">= " if bounded and math.isfinite(mfu) else "") + _number(mfu, ".1%")),
         _card(f"findings{found_in}", counts),
     ]

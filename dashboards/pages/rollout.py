@@ -75,7 +75,10 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     return (
         common.notices(runs),
         figures.finish_cdf(finish, one),
-        figures.tail_shares({r.label: r.tails.get("tail_share", pd.Series(dtype=float)) for r in runs}),
+        figures.tail_shares(
+            {r.label: r.tails.get("tail_share", pd.Series(dtype=float)) for r in runs},
+            {r.label: r.tails.get("tail_share_max", pd.Series(dtype=float)) for r in runs},
+        ),
         figures.response_lengths({r.label: r.lengths for r in runs}),
         figures.engine_load(engines, one),
     )
