@@ -1232,6 +1232,10 @@ def test_a_what_if_whose_estimated_tail_is_unknown_models_none_and_bounds_the_as
     assert r.tail_unknown and r.model.t_tail_s == 0 and r.model.t_thr_s == pytest.approx(60)
     assert r.async_speedup == pytest.approx(1.0)
     assert r.async_speedup_max == pytest.approx(1 / (1 - 24 / 230.4 * 60 / 100))
+    # a mean above the max (lengths that contradict each other) has no bound either: none is given
+    odd = {s: {**step, "response_length/mean": 300} for s in range(4)}
+    r = topology.analyze(make_run(tmp_path / "odd", {"gpu": {"count": 8}}, odd))
+    assert r.tail_unknown and math.isnan(r.async_speedup_max)
     # a 30 s weight sync, which async overlaps: recommended, its gain called a lower bound, not a "0 s tail"
     synced = {**step, "timing_s/update_weights": 30, "timing_s/step": 130}
     r = topology.analyze(make_run(tmp_path / "s", {"gpu": {"count": 8}}, dict.fromkeys(range(4), synced)))

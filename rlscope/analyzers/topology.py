@@ -493,7 +493,7 @@ def analyze(
     what_if.index.name = "topology"
     tail_unknown = longtail.estimated and math.isnan(longtail.tail_share)  # no tail modelled
     most = math.nan
-    if tail_unknown:  # the async gain with the tail at its bound: the lower bound's upper end
+    if tail_unknown and not math.isnan(longtail.tail_share_max):  # the async gain with the tail at its bound
         bound = measure(frames, anatomy, longtail, at_bound=True)
         most = math.nan if bound is None else async_speedup(bound.tail_share, bound.t_gen_s, bound.t_train_s)
     result = TopologyResult(
