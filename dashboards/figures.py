@@ -235,13 +235,15 @@ def _broken_at_gaps(series: pd.Series) -> pd.Series:
 
 
 def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tail_estimated: bool = False) -> go.Figure:
-    """From 100% of peak to the whole-step MFU: the points each cause took (they sum to 100 - MFU)."""
+    """From 100% of peak to the whole-step MFU: the points each cause took (they sum to 100 - MFU).
+    A NaN long tail (its estimate unknown) has no bar: decode holds it, and says so."""
     if lost.empty or math.isnan(mfu):
         return placeholder("MFU needs meta.json's model size, GPU count and peak FLOP/s, and step timers", title)
-    causes = [c for c in CAUSES if c in lost.index]
+    causes = [c for c in CAUSES if c in lost.index and not math.isnan(lost[c])]
+    unknown = _tail_unknown(lost)
     fig = _figure(title, "", "% of peak over the whole step")
     fig.add_waterfall(
-        x=["peak", *(cause_label(c, tail_estimated) for c in causes), "MFU"],
+        x=["peak", *(cause_label(c, tail_estimated, unknown) for c in causes), "MFU"],
         y=[100.0, *(-float(lost[c]) for c in causes), 0.0],
         measure=["absolute", *(["relative"] * len(causes)), "total"],
         # a cause that cost nothing (the tail of a streaming run) reads 0, not -0.0
@@ -258,6 +260,11 @@ def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tai
     return fig
 
 
+def _tail_unknown(lost: pd.Series) -> bool:
+    """The waterfall did not split generation: its long tail is NaN, decode holding it."""
+    return "long_tail" in lost.index and math.isnan(lost["long_tail"]) and not math.isnan(lost.get("decode", math.nan))
+
+
 def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]], lower_bounds: Collection[str] = ()) -> go.Figure:
     """Points lost per cause and the resulting MFU, one bar group per run: ``(lost, mfu,
     tail_estimated)``. The runs share one axis of causes, so a run's name in the legend says
@@ -271,11 +278,14 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]], lower_bounds:
     fig = _figure("MFU: points lost per cause", "", "points of 100")
     for label, (lost, mfu, tail_estimated) in runs.items():
         causes = [c for c in CAUSES if c in lost.index]
+        note = " (long tail estimated)" if tail_estimated else ""
+        if _tail_unknown(lost):
+            note = " (long tail unknown: in decode)"
         fig.add_bar(
             x=[*(cause_label(c, False) for c in causes), "MFU"],
             y=[*(float(lost[c]) for c in causes), 100 * mfu],
             name=text(label)
-            + (" (long tail estimated)" if tail_estimated else "")
+            + note
             + (" (MFU a lower bound: the critic is not counted)" if label in lower_bounds else ""),
             marker_color=colors[label],
         )

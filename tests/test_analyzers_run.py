@@ -18,6 +18,7 @@ from rlscope.analyzers import (
     RunFrames,
     analyze_run,
     anatomy,
+    drift,
     load,
     longtail,
     mfu,
@@ -1181,3 +1182,88 @@ def test_trajectories_given_as_a_table_keep_each_step_s_last_attempt():
     traj = Trajectories(table)
     assert len(traj) == 3
     assert traj.numbers("finish_time").tolist() == [1.0, 2.0, 4.0]
+
+
+def test_a_waterfall_whose_estimated_tail_is_unknown_does_not_split_generation(tmp_path):
+    # lengths bunched near the max (mean 232, max 256): the tail is unknown, at most (256 - 232) /
+    # (0.9 x 256) = 24 / 230.4 of each rollout. 1 GPU at a toy 1e12 peak, 1000 tokens a step of 40 s:
+    # gen 2N x 1000 = 2e12 (2 GPU-s useful of 20), update_actor 6e12 (6 of 20): MFU 8 / 40 = 20%
+    step = {
+        "timing_s/gen": 20,
+        "timing_s/update_actor": 20,
+        "timing_s/step": 40,
+        "perf/total_num_tokens": 1000,
+        "response_length/mean": 232,
+        "response_length/max": 256,
+        "response_length/min": 91,
+    }
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
+    r = mfu.analyze(make_run(tmp_path / "r", meta, dict.fromkeys(range(4), step)))
+    assert r.mfu == pytest.approx(0.2) and r.tail_estimated and r.tail_unknown
+    # generation's 18 lost GPU-s of 40 in one bar, not all to decode throughput beside a 0 tail
+    assert r.waterfall["decode"] == pytest.approx(45.0) and math.isnan(r.waterfall["long_tail"])
+    assert r.waterfall["training"] == pytest.approx(35.0) and r.waterfall.sum() == pytest.approx(80.0)
+    # the tail at its bound: 24 / 230.4 of 20 s over 40 s
+    assert r.tail_points_max == pytest.approx(100 * 24 / 230.4 * 20 / 40)
+    assert r.per_step["eta_thr"].isna().all() and r.per_step["eta_gen"].tolist() == pytest.approx([0.1] * 4)
+    (f,) = [f for f in r.findings if f.id == "mfu-waterfall"]
+    assert f.evidence["tail_unknown"] and f.evidence["top_label"] == "decode + long tail (split unknown)"
+    assert (
+        "-45.0 decode + long tail (split unknown)" in f.recommendation
+        and "long tail (estimated)" not in f.recommendation
+    )
+    assert f"at most {100 * 24 / 230.4 * 20 / 40:.1f}" in f.recommendation
+    # a known estimate still splits: mean 50 of 256, f = 1 - 50 ln 10 / 256 = 0.5503
+    known = {**step, "response_length/mean": 50}
+    r = mfu.analyze(make_run(tmp_path / "known", meta, dict.fromkeys(range(4), known)))
+    f = 1 - 50 * math.log(10) / 256
+    assert not r.tail_unknown and math.isnan(r.tail_points_max)
+    assert r.waterfall["long_tail"] == pytest.approx(100 * f * 20 / 40)
+    assert r.waterfall["decode"] == pytest.approx(45.0 - 100 * f * 20 / 40)
+
+
+def test_a_what_if_whose_estimated_tail_is_unknown_models_none_and_bounds_the_async_gain(tmp_path):
+    # colocated on 8 GPUs, gen 60 s + update_actor 40 s; lengths mean 232 of max 256: the tail is unknown, at most
+    # b = (256 - 232) / (0.9 x 256) = 24 / 230.4 of generation. The model has no tail (T_thr = 60 s), so DOMAIN's
+    # async speedup 1 / (1 - f T_gen / (T_gen + T_t)) is 1 at f = 0, and 1 / (1 - b 60 / 100) at the bound
+    step = {"timing_s/gen": 60, "timing_s/update_actor": 40, "timing_s/step": 100}
+    step |= {"response_length/mean": 232, "response_length/max": 256, "response_length/min": 91}
+    r = topology.analyze(make_run(tmp_path / "r", {"gpu": {"count": 8}}, dict.fromkeys(range(4), step)))
+    assert r.tail_unknown and r.model.t_tail_s == 0 and r.model.t_thr_s == pytest.approx(60)
+    assert r.async_speedup == pytest.approx(1.0)
+    assert r.async_speedup_max == pytest.approx(1 / (1 - 24 / 230.4 * 60 / 100))
+    # a mean above the max (lengths that contradict each other) has no bound either: none is given
+    odd = {s: {**step, "response_length/mean": 300} for s in range(4)}
+    r = topology.analyze(make_run(tmp_path / "odd", {"gpu": {"count": 8}}, odd))
+    assert r.tail_unknown and math.isnan(r.async_speedup_max)
+    # a 30 s weight sync, which async overlaps: recommended, its gain called a lower bound, not a "0 s tail"
+    synced = {**step, "timing_s/update_weights": 30, "timing_s/step": 130}
+    r = topology.analyze(make_run(tmp_path / "s", {"gpu": {"count": 8}}, dict.fromkeys(range(4), synced)))
+    (f,) = [f for f in r.findings if f.id == "async-recommended"]
+    assert f.evidence["tail_unknown"] and "0 s tail" not in f.recommendation
+    assert "a lower bound" in f.recommendation and f"add up to {r.async_speedup_max:.2f}x more" in f.recommendation
+    # a known estimate (mean 50: f = 1 - 50 ln 10 / 256) is modelled as before, with no bound beside it
+    known = topology.analyze(
+        make_run(tmp_path / "k", {"gpu": {"count": 8}}, {s: {**step, "response_length/mean": 50} for s in range(4)})
+    )
+    f = 1 - 50 * math.log(10) / 256
+    assert not known.tail_unknown and math.isnan(known.async_speedup_max)
+    assert known.async_speedup == pytest.approx(1 / (1 - f * 60 / 100))
+
+
+def test_a_drift_whose_estimated_tail_is_unknown_says_the_split_leans_to_rollout(tmp_path):
+    # colocated on 8 GPUs, update_actor 40 s; gen 20 s for steps 0-3, 80 s for 4-7; lengths mean 232 of max 256:
+    # the tail unknown, generation taken as all throughput part. Async's balanced n_r = 8 T_thr / (T_thr + T_t):
+    # 8 x 20 / 60 = 2.7 -> 3 (max(160 / 3, 320 / 5) = 64 s beats 2's 80 s), 8 x 80 / 120 = 5.3 -> 5 (128 s, 6's 160 s)
+    lengths = {"response_length/mean": 232, "response_length/max": 256, "response_length/min": 91}
+    steps = {s: {"timing_s/gen": 20 if s < 4 else 80, "timing_s/update_actor": 40, **lengths} for s in range(8)}
+    r = drift.analyze(make_run(tmp_path / "r", {"gpu": {"count": 8}}, steps))
+    assert r.tail_unknown and (r.per_step["t_tail_s"] == 0).all()
+    assert r.first_rollout == 3 and r.last_rollout == 5
+    (f,) = [f for f in r.findings if f.id == "split-drift"]
+    assert f.evidence["tail_unknown"] and "leans the balanced split to rollout" in f.recommendation
+    # a known estimate (mean 5: f = 1 - 5 ln 10 / 256, tail split off) says nothing of it
+    known = {s: {**v, "response_length/mean": 5} for s, v in steps.items()}
+    r = drift.analyze(make_run(tmp_path / "k", {"gpu": {"count": 8}}, known))
+    assert not r.tail_unknown and all("tail_unknown" not in f.evidence for f in r.findings)
+    assert r.per_step["t_tail_s"].iloc[0] == pytest.approx(20 * (1 - 5 * math.log(10) / 256))

@@ -857,3 +857,29 @@ def test_a_saved_report_is_refused_naming_its_schema(tmp_path, capsys):
             f"rlscope: {report}: an rlscope report (rlscope.diagnose/1), not a run: give the run directory"
             " or log it was made from\n"
         )
+
+
+def test_a_tail_the_response_lengths_cannot_estimate_is_compared_by_its_bound(tmp_path, capsys):
+    # A: mean 232 of max 256 (min 91): no estimate, at most (256 - 232) / (0.9 x 256) = 24 / 230.4 = 10% of rollout
+    log = tmp_path / "a.log"
+    log.write_text(
+        "".join(
+            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - "
+            "response_length/mean:232.0 - response_length/max:256.0 - response_length/min:91.0\n"
+            for i in range(1, 5)
+        )
+    )
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.5)  # measured: a tail of half the rollout, long-tail-dominates
+    assert main(["compare", str(log), b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["slowest-10% share of rollout"] == (None, pytest.approx(0.5))
+    assert rows["slowest-10% share at most"] == (pytest.approx(24 / 230.4), None)
+    assert rows["tail measured from"] == ("response lengths (no estimate: a bound only)", "trajectories")
+    assert _said(out["explanations"], "A's response lengths") == (
+        "A's response lengths give no estimate of the tail, only a bound (A's at most 10% of rollout, if all decode "
+        "in one wave): generation's change is not split into throughput part and tail"
+    )
+    assert "long-tail-dominates (no tail estimate: response lengths bunched near the max give only a bound)" in (
+        _said(out["explanations"], "only B, as A could not evaluate")
+    )

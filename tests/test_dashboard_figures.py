@@ -1657,3 +1657,35 @@ def test_the_tail_share_chart_draws_the_bound_where_the_estimate_is_unknown(tmp_
     assert [t.name for t in tails.data] == ["run: at most (no estimate)"] and tails.layout.showlegend is True
     assert list(tails.data[0].x) == [1, 2, 3]
     np.testing.assert_allclose(tails.data[0].y, [17 / (0.9 * 256)] * 3)
+
+
+def test_a_waterfall_whose_long_tail_is_unknown_draws_one_bar_for_decode_and_tail():
+    # the long tail NaN (its estimate unknown): no tail bar, decode named as holding it, every point still charged
+    lost = pd.Series({"decode": 45.0, "long_tail": math.nan, "training": 35.0, "idle_other": 0.0})
+    (w,) = figures.mfu_waterfall(lost, 0.2, tail_estimated=True).data
+    assert list(w.x) == ["peak", "decode + long tail (split unknown)", "training", "idle / other", "MFU"]
+    assert 100 + sum(w.y[1:-1]) == pytest.approx(20.0)
+    fig = figures.mfu_compare({"a": (lost, 0.2, True), "b": (lost.fillna(5.0) - [5, 0, 0, 0], 0.2, True)})
+    assert [t.name for t in fig.data] == ["a (long tail unknown: in decode)", "b (long tail estimated)"]
+
+
+def test_steps_whose_estimated_tail_is_unknown_show_its_bound_not_a_gap(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import overview, rollout
+
+    # steps 1-2: mean 8000 of 32000, f = 1 - 8000 ln 10 / 32000; steps 3-4 bunched (mean 30000): no estimate, at
+    # most (32000 - 30000) / (0.9 x 32000) = 2000 / 28800 of each rollout
+    path = tmp_path / "run"
+    with Recorder(path, flush_interval=3600) as rec:
+        for step in range(1, 5):
+            mean = 8000.0 if step < 3 else 30000.0
+            rec.log_step(step, {"timing_s/gen": 600.0, "timing_s/update_actor": 100.0, "timing_s/step": 700.0})
+            rec.log_step(step, {"response_length/mean": mean, "response_length/max": 32000.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    _, _, fig, *_ = rollout._render([run], [None])  # the Rollout page's figure
+    known, most = fig.data
+    assert list(known.x) == [1, 2] and list(known.y) == pytest.approx([1 - 8000 * math.log(10) / 32000] * 2)
+    assert list(most.x) == [3, 4] and list(most.y) == pytest.approx([2000 / 28800] * 2) and "at most" in most.name
+    # the card: the recent quarter (step 4) has no estimate, so its bound, not n/a
+    shown = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
+    assert shown["tail share (last step)"] == f"<= {2000 / 28800:.0%}"

@@ -1218,3 +1218,41 @@ def test_markdown_and_html_count_the_findings_by_severity_as_the_text_report_doe
     assert "critical" in counted and "warn" in counted
     assert main(["diagnose", str(SAMPLES / "agentic-failing-reward"), "--format", fmt]) == 0
     assert title.format(counted) in capsys.readouterr().out
+
+
+def test_a_waterfall_whose_estimated_tail_is_unknown_says_so_in_every_format(tmp_path, capsys):
+    # mean 232 of max 256, min 91: no estimate, at most (256 - 232) / (0.9 x 256) of the 20 s rollout. 1 GPU at a
+    # toy 1e12 peak, 1000 tokens a 40 s step: gen 2e12 FLOPs (2 GPU-s of 20), update_actor 6e12 (6 of 20), MFU 20%
+    data = {"timing_s/gen": 20.0, "timing_s/update_actor": 20.0, "timing_s/step": 40.0, "perf/total_num_tokens": 1e3}
+    data |= {"response_length/mean": 232.0, "response_length/max": 256.0, "response_length/min": 91.0}
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "data": data}) + "\n" for s in range(1, 5)))
+    args = [str(log), "--gpus", "1", "--peak-tflops", "1", "--active-params", "1e9"]
+    code, doc = _run_json(capsys, *args)
+    most = 100 * 24 / 230.4 * 20 / 40
+    assert code == 0 and doc["mfu"]["mfu"] == pytest.approx(0.2) and doc["mfu"]["tail_unknown"] is True
+    points = doc["mfu"]["waterfall_points"]
+    assert points["decode"] == pytest.approx(45.0) and points["long_tail"] is None
+    assert doc["mfu"]["tail_points_max"] == pytest.approx(most)
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", *args, "--format", fmt]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "decode + long tail (split unknown)" in out and f"at most {most:.1f} points" in out
+        assert "decode throughput" not in out
+
+
+def test_a_what_if_whose_estimated_tail_is_unknown_says_its_async_gain_is_a_lower_bound(tmp_path, capsys):
+    # 8 GPUs, gen 60 s + update_actor 40 s, lengths mean 232 of max 256 (tail unknown, at most 24 / 230.4 of
+    # generation): async over colocated is at least 1.00x (no tail), at most 1 / (1 - (24 / 230.4) 60 / 100)
+    data = {"timing_s/gen": 60.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}
+    data |= {"response_length/mean": 232.0, "response_length/max": 256.0, "response_length/min": 91.0}
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "data": data}) + "\n" for s in range(1, 5)))
+    most = 1 / (1 - 24 / 230.4 * 60 / 100)
+    code, doc = _run_json(capsys, str(log), "--gpus", "8")
+    assert code == 0 and doc["topology"]["tail_unknown"] is True and doc["headline"]["async_speedup"] == 1.0
+    assert doc["topology"]["async_speedup_max"] == doc["headline"]["async_speedup_max"] == pytest.approx(most)
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--gpus", "8", "--format", fmt]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "no long tail modelled, its estimate unknown" in out and f"would add up to {most:.2f}x more" in out

@@ -132,7 +132,12 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
                 d.mfu.waterfall,
                 d.mfu.mfu,
                 f"MFU waterfall (last quarter of the last {steps} steps)"
-                + ("; a lower bound: the critic is not counted" if d.mfu.uncounted else ""),
+                + ("; a lower bound: the critic is not counted" if d.mfu.uncounted else "")
+                + (
+                    f"; long tail unknown, at most {d.mfu.tail_points_max:.1f} of decode's points"
+                    if d.mfu.tail_unknown
+                    else ""
+                ),
                 tail_estimated=d.mfu.tail_estimated,
             )
     else:

@@ -11,11 +11,16 @@ high and trainer idle low means GPUs should move to the trainer, and the reverse
 An async run on separate pools leaves out its first step, and each resumed job's first: the
 pool's busy time in it is the pipeline filling (the first batch while the trainer waits, then
 the staleness buffer ahead of later steps), not one batch's generation.
+A tail estimated from response lengths can be unknown (the long-tail analyzer's NaN): such a
+step's generation is taken as all throughput part, which only more GPUs shrink, so its balanced
+split leans to rollout by up to the tail (``tail_unknown``; not for async streaming on separate
+pools, whose rollout pool's busy time needs no tail share).
 Evidence: ``timing_s/*`` steps, trajectory finish times, idle ratios, ``meta.json`` split.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Collection
@@ -54,6 +59,13 @@ class DriftResult:
     last_rollout: float
     n_gpus: int | None
     findings: list[Finding] = field(default_factory=list)
+    tail_unknown: bool = False  # some step's estimated tail is unknown and modelled as none
+
+
+_NO_TAIL = (
+    " (the tail estimated from response lengths is unknown in some steps, taken there as no tail: their "
+    "generation is all throughput part, which leans the balanced split to rollout; log trajectories to measure it)"
+)
 
 
 _MODEL_COLUMNS = ("t_thr_s", "t_tail_s", "t_train_s", "t_sync_s", "t_switch_s")
@@ -139,10 +151,20 @@ def analyze(
     per_step = models.join(best_per_step(models, n, topology))
     first = float(early(per_step["best_rollout"]).mean())
     last = float(recent(per_step["best_rollout"]).mean())
-    result = DriftResult(topology, per_step, first, last, n)
+    hidden = facts.kind == "async_streaming" and not facts.shares_gpus  # the busy time needs no tail share
+    unknown = longtail.estimated and not hidden and bool(tails.reindex(models.index).isna().any())
+    result = DriftResult(topology, per_step, first, last, n, tail_unknown=unknown)
     moves = [f for f in (what_if.findings if what_if is not None else []) if f.id == "split-imbalanced"]
     measured = float(recent(anatomy.seconds["step"]).mean()) if not anatomy.seconds.empty else math.nan
-    result.findings.extend(_findings(result, frames, moves[0] if moves else None, measured))
+    found = _findings(result, frames, moves[0] if moves else None, measured)
+    if unknown:
+        found = [
+            dataclasses.replace(
+                f, evidence={**f.evidence, "tail_unknown": True}, recommendation=f.recommendation + _NO_TAIL
+            )
+            for f in found
+        ]
+    result.findings.extend(found)
     return result
 
 

@@ -39,10 +39,18 @@ or the whole step when neither is logged (a trajectory's finish time then counts
 steps earlier, and the trainer's ``gen`` timer is its wait for samples); async streaming hides
 the tail, so it is charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as
 colocated.
+
+A tail estimated from response lengths can be unknown (the long-tail analyzer's NaN, lengths
+bunched near the max). Charging it 0 would give the tail's points to decode throughput; no
+split is known, so where a recent step's tail is unknown (and the topology does not hide it)
+the waterfall does not split generation: ``decode`` holds all of its lost points, labelled
+"decode + long tail (split unknown)", ``long_tail`` is NaN, and ``tail_points_max`` is the
+most of them the tail can hold, each unknown step's tail charged at its ``tail_share_max``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -88,8 +96,11 @@ _CAUSE_LABELS = {
 }
 
 
-def cause_label(cause: str, tail_estimated: bool) -> str:
-    """A waterfall cause as every report and the dashboard name it, saying when the tail is estimated."""
+def cause_label(cause: str, tail_estimated: bool, tail_unknown: bool = False) -> str:
+    """A waterfall cause as every report and the dashboard name it, saying when the tail is
+    estimated, and when ``decode`` holds the long tail too, the split being unknown."""
+    if cause == "decode" and tail_unknown:
+        return "decode + long tail (split unknown)"
     label = _CAUSE_LABELS.get(cause, cause)
     return label + " (estimated)" if cause == "long_tail" and tail_estimated else label
 
@@ -229,6 +240,10 @@ class MFUResult:
     ``waterfall``: points lost per cause (sums to 100 - 100 * mfu). ``cross_check``: index
     verl key; ``stage``, ``verl``, ``rlscope``, ``ratio`` (verl / rlscope), recent means.
     ``tail_estimated``: the long tail it charges is estimated from response lengths.
+    ``tail_unknown``: that estimate is unknown in a recent step whose tail the waterfall would
+    charge: ``waterfall["long_tail"]`` is then NaN, ``waterfall["decode"]`` holds all of
+    generation's lost points, and ``tail_points_max`` is the most of them the tail can hold
+    (NaN otherwise); ``eta_thr`` is NaN in a step whose tail is unknown.
     ``scaled``: the recent ledger held more GPU-seconds than the steps (see the module
     docstring), so its lost points were scaled to fit. ``uncounted``: critic stages timed in
     the recent steps whose FLOPs are left out for want of ``model.critic_params``.
@@ -243,6 +258,8 @@ class MFUResult:
     tail_estimated: bool = False
     scaled: bool = False
     uncounted: tuple[str, ...] = ()
+    tail_unknown: bool = False
+    tail_points_max: float = math.nan
 
 
 def analyze(
@@ -269,20 +286,22 @@ def analyze(
     tokens_at = tokens.to_dict()
     tails = longtail.per_step["tail_share"].to_dict()
     rollouts = longtail.per_step["rollout_s"].to_dict()
+    # an estimate the lengths cannot give (NaN) has a bound; a measured NaN (one trajectory) has no tail
+    bounds = longtail.per_step["tail_share_max"].to_dict() if longtail.estimated else {}
+    hidden = facts.is_pooled and facts.kind == "async_streaming"  # no tail is charged at all
     busy = async_busy_share(frames.steps).to_dict()
-    rows, ledgers, stage_eta = {}, {}, {}
+    rows, ledgers, at_bound, stage_eta, unknown = {}, {}, {}, {}, set()
     for step in steps:
         sec = seconds[step]
         flops = {s: f * tokens_at[step] for s, f in per_token.items() if sec.get(s, 0.0) > 0}
         tail = tails.get(step, 0.0)
-        ledgers[step] = _step_ledger(
-            facts,
-            sec,
-            flops,
-            tail=0.0 if math.isnan(tail) else tail,
-            busy_share=busy.get(step, 1.0),
-            rollout_s=rollouts.get(step, sec["gen"]),
+        charge = functools.partial(
+            _step_ledger, facts, sec, flops, busy_share=busy.get(step, 1.0), rollout_s=rollouts.get(step, sec["gen"])
         )
+        ledgers[step] = charge(tail=0.0 if math.isnan(tail) else tail)
+        if math.isnan(tail) and step in bounds and not hidden:
+            unknown.add(step)
+            at_bound[step] = charge(tail=bounds[step])
         mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
         rows[step] = _efficiencies(ledgers[step]) | {
             "step_s": sec["step"],
@@ -290,6 +309,8 @@ def analyze(
             "flops": sum(flops.values()),
             "mfu": mfu,
         }
+        if step in unknown:  # its throughput part is not known
+            rows[step]["eta_thr"] = math.nan
         stage_eta[step] = {
             s: flops[s] / (n_train * sec[s] * facts.peak_flops) for s in VERL_MFU_KEYS.values() if s in flops
         }
@@ -299,12 +320,28 @@ def analyze(
     entries = [e for s in window for e in ledgers[s]]
     fall = waterfall(entries, budget)
     scaled = sum(e.gpu_s for e in entries) > budget * (1 + 1e-9)
+    lost, tail_max = fall.lost, math.nan
+    tail_unknown = any(s in unknown for s in window)
+    if tail_unknown:  # no split of generation: decode holds it all, the tail at most its bound's share
+        bound = waterfall([e for s in window for e in at_bound.get(s, ledgers[s])], budget).lost
+        lost = lost.copy()
+        lost["decode"] += lost["long_tail"]
+        lost["long_tail"] = math.nan
+        tail_max = min(float(bound["long_tail"]), float(lost["decode"]))
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
     check = _cross_check(frames.steps.reindex(window), ours)
     # a timed critic of unknown size: its FLOPs are missing from the MFU, which must say so
     uncounted = tuple(s for s in _CRITIC if s not in per_token and any(seconds[t].get(s, 0.0) > 0 for t in window))
     result = MFUResult(
-        per_step, fall.mfu, fall.lost, check, tail_estimated=longtail.estimated, scaled=scaled, uncounted=uncounted
+        per_step,
+        fall.mfu,
+        lost,
+        check,
+        tail_estimated=longtail.estimated,
+        scaled=scaled,
+        uncounted=uncounted,
+        tail_unknown=tail_unknown,
+        tail_points_max=tail_max,
     )
     unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
     # an async rollout pool whose busy time is not logged is charged busy: decode holds its idle time
@@ -430,9 +467,11 @@ def _findings(
                 {
                     "mfu": r.mfu,
                     "top_cause": top,
-                    "top_label": cause_label(top, r.tail_estimated),
+                    "top_label": cause_label(top, r.tail_estimated, r.tail_unknown),
                     "top_points": float(r.waterfall[top]),
                     "tail_estimated": r.tail_estimated,
+                    "tail_unknown": r.tail_unknown,
+                    "tail_points_max": r.tail_points_max,
                     "scaled": r.scaled,
                     "rollout_pool_assumed_busy": pool_assumed,
                     "uncounted": list(r.uncounted),
@@ -440,9 +479,21 @@ def _findings(
                     **points,
                 },
                 "100% -> "
-                + " ".join(f"-{p:.1f} {cause_label(c, r.tail_estimated)}" for c, p in r.waterfall.items() if p >= 0.05)
-                + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by step time, not MFU"
-                + (" (the long tail is estimated from response lengths)" if r.tail_estimated else "")
+                + " ".join(
+                    f"-{p:.1f} {cause_label(c, r.tail_estimated, r.tail_unknown)}"
+                    for c, p in r.waterfall.items()
+                    if p >= 0.05
+                )
+                + f" = {r.mfu:.1%}: attack {cause_label(top, False, r.tail_unknown)} first, and judge every change by "
+                "step time, not MFU"
+                + (
+                    f" (the response lengths give no estimate of the long tail, so generation's points are not split; "
+                    f"the tail holds at most {r.tail_points_max:.1f} of them, if all responses decode in one wave)"
+                    if r.tail_unknown
+                    else " (the long tail is estimated from response lengths)"
+                    if r.tail_estimated
+                    else ""
+                )
                 + (
                     f". The critic's size is not in meta.json, so its stages ({', '.join(r.uncounted)}) count no "
                     f"FLOPs and the MFU is a lower bound: give it with {_CRITIC_HINT}"

@@ -23,6 +23,14 @@ Overlapping rollout R with learner L, against running them one after the other, 
 by (R + L) / max(R, L), with R and L as the run has them now: each on its own pool when
 pooled, else on all GPUs, and under async streaming R without the tail it overlaps (8B
 separated at 46:18: 1501 / 761 = 1.97x).
+
+A tail estimated from response lengths can be unknown (the long-tail analyzer's NaN, lengths
+bunched near the max). The what-if then models no tail (``tail_unknown``): every row's
+generation is all throughput part, which more GPUs shrink, so what async streaming gains by
+overlapping the tail is left out and ``async_speedup`` is a lower bound; ``async_speedup_max``
+is the same model with each step's tail at its ``tail_share_max`` (the most it can be, if all
+responses decode in one wave): at the continuous balanced split, the factor that overlapping
+the tail would add to every async streaming speedup.
 """
 
 from __future__ import annotations
@@ -245,6 +253,9 @@ class TopologyResult:
     the run has no model (:func:`unmodelled` for an async run on separate pools).
     ``busy_upper_bound``: an async run on separate pools whose rollout busy time is on some step
     an upper bound (:func:`async_busy_bounded`), which leans the best split towards rollout.
+    ``tail_unknown``: the model has no tail, its estimate from response lengths being unknown;
+    ``async_speedup`` is then a lower bound and ``async_speedup_max`` its value with the tail at
+    its bound (NaN otherwise).
     """
 
     model: StepModel | None
@@ -260,6 +271,8 @@ class TopologyResult:
     shared: bool = False
     missing: str | None = None
     busy_upper_bound: bool = False
+    tail_unknown: bool = False
+    async_speedup_max: float = math.nan
 
     @property
     def step_now_s(self) -> float:
@@ -395,13 +408,16 @@ def _tail_for(t_thr: float, tail_share: float) -> float:
     return t_thr * tail_share / (1 - tail_share) if 0 <= tail_share < 1 else 0.0
 
 
-def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longtail.LongTailResult) -> StepModel | None:
+def measure(
+    frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longtail.LongTailResult, *, at_bound: bool = False
+) -> StepModel | None:
     """The what-if inputs from the last quarter of the run, scaled to all GPUs.
 
     Generation is the ``gen`` timer split by the long-tail share. Under async streaming the
     throughput part is :func:`async_throughput_s` (on separate pools the rollout pool's busy
     time per trainer step, at most the step; on shared GPUs the generation timer's throughput
-    part), and the tail what the measured tail share f adds to it, T_thr f / (1 - f).
+    part), and the tail what the measured tail share f adds to it, T_thr f / (1 - f). An unknown
+    share counts as no tail, or with ``at_bound`` as its ``tail_share_max``.
     """
     facts = frames.facts
     if not facts.n_gpus or anatomy.seconds.empty or unmodelled(facts, frames.steps):
@@ -409,14 +425,19 @@ def measure(frames: RunFrames, anatomy: _anatomy.AnatomyResult, longtail: _longt
     seconds = _anatomy.group_seconds(anatomy.seconds)
     groups = recent(seconds).mean()
     t_train = groups["forward"] + groups["training"]
+    recent_share = longtail.tail_share
+    if at_bound and math.isnan(recent_share):
+        recent_share = longtail.tail_share_max
+    recent_share = 0.0 if math.isnan(recent_share) else recent_share
     if facts.kind == "async_streaming":
         shares = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
-        recent_share = 0.0 if math.isnan(longtail.tail_share) else longtail.tail_share
+        if at_bound and "tail_share_max" in longtail.per_step:
+            shares = shares.fillna(longtail.per_step["tail_share_max"])
         shares = shares.reindex(seconds.index).fillna(recent_share)
         t_thr = float(recent(async_throughput_s(frames, seconds, shares)).mean())
-        t_tail = _tail_for(t_thr, longtail.tail_share)
+        t_tail = _tail_for(t_thr, recent_share)
     else:
-        t_tail = groups["generation"] * (0.0 if math.isnan(longtail.tail_share) else longtail.tail_share)
+        t_tail = groups["generation"] * recent_share
         t_thr = groups["generation"] - t_tail
     if not (t_thr > 0 and t_train > 0):
         return None
@@ -470,6 +491,11 @@ def analyze(
         rows[topology] = (best.n_rollout, best.n_train, best.step_s)
     what_if = pd.DataFrame.from_dict(rows, orient="index", columns=["n_rollout", "n_train", "step_s"])
     what_if.index.name = "topology"
+    tail_unknown = longtail.estimated and math.isnan(longtail.tail_share)  # no tail modelled
+    most = math.nan
+    if tail_unknown and not math.isnan(longtail.tail_share_max):  # the async gain with the tail at its bound
+        bound = measure(frames, anatomy, longtail, at_bound=True)
+        most = math.nan if bound is None else async_speedup(bound.tail_share, bound.t_gen_s, bound.t_train_s)
     result = TopologyResult(
         model,
         current,
@@ -482,6 +508,8 @@ def analyze(
         float(recent(anatomy.seconds["step"]).mean()),
         shared=facts.shares_gpus,
         busy_upper_bound=facts.kind == "async_streaming" and not facts.shares_gpus and async_busy_bounded(frames.steps),
+        tail_unknown=tail_unknown,
+        async_speedup_max=most,
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
     result.findings.extend(_findings(result, longtail.tail_share, tail_estimated=longtail.estimated))
@@ -573,6 +601,8 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "model_tail_share": m.tail_share,
                         "t_tail_s": m.t_tail_s,
                         "overlap_bound": r.overlap_bound,
+                        "tail_unknown": r.tail_unknown,
+                        "async_speedup_max": r.async_speedup_max,
                     },
                     ("moving to separate pools" if r.shared else "switching to async streaming")
                     + f" at {int(best['n_rollout'])}:{int(best['n_train'])} predicts "
@@ -587,10 +617,20 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         if r.shared
                         else ": the trainer stops waiting for the "
                     )
-                    + f"{fmt_seconds(m.t_tail_s)} s tail ("
-                    + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
-                    + (", estimated from response lengths: log trajectories to measure it" if tail_estimated else "")
-                    + "). "
+                    + (
+                        "long tail, which the model leaves out, its estimate from response lengths unknown: a lower "
+                        f"bound; overlapping the tail would add up to {r.async_speedup_max:.2f}x more (at its bound, if "
+                        "all responses decode in one wave; log trajectories to measure it). "
+                        if r.tail_unknown
+                        else f"{fmt_seconds(m.t_tail_s)} s tail ("
+                        + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")
+                        + (
+                            ", estimated from response lengths: log trajectories to measure it"
+                            if tail_estimated
+                            else ""
+                        )
+                        + "). "
+                    )
                     + (
                         "Its samples are already stale; on separate pools (verl's separate_async) the rollout no "
                         "longer pauses for training, so watch the staleness findings"

@@ -190,7 +190,21 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             )
         else:
             rows.append(("best topology", f"no gain predicted: {what}, against the {secs(model)} it models now"))
+    if best and doc["topology"].get("tail_unknown"):
+        label, value = rows[-1]
+        rows[-1] = (label, value + no_tail_modelled(head))
     return rows
+
+
+def no_tail_modelled(head: dict[str, Any]) -> str:
+    """What the what-if leaves out when the estimated tail is unknown, and the async gain's range."""
+    most = head.get("async_speedup_max")
+    upper = f"; overlapping the tail would add up to {most:.2f}x more (at its bound, if all decode in one wave)"
+    return (
+        " [no long tail modelled, its estimate unknown: async streaming's gain is a lower bound"
+        + (upper if most else "")
+        + "]"
+    )
 
 
 def what_if_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -232,6 +246,15 @@ def mfu_uncounted(doc: dict[str, Any]) -> str:
     """Why a known MFU is a lower bound: a timed critic of unknown size ('' when all is counted)."""
     uncounted = doc["mfu"].get("uncounted") or []
     return f" ({uncounted_note(uncounted)})" if doc["headline"]["mfu"] is not None and uncounted else ""
+
+
+def tail_unknown_note(points_max: float | None) -> str:
+    """What a waterfall whose decode bar holds the long tail says of the tail's part of it."""
+    most = "no bound either" if points_max is None or math.isnan(points_max) else f"at most {points_max:.1f} points"
+    return (
+        "decode + long tail: the response lengths give no estimate of the long tail, so generation's points are "
+        f"not split; the tail holds {most} of them (if all responses decode in one wave)"
+    )
 
 
 def findings_count(counts: dict[str, int]) -> str:

@@ -114,9 +114,16 @@ def _split(doc: dict[str, Any]) -> str | None:
 
 
 def _tail_source(head: dict[str, Any]) -> str | None:
+    if _tail_unknown(head):
+        return "response lengths (no estimate: a bound only)"
     if head["tail_share"] is None:
         return None
     return "response lengths (estimated)" if head["tail_estimated"] else "trajectories"
+
+
+def _tail_unknown(head: dict[str, Any]) -> bool:
+    """An estimated tail the response lengths give no share of, only its bound ``tail_share_max``."""
+    return head["tail_share"] is None and head.get("tail_share_max") is not None
 
 
 def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +145,10 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         ("T_thr", "s", ha["t_thr_s"], hb["t_thr_s"]),
         ("T_tail", "s", ha["t_tail_s"], hb["t_tail_s"]),
         ("  tail measured from", "", _tail_source(ha), _tail_source(hb)),
+    ]
+    if _tail_unknown(ha) or _tail_unknown(hb):  # the bound, where a share is not known
+        rows.append(("  slowest-10% share at most", "share", ha.get("tail_share_max"), hb.get("tail_share_max")))
+    rows += [
         ("whole-step MFU", "share", ha["mfu"], hb["mfu"]),
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
@@ -327,6 +338,13 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
                 f"(tail share {pct(ha['tail_share'])} -> {pct(hb['tail_share'])}{_estimates(ha, hb)}); "
                 "more GPUs shrink only the throughput part"
             )
+    unknown = {name: head for name, head in (("A", ha), ("B", hb)) if _tail_unknown(head)}
+    if unknown:
+        bounds = ", ".join(f"{name}'s at most {pct(head['tail_share_max'])}" for name, head in unknown.items())
+        out.append(
+            f"{' and '.join(unknown)}'s response lengths give no estimate of the tail, only a bound ({bounds} of "
+            "rollout, if all decode in one wave): generation's change is not split into throughput part and tail"
+        )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
         out.append(
             f"whole-step MFU {pct(ha['mfu'], MFU_DIGITS)} -> {pct(hb['mfu'], MFU_DIGITS)}; judge by step time: {_verdict(sa, sb)}"
@@ -377,7 +395,7 @@ def _pooled_what_if(kinds: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
 
 # what a finding is judged from, as the diagnose document shows it: a run without it could not have
 # raised the finding, so its absence there is no clean bill (why, in brackets)
-_EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+_EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str | Callable[[dict[str, Any]], str]]] = {
     "timing_s/gen": (_has_timer("gen"), "no timing_s/gen in its recent steps"),
     "timing_s/gen over the run": (_has_timer("gen", recent_only=False), "no timing_s/gen"),
     # a step timer above zero in some step (stage-timers-overlap checks each), in some recent step
@@ -390,7 +408,11 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
     "switching": (_has_timer("switching"), "no switching timer in its recent steps"),
     "tail": (
         lambda doc: _get(doc, "headline", "tail_share") is not None,
-        "no tail: no trajectories or response lengths",
+        lambda doc: (
+            "no tail estimate: response lengths bunched near the max give only a bound"
+            if _tail_unknown(doc["headline"])
+            else "no tail: no trajectories or response lengths"
+        ),
     ),
     "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
     # an MFU above 100% (mfu-impossible) stops the analyzer before it judges verl's phase MFUs
@@ -467,7 +489,9 @@ def _unjudged(doc: dict[str, Any], finding_id: str) -> str | None:
     if evidence is None:
         return None
     has, lacking = _EVIDENCE[evidence]
-    return None if has(doc) else lacking
+    if has(doc):
+        return None
+    return lacking if isinstance(lacking, str) else lacking(doc)
 
 
 def _only(name: str, ids: set[str], other: str, other_doc: dict[str, Any]) -> list[str]:

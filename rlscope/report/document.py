@@ -215,6 +215,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         "t_tail_s": _num(d.longtail.t_tail_s),
         "mfu": _num(d.mfu.mfu),
         "async_speedup": _num(t.async_speedup),
+        "async_speedup_max": _num(t.async_speedup_max),
         "overlap_bound": _num(t.overlap_bound),
         "best_topology": best,
         "trainer_gpu_idle_share": trainer_idle,
@@ -250,6 +251,8 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "mfu": d.mfu.mfu,
             "waterfall_points": d.mfu.waterfall,
             "tail_estimated": d.mfu.tail_estimated,
+            "tail_unknown": d.mfu.tail_unknown,
+            "tail_points_max": d.mfu.tail_points_max,
             "cross_check": d.mfu.cross_check,
             "missing": list(d.mfu.missing),
             "uncounted": list(d.mfu.uncounted),
@@ -262,12 +265,15 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             # GPU counts as whole numbers (null for colocated), as in best_topology
             "what_if": d.topology.what_if.astype({"n_rollout": "Int64", "n_train": "Int64"}),
             "async_speedup": d.topology.async_speedup,
+            "tail_unknown": d.topology.tail_unknown,
+            "async_speedup_max": d.topology.async_speedup_max,
             "overlap_bound": d.topology.overlap_bound,
         },
         "split_drift": {
             "topology": d.drift.topology,
             "first_rollout": d.drift.first_rollout,
             "last_rollout": d.drift.last_rollout,
+            "tail_unknown": d.drift.tail_unknown,
             "per_step": d.drift.per_step,
         },
         "staleness": {

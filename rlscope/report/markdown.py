@@ -21,6 +21,7 @@ from rlscope.report._format import (
     reward_rows,
     shown,
     step_range,
+    tail_unknown_note,
     topology_name,
     what_if_rows,
 )
@@ -62,11 +63,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         out += ["", "## MFU waterfall", "", "| cause | points lost |", "|---|---:|"]
         out += [
-            f"| {escape_md(cause_label(k, doc['mfu']['tail_estimated']))} | {v:.1f} |"
+            f"| {escape_md(cause_label(k, doc['mfu']['tail_estimated'], doc['mfu']['tail_unknown']))} | {v:.1f} |"
             for k, v in waterfall.items()
             if v is not None
         ]
         out.append(f"| **MFU** | **{100 * doc['mfu']['mfu']:.1f}** |")
+        if doc["mfu"]["tail_unknown"]:
+            out += ["", escape_md(tail_unknown_note(doc["mfu"]["tail_points_max"]))]
 
     what_if = what_if_rows(doc)
     if what_if:

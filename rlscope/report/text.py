@@ -23,6 +23,7 @@ from rlscope.report._format import (
     reward_rows,
     shown,
     step_range,
+    tail_unknown_note,
     topology_name,
     what_if_rows,
 )
@@ -86,13 +87,19 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         console.print()
         console.print(_plain(("MFU waterfall", "bold underline"), " (points of 100% peak FLOP/s lost, by cause)"))
-        rows = [(cause_label(k, doc["mfu"]["tail_estimated"]), v) for k, v in waterfall.items() if v is not None]
+        rows = [
+            (cause_label(k, doc["mfu"]["tail_estimated"], doc["mfu"]["tail_unknown"]), v)
+            for k, v in waterfall.items()
+            if v is not None
+        ]
         rows.append(("= MFU", 100 * doc["mfu"]["mfu"]))
         width = max(len(label) for label, _ in rows)
         for label, points in rows:
             bar = "█" * round(points / 2) if points >= 1 else ("▏" if points > 0 else "")
             style = "green" if label == "= MFU" else "magenta"
             console.print(_plain(f"  {label:<{width}}  ", (bar, style), f" {points:.1f}"))
+        if doc["mfu"]["tail_unknown"]:
+            console.print(_plain("  " + tail_unknown_note(doc["mfu"]["tail_points_max"])))
 
     _table(
         console, "Topology what-if", " (speedups over the step modelled for now)", WHAT_IF_COLUMNS, what_if_rows(doc)
