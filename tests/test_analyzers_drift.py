@@ -156,3 +156,21 @@ def test_a_resumed_async_run_s_pipeline_fill_after_each_restart_is_not_a_balance
     assert set(result.per_step["best_rollout"]) == {16}
     assert (result.first_rollout, result.last_rollout) == (16, 16)
     assert result.findings == []
+
+
+def test_a_resumed_async_run_s_what_if_is_of_its_steady_steps_not_its_pipeline_fills(tmp_path):
+    # the same run: its last quarter (steps 8-10) holds job 3's fill, step 8 (T_thr 225 s on all 32
+    # GPUs, a 600 s step). The what-if models the steady steps: T_thr = T_train = 75 s on all GPUs, so
+    # async streaming is balanced at 16:16, each pool's side 75 * 32 / 16 = 150 s, and no move is advised
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    run = str(tmp_path / "run")
+    for job in RESUMED_JOBS:
+        with Recorder(run, meta=meta) as rec:
+            rec.log_job_start()
+            for step, attempt, kind in job:
+                rec.log_step(step, resumed_record(kind), attempt=attempt)
+    result = topology.analyze(run)
+    assert result.model is not None and (result.model.t_thr_s, result.model.t_train_s) == (75.0, 75.0)
+    best = result.what_if.loc["async_streaming"]
+    assert (best["n_rollout"], best["n_train"], best["step_s"]) == (16, 16, 150.0)
+    assert "split-imbalanced" not in {f.id for f in result.findings}

@@ -40,6 +40,7 @@ from rlscope.analyzers.topology import (
     async_throughput_s,
     best_split,
     best_splits,
+    fill_steps,
     idle_imbalance,
     step_time,
     unmodelled,
@@ -104,7 +105,7 @@ def per_step_models(frames: RunFrames, anatomy: _anatomy.AnatomyResult, tails: p
 def steady_models(models: pd.DataFrame, facts: RunFacts, fills: Collection[int]) -> pd.DataFrame:
     """``models`` (rows of :func:`per_step_models`) less the pipeline fills of an async run on
     separate pools, ``fills``: the first training step of the run and of each job that resumed it
-    (``_data.pipeline_fills``). The rollout pool's busy time in one (``topology.async_busy_share``:
+    (``_data.pipeline_fills``, ``topology.fill_steps``). The rollout pool's busy time in one (``topology.async_busy_share``:
     verl's occupancy share, else 1 - its idle ratio) covers the first batch, generated while the
     trainer waits, and the staleness buffer it fills for later steps, so as one step's T_thr it
     would call for far more rollout GPUs."""
@@ -144,7 +145,7 @@ def analyze(
     tails = longtail.per_step["tail_share"] if "tail_share" in longtail.per_step else pd.Series(dtype=float)
     models = pd.DataFrame()
     if n and n > 1 and not anatomy.seconds.empty:
-        fills = frames.fills if frames.fills is not None else {int(anatomy.seconds.index.min())}
+        fills = fill_steps(frames, anatomy.seconds.index)
         models = steady_models(per_step_models(frames, anatomy, tails), facts, fills)
     if models.empty:
         return DriftResult(topology, models, math.nan, math.nan, n)

@@ -77,6 +77,7 @@ __all__ = [
     "balanced_ratio",
     "best_split",
     "best_splits",
+    "fill_steps",
     "idle_imbalance",
     "measure",
     "overlap_bound",
@@ -403,6 +404,16 @@ def async_throughput_s(frames: RunFrames, groups: pd.DataFrame, tail_shares: pd.
     return async_busy_share(frames.steps).reindex(groups.index).fillna(1.0) * step
 
 
+def fill_steps(frames: RunFrames, steps: pd.Index) -> frozenset[int]:
+    """The steps an async run on separate pools filled its pipeline in (``RunFrames.fills``: the
+    run's first training step and each resumed job's), else the first of ``steps``. The pool's
+    busy time in one covers the trainer's wait for its first batch and the staleness buffer,
+    not one batch's generation: the what-if and the balanced split leave them out."""
+    if frames.fills is not None:
+        return frames.fills
+    return frozenset({int(steps.min())}) if len(steps) else frozenset()
+
+
 def _tail_for(t_thr: float, tail_share: float) -> float:
     """The tail beside throughput part ``t_thr`` at tail share f: T_thr f / (1 - f)."""
     return t_thr * tail_share / (1 - tail_share) if 0 <= tail_share < 1 else 0.0
@@ -423,6 +434,9 @@ def measure(
     if not facts.n_gpus or anatomy.seconds.empty or unmodelled(facts, frames.steps):
         return None
     seconds = _anatomy.group_seconds(anatomy.seconds)
+    if facts.kind == "async_streaming" and not facts.shares_gpus:  # of the steady steps, if any
+        steady = seconds.drop(index=list(fill_steps(frames, seconds.index)), errors="ignore")
+        seconds = steady if len(steady) else seconds
     groups = recent(seconds).mean()
     t_train = groups["forward"] + groups["training"]
     recent_share = longtail.tail_share
