@@ -1267,3 +1267,22 @@ def test_a_drift_whose_estimated_tail_is_unknown_says_the_split_leans_to_rollout
     r = drift.analyze(make_run(tmp_path / "k", {"gpu": {"count": 8}}, known))
     assert not r.tail_unknown and all("tail_unknown" not in f.evidence for f in r.findings)
     assert r.per_step["t_tail_s"].iloc[0] == pytest.approx(20 * (1 - 5 * math.log(10) / 256))
+
+
+def test_findings_on_a_tail_with_no_estimate_and_no_bound_give_no_number_for_it(tmp_path):
+    # a mean above the max (300 of 256) gives neither an estimate nor a bound (max - mean < 0): the MFU waterfall
+    # and the async gain are said to have none, not "at most nan" or "nanx more"
+    lengths = {"response_length/mean": 300, "response_length/max": 256}
+    step = {"timing_s/gen": 20, "timing_s/update_actor": 20, "timing_s/step": 40, "perf/total_num_tokens": 1000}
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
+    r = mfu.analyze(make_run(tmp_path / "mfu", meta, dict.fromkeys(range(4), step | lengths)))
+    assert r.tail_unknown and math.isnan(r.tail_points_max)
+    (f,) = [f for f in r.findings if f.id == "mfu-waterfall"]
+    assert "nan" not in f.recommendation and "no bound on the tail's part either" in f.recommendation
+    # colocated on 8 GPUs with a 30 s weight sync, which async overlaps: recommended, as in the bounded case above
+    synced = {"timing_s/gen": 60, "timing_s/update_actor": 40, "timing_s/update_weights": 30, "timing_s/step": 130}
+    r = topology.analyze(make_run(tmp_path / "topo", {"gpu": {"count": 8}}, dict.fromkeys(range(4), synced | lengths)))
+    assert r.tail_unknown and math.isnan(r.async_speedup_max)
+    (f,) = [f for f in r.findings if f.id == "async-recommended"]
+    assert "nan" not in f.recommendation and "a lower bound" in f.recommendation
+    assert "no bound on the tail either" in f.recommendation

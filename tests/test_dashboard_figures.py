@@ -1689,3 +1689,28 @@ def test_steps_whose_estimated_tail_is_unknown_show_its_bound_not_a_gap(tmp_path
     # the card: the recent quarter (step 4) has no estimate, so its bound, not n/a
     shown = {c.children[0].children: c.children[1].children for c in overview._headline(run, run.analysis()).children}
     assert shown["tail share (last step)"] == f"<= {2000 / 28800:.0%}"
+
+
+@pytest.mark.parametrize(
+    ("mean", "said"),
+    [
+        # mean 232 of max 256: no estimate, at most (256 - 232) / (0.9 x 256) of the 20 s rollout in a 40 s step
+        (232.0, f"long tail unknown, at most {100 * 24 / 230.4 * 20 / 40:.1f} of decode's points"),
+        # a mean above the max: no estimate and no bound either, so no number
+        (300.0, "long tail unknown, no bound either"),
+    ],
+)
+def test_the_waterfall_title_gives_the_unknown_tail_s_bound_or_says_there_is_none(tmp_path, client, mean, said):
+    from rlscope.dashboards.pages import overview
+
+    # 1 GPU at a toy 1e12 peak, 1000 tokens a 40 s step: gen 2e12 FLOPs, update_actor 6e12, MFU 8 / 40 = 20%
+    step = {"timing_s/gen": 20.0, "timing_s/update_actor": 20.0, "timing_s/step": 40.0, "perf/total_num_tokens": 1e3}
+    meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
+    path = tmp_path / "run"
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        rec.log_step(1, step | {"response_length/mean": mean, "response_length/max": 256.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    _, _, _, waterfall, *_ = overview._render([run], False)
+    assert said in waterfall.layout.title.text and "nan" not in waterfall.layout.title.text
+    assert "decode + long tail (split unknown)" in waterfall.data[0].x

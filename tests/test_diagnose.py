@@ -1256,3 +1256,23 @@ def test_a_what_if_whose_estimated_tail_is_unknown_says_its_async_gain_is_a_lowe
         assert main(["diagnose", str(log), "--gpus", "8", "--format", fmt]) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert "no long tail modelled, its estimate unknown" in out and f"would add up to {most:.2f}x more" in out
+
+
+def test_a_tail_with_no_estimate_and_no_bound_is_reported_without_a_number(tmp_path, capsys):
+    # a mean above the max (300 of 256: lengths that contradict each other) gives neither an estimate nor its bound
+    # (max - mean < 0); 8 GPUs, gen 60 s + update_actor 40 s, with the facts MFU needs: every format must still
+    # print, say the tail is unknown, and give no bound rather than a "nan" or a traceback
+    data = {"timing_s/gen": 60.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0, "perf/total_num_tokens": 1e3}
+    data |= {"response_length/mean": 300.0, "response_length/max": 256.0}
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "data": data}) + "\n" for s in range(1, 5)))
+    args = [str(log), "--gpus", "8", "--peak-tflops", "1", "--active-params", "1e9"]
+    code, doc = _run_json(capsys, *args)
+    assert code == 0 and doc["topology"]["tail_unknown"] is True and doc["headline"]["async_speedup_max"] is None
+    assert doc["mfu"]["tail_unknown"] is True and doc["mfu"]["tail_points_max"] is None
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", *args, "--format", fmt]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "no long tail modelled, its estimate unknown" in out and "no bound either" in out
+        prose = re.sub(r"<script.*?</script>", "", out, flags=re.DOTALL)  # html: plotly's own code says NaN
+        assert not re.search(r"\bnan\b", prose, re.IGNORECASE)

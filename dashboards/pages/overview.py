@@ -77,6 +77,14 @@ def _tail_share(d: Diagnosis | None) -> str:
     return f"<= {tail.tail_share_max:.0%}" if math.isfinite(tail.tail_share_max) else "-"
 
 
+def _tail_unknown(unknown: bool, points_max: float) -> str:
+    """The waterfall title's word on a long tail held in decode's bar: the most of it the tail can hold, if known."""
+    if not unknown:
+        return ""
+    most = f"at most {points_max:.1f} of decode's points" if math.isfinite(points_max) else "no bound either"
+    return f"; long tail unknown, {most}"
+
+
 def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
     facts = run.facts
     # the analyzers assume colocated when meta.json says nothing; the card does not
@@ -133,11 +141,7 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
                 d.mfu.mfu,
                 f"MFU waterfall (last quarter of the last {steps} steps)"
                 + ("; a lower bound: the critic is not counted" if d.mfu.uncounted else "")
-                + (
-                    f"; long tail unknown, at most {d.mfu.tail_points_max:.1f} of decode's points"
-                    if d.mfu.tail_unknown
-                    else ""
-                ),
+                + _tail_unknown(d.mfu.tail_unknown, d.mfu.tail_points_max),
                 tail_estimated=d.mfu.tail_estimated,
             )
     else:

@@ -487,8 +487,12 @@ def _findings(
                 + f" = {r.mfu:.1%}: attack {cause_label(top, False, r.tail_unknown)} first, and judge every change by "
                 "step time, not MFU"
                 + (
-                    f" (the response lengths give no estimate of the long tail, so generation's points are not split; "
-                    f"the tail holds at most {r.tail_points_max:.1f} of them, if all responses decode in one wave)"
+                    " (the response lengths give no estimate of the long tail, so generation's points are not split; "
+                    + (
+                        f"the tail holds at most {r.tail_points_max:.1f} of them, if all responses decode in one wave)"
+                        if math.isfinite(r.tail_points_max)
+                        else "they give no bound on the tail's part either)"
+                    )
                     if r.tail_unknown
                     else " (the long tail is estimated from response lengths)"
                     if r.tail_estimated

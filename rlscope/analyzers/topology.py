@@ -633,8 +633,13 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                     )
                     + (
                         "long tail, which the model leaves out, its estimate from response lengths unknown: a lower "
-                        f"bound; overlapping the tail would add up to {r.async_speedup_max:.2f}x more (at its bound, if "
-                        "all responses decode in one wave; log trajectories to measure it). "
+                        + (
+                            f"bound; overlapping the tail would add up to {r.async_speedup_max:.2f}x more (at its "
+                            "bound, if all responses decode in one wave; log trajectories to measure it). "
+                            if math.isfinite(r.async_speedup_max)
+                            else "bound, and the response lengths give no bound on the tail either (log trajectories "
+                            "to measure it). "
+                        )
                         if r.tail_unknown
                         else f"{fmt_seconds(m.t_tail_s)} s tail ("
                         + (f"{tail_share:.0%} of rollout" if math.isfinite(tail_share) else "share not measured")

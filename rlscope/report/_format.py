@@ -199,12 +199,12 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
 def no_tail_modelled(head: dict[str, Any]) -> str:
     """What the what-if leaves out when the estimated tail is unknown, and the async gain's range."""
     most = head.get("async_speedup_max")
-    upper = f"; overlapping the tail would add up to {most:.2f}x more (at its bound, if all decode in one wave)"
-    return (
-        " [no long tail modelled, its estimate unknown: async streaming's gain is a lower bound"
-        + (upper if most else "")
-        + "]"
+    upper = (
+        f"; overlapping the tail would add up to {most:.2f}x more (at its bound, if all decode in one wave)"
+        if most is not None
+        else "; the response lengths give no bound either"
     )
+    return " [no long tail modelled, its estimate unknown: async streaming's gain is a lower bound" + upper + "]"
 
 
 def what_if_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
