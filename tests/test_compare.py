@@ -883,3 +883,30 @@ def test_a_tail_the_response_lengths_cannot_estimate_is_compared_by_its_bound(tm
     assert "long-tail-dominates (no tail estimate: response lengths bunched near the max give only a bound)" in (
         _said(out["explanations"], "only B, as A could not evaluate")
     )
+
+
+def test_a_tail_the_response_lengths_give_neither_an_estimate_nor_a_bound_for_is_not_called_missing(tmp_path, capsys):
+    # A: mean 300 above its max 256 (lengths that contradict each other): no estimate and no bound, yet A logged
+    # response lengths, so it is no run "without trajectories or response lengths"
+    log = tmp_path / "a.log"
+    log.write_text(
+        "".join(
+            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - "
+            "response_length/mean:300.0 - response_length/max:256.0\n"
+            for i in range(1, 5)
+        )
+    )
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.5)  # measured: a tail of half the rollout, long-tail-dominates
+    assert main(["compare", str(log), b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["slowest-10% share of rollout"] == (None, pytest.approx(0.5))
+    assert rows["slowest-10% share at most"] == (None, None)
+    assert rows["tail measured from"] == ("response lengths (no estimate, no bound)", "trajectories")
+    assert _said(out["explanations"], "A's response lengths") == (
+        "A's response lengths give no estimate of the tail, nor a bound: generation's change is not split into "
+        "throughput part and tail"
+    )
+    only = _said(out["explanations"], "only B, as A could not evaluate")
+    assert "long-tail-dominates (no tail estimate: its response lengths give neither an estimate nor a bound)" in only
+    assert "no trajectories or response lengths" not in " ".join(out["explanations"])

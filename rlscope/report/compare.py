@@ -115,15 +115,16 @@ def _split(doc: dict[str, Any]) -> str | None:
 
 def _tail_source(head: dict[str, Any]) -> str | None:
     if _tail_unknown(head):
-        return "response lengths (no estimate: a bound only)"
+        bounded = head.get("tail_share_max") is not None
+        return "response lengths (no estimate: a bound only)" if bounded else "response lengths (no estimate, no bound)"
     if head["tail_share"] is None:
         return None
     return "response lengths (estimated)" if head["tail_estimated"] else "trajectories"
 
 
 def _tail_unknown(head: dict[str, Any]) -> bool:
-    """An estimated tail the response lengths give no share of, only its bound ``tail_share_max``."""
-    return head["tail_share"] is None and head.get("tail_share_max") is not None
+    """An estimated tail the response lengths give no share of: only its bound ``tail_share_max``, if that."""
+    return head["tail_share"] is None and head["tail_estimated"]
 
 
 def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -339,11 +340,17 @@ def _explain(a: dict[str, Any], b: dict[str, Any], pa_: dict[str, float], pb: di
                 "more GPUs shrink only the throughput part"
             )
     unknown = {name: head for name, head in (("A", ha), ("B", hb)) if _tail_unknown(head)}
-    if unknown:
-        bounds = ", ".join(f"{name}'s at most {pct(head['tail_share_max'])}" for name, head in unknown.items())
+    bounded = {name: head for name, head in unknown.items() if head.get("tail_share_max") is not None}
+    if bounded:
+        bounds = ", ".join(f"{name}'s at most {pct(head['tail_share_max'])}" for name, head in bounded.items())
         out.append(
-            f"{' and '.join(unknown)}'s response lengths give no estimate of the tail, only a bound ({bounds} of "
+            f"{' and '.join(bounded)}'s response lengths give no estimate of the tail, only a bound ({bounds} of "
             "rollout, if all decode in one wave): generation's change is not split into throughput part and tail"
+        )
+    if unbounded := [name for name in unknown if name not in bounded]:
+        out.append(
+            f"{' and '.join(unbounded)}'s response lengths give no estimate of the tail, nor a bound: generation's "
+            "change is not split into throughput part and tail"
         )
     if ha["mfu"] is not None and hb["mfu"] is not None and abs(hb["mfu"] - ha["mfu"]) >= 0.005:
         out.append(
@@ -409,9 +416,11 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str | Callable[[dic
     "tail": (
         lambda doc: _get(doc, "headline", "tail_share") is not None,
         lambda doc: (
-            "no tail estimate: response lengths bunched near the max give only a bound"
-            if _tail_unknown(doc["headline"])
-            else "no tail: no trajectories or response lengths"
+            "no tail: no trajectories or response lengths"
+            if not _tail_unknown(doc["headline"])
+            else "no tail estimate: response lengths bunched near the max give only a bound"
+            if doc["headline"].get("tail_share_max") is not None
+            else "no tail estimate: its response lengths give neither an estimate nor a bound"
         ),
     ),
     "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
