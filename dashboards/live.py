@@ -234,9 +234,12 @@ class LiveRun:
     def warnings(self) -> list[str]:
         """What ``rlscope diagnose`` reads the run with warnings about (ignored meta.json values, what its
         import left out, timers logged as inf or NaN, unreadable segments), in its words."""
-        unreadable = list(self._reader.warnings) if self._reader is not None else []
-        suspect = pd.Index(self._finiteness.loc[~self._finiteness["finite"].astype(bool), "step"].unique())
-        return read_warnings(self.meta, self._unfinite(suspect), unreadable)  # each page asks: the few steps only
+        with self._lock:  # one view: a refresh on another thread replaces these frames
+            reader, meta, finiteness = self._reader, self.meta, self._finiteness
+        unreadable = list(reader.warnings) if reader is not None else []
+        suspect = finiteness.loc[~finiteness["finite"].astype(bool), "step"].unique()  # each page asks: these only
+        unfinite = unfinite_of(finiteness[finiteness["step"].isin(suspect)])  # all their attempts: the latest counts
+        return read_warnings(meta, unfinite, unreadable)
 
     def unread(self, table: str) -> bool:
         """Whether some of ``table``'s data was left out because it could not be read."""

@@ -1714,3 +1714,19 @@ def test_the_waterfall_title_gives_the_unknown_tail_s_bound_or_says_there_is_non
     _, _, _, waterfall, *_ = overview._render([run], False)
     assert said in waterfall.layout.title.text and "nan" not in waterfall.layout.title.text
     assert "decode + long tail (split unknown)" in waterfall.data[0].x
+
+
+def test_the_page_notices_read_one_view_of_the_run_while_a_refresh_replaces_it(tmp_path, monkeypatch):
+    # a refresh on another thread swaps the timer-finiteness frame for one of other steps between two reads of it;
+    # the warnings must come from one of the two, not fail on a mask of one frame laid over the other
+    path = tmp_path / "run"
+    with Recorder(path, meta=META, flush_interval=3600) as rec:
+        for step in (1, 2, 3):
+            rec.log_step(step, {"timing_s/gen": 20.0, "timing_s/step": math.inf if step == 2 else 30.0})
+    live = LiveRun(0, str(path), "run")
+    live.refresh(force=True)
+    frames = [live._finiteness, live._finiteness[live._finiteness["step"] == 3]]
+    reads = iter(range(10**6))
+    monkeypatch.setattr(LiveRun, "_finiteness", property(lambda self: frames[next(reads) % 2]), raising=False)
+    lines = live.warnings
+    assert any("timing_s/step was logged as inf or NaN in step 2" in line for line in lines)
