@@ -1274,5 +1274,8 @@ def test_a_tail_with_no_estimate_and_no_bound_is_reported_without_a_number(tmp_p
         assert main(["diagnose", *args, "--format", fmt]) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert "no long tail modelled, its estimate unknown" in out and "no bound either" in out
+        # the run logged response lengths: its tail is no "n/a (needs ... response_length/mean ...)"
+        assert "needs trajectory finish times" not in out and "neither an estimate nor a bound" in out
+        assert "holds no bound" not in out and "no bound on the tail" in out  # html escapes the apostrophe
         prose = re.sub(r"<script.*?</script>", "", out, flags=re.DOTALL)  # html: plotly's own code says NaN
         assert not re.search(r"\bnan\b", prose, re.IGNORECASE)

@@ -151,6 +151,9 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             f"at most {pct(head['tail_share_max'])} of rollout (if all decode in one wave; no estimate: mean x ln 10 "
             "reaches the max, the lengths are bunched near it)"
         )
+    elif head["tail_share"] is None and head["tail_estimated"]:  # logged, but a mean above the max, or none above 0
+        estimated = ""
+        tail = "n/a (response lengths logged, but they give neither an estimate nor a bound)"
     elif head["tail_share"] is None:
         estimated = ""
         tail = "n/a (needs trajectory finish times, or response_length/mean, response_length/max and timing_s/gen)"
@@ -250,10 +253,14 @@ def mfu_uncounted(doc: dict[str, Any]) -> str:
 
 def tail_unknown_note(points_max: float | None) -> str:
     """What a waterfall whose decode bar holds the long tail says of the tail's part of it."""
-    most = "no bound either" if points_max is None or math.isnan(points_max) else f"at most {points_max:.1f} points"
+    most = (
+        "they give no bound on the tail's part either"
+        if points_max is None or math.isnan(points_max)
+        else f"the tail holds at most {points_max:.1f} points of them (if all responses decode in one wave)"
+    )
     return (
         "decode + long tail: the response lengths give no estimate of the long tail, so generation's points are "
-        f"not split; the tail holds {most} of them (if all responses decode in one wave)"
+        f"not split; {most}"
     )
 
 
