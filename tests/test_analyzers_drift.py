@@ -174,3 +174,6 @@ def test_a_resumed_async_run_s_what_if_is_of_its_steady_steps_not_its_pipeline_f
     best = result.what_if.loc["async_streaming"]
     assert (best["n_rollout"], best["n_train"], best["step_s"]) == (16, 16, 150.0)
     assert "split-imbalanced" not in {f.id for f in result.findings}
+    # measured over the same steady steps, the last quarter of 2, 3, 5, 6, 7, 9, 10: steps 9 and 10, 300 s
+    # each (not the 400 s of steps 8-10, job 3's 600 s fill among them)
+    assert result.step_measured_s == 300.0

@@ -248,7 +248,8 @@ class TopologyResult:
     pooled. ``what_if``: index topology; ``n_rollout``, ``n_train`` (best split; NaN for
     colocated), ``step_s``, ``speedup`` over the current topology's predicted step.
     ``splits``: :func:`split_table`. ``async_speedup`` and ``overlap_bound`` as defined above.
-    ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``.
+    ``step_measured_s``: the recent measured step, to compare with the model's ``step_now_s``
+    (of the same steps: an async run on separate pools' pipeline fills left out).
     ``shared``: async on GPUs that rollout and training take turns on (verl's ``colocate_async``),
     whose ``current`` is then ``colocated``: its GPU time is the colocated row's. ``missing``: why
     the run has no model (:func:`unmodelled` for an async run on separate pools).
@@ -414,6 +415,16 @@ def fill_steps(frames: RunFrames, steps: pd.Index) -> frozenset[int]:
     return frozenset({int(steps.min())}) if len(steps) else frozenset()
 
 
+def _steady(frames: RunFrames, seconds: pd.DataFrame) -> pd.DataFrame:
+    """The steps (rows of ``seconds``) the model is of: an async run on separate pools' steady
+    steps, its :func:`fill_steps` left out (unless nothing else is left), else all of them."""
+    facts = frames.facts
+    if facts.kind != "async_streaming" or facts.shares_gpus:
+        return seconds
+    steady = seconds.drop(index=list(fill_steps(frames, seconds.index)), errors="ignore")
+    return steady if len(steady) else seconds
+
+
 def _tail_for(t_thr: float, tail_share: float) -> float:
     """The tail beside throughput part ``t_thr`` at tail share f: T_thr f / (1 - f)."""
     return t_thr * tail_share / (1 - tail_share) if 0 <= tail_share < 1 else 0.0
@@ -433,10 +444,7 @@ def measure(
     facts = frames.facts
     if not facts.n_gpus or anatomy.seconds.empty or unmodelled(facts, frames.steps):
         return None
-    seconds = _anatomy.group_seconds(anatomy.seconds)
-    if facts.kind == "async_streaming" and not facts.shares_gpus:  # of the steady steps, if any
-        steady = seconds.drop(index=list(fill_steps(frames, seconds.index)), errors="ignore")
-        seconds = steady if len(steady) else seconds
+    seconds = _steady(frames, _anatomy.group_seconds(anatomy.seconds))
     groups = recent(seconds).mean()
     t_train = groups["forward"] + groups["training"]
     recent_share = longtail.tail_share
@@ -519,7 +527,7 @@ def analyze(
         split_table(model),
         async_speedup(model.tail_share, model.t_gen_s, model.t_train_s),
         overlap_bound(*sides_now(model, n_r, n_t, current)),
-        float(recent(anatomy.seconds["step"]).mean()),
+        float(recent(_steady(frames, anatomy.seconds)["step"]).mean()),  # of the steps the model is of
         shared=facts.shares_gpus,
         busy_upper_bound=facts.kind == "async_streaming" and not facts.shares_gpus and async_busy_bounded(frames.steps),
         tail_unknown=tail_unknown,
