@@ -28,8 +28,8 @@ A tail estimated from response lengths can be unknown (the long-tail analyzer's 
 bunched near the max). The what-if then models no tail (``tail_unknown``): every row's
 generation is all throughput part, which more GPUs shrink, so what async streaming gains by
 overlapping the tail is left out and ``async_speedup`` is a lower bound; ``async_speedup_max``
-is the same model with each step's tail at its ``tail_share_max`` (the most it can be, if all
-responses decode in one wave): at the continuous balanced split, the factor that overlapping
+is the same model with the unknown tail at its bound (the recent ``tail_share_max``; under
+async streaming each unknown step's: the most it can be, if all responses decode in one wave): at the continuous balanced split, the factor that overlapping
 the tail would add to every async streaming speedup.
 """
 
