@@ -859,20 +859,27 @@ def test_a_saved_report_is_refused_naming_its_schema(tmp_path, capsys):
         )
 
 
-def test_a_tail_the_response_lengths_cannot_estimate_is_compared_by_its_bound(tmp_path, capsys):
-    # A: mean 232 of max 256 (min 91): no estimate, at most (256 - 232) / (0.9 x 256) = 24 / 230.4 = 10% of rollout
+def _compare_with_lengths(tmp_path: Path, capsys, lengths: str) -> tuple[dict, dict]:
+    """``compare`` of A, a console log of 4 steps whose response lengths are ``lengths`` (no
+    trajectories), and B, a run with a measured tail of half its rollout (long-tail-dominates):
+    the JSON and its rows by measure."""
     log = tmp_path / "a.log"
     log.write_text(
         "".join(
-            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - "
-            "response_length/mean:232.0 - response_length/max:256.0 - response_length/min:91.0\n"
+            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - {lengths}\n"
             for i in range(1, 5)
         )
     )
-    b = _run(tmp_path, "b", gen=100.0, tail_share=0.5)  # measured: a tail of half the rollout, long-tail-dominates
+    b = _run(tmp_path, "b", gen=100.0, tail_share=0.5)
     assert main(["compare", str(log), b, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    return out, {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+
+
+def test_a_tail_the_response_lengths_cannot_estimate_is_compared_by_its_bound(tmp_path, capsys):
+    # A: mean 232 of max 256 (min 91): no estimate, at most (256 - 232) / (0.9 x 256) = 24 / 230.4 = 10% of rollout
+    lengths = "response_length/mean:232.0 - response_length/max:256.0 - response_length/min:91.0"
+    out, rows = _compare_with_lengths(tmp_path, capsys, lengths)
     assert rows["slowest-10% share of rollout"] == (None, pytest.approx(0.5))
     assert rows["slowest-10% share at most"] == (pytest.approx(24 / 230.4), None)
     assert rows["tail measured from"] == ("response lengths (no estimate: a bound only)", "trajectories")
@@ -888,18 +895,7 @@ def test_a_tail_the_response_lengths_cannot_estimate_is_compared_by_its_bound(tm
 def test_a_tail_the_response_lengths_give_neither_an_estimate_nor_a_bound_for_is_not_called_missing(tmp_path, capsys):
     # A: mean 300 above its max 256 (lengths that contradict each other): no estimate and no bound, yet A logged
     # response lengths, so it is no run "without trajectories or response lengths"
-    log = tmp_path / "a.log"
-    log.write_text(
-        "".join(
-            f"step:{i} - timing_s/gen:100.0 - timing_s/update_actor:30.0 - timing_s/step:130.0 - "
-            "response_length/mean:300.0 - response_length/max:256.0\n"
-            for i in range(1, 5)
-        )
-    )
-    b = _run(tmp_path, "b", gen=100.0, tail_share=0.5)  # measured: a tail of half the rollout, long-tail-dominates
-    assert main(["compare", str(log), b, "--format", "json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    out, rows = _compare_with_lengths(tmp_path, capsys, "response_length/mean:300.0 - response_length/max:256.0")
     assert rows["slowest-10% share of rollout"] == (None, pytest.approx(0.5))
     assert rows["slowest-10% share at most"] == (None, None)
     assert rows["tail measured from"] == ("response lengths (no estimate, no bound)", "trajectories")
