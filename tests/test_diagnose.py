@@ -1279,3 +1279,12 @@ def test_a_tail_with_no_estimate_and_no_bound_is_reported_without_a_number(tmp_p
         assert "holds no bound" not in out and "no bound on the tail" in out  # html escapes the apostrophe
         prose = re.sub(r"<script.*?</script>", "", out, flags=re.DOTALL)  # html: plotly's own code says NaN
         assert not re.search(r"\bnan\b", prose, re.IGNORECASE)
+
+
+def test_generation_beside_a_much_longer_step_is_said_as_a_part_of_its_length():
+    from rlscope.report._format import generation_beside
+
+    # 12.5 s of an async trainer's wait beside its 750 s step is 2% of its length, not "0.0x"; 200 s beside a
+    # 40 s step stays 5.0x (as a share it would read 500%)
+    assert generation_beside(12.5 / 750) == "beside the step (2% of its length)"
+    assert generation_beside(200 / 40) == "beside the step (5.0x its length)"

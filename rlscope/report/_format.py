@@ -86,8 +86,10 @@ def topology_name(name: str) -> str:
 
 
 def generation_beside(share: float) -> str:
-    """Generation beside the step (one-step overlap, async) against the step's length: as a share of
-    the step it would exceed 100%."""
+    """Generation beside the step (one-step overlap, async) against the step's length: a factor, as a
+    share of the step it would exceed 100%; a part of it where it is much shorter (not "0.0x")."""
+    if share < 0.95:
+        return f"beside the step ({share:.0%} of its length)"
     return f"beside the step ({share:.1f}x its length)"
 
 
