@@ -55,6 +55,17 @@ def _registry(run_dirs, **kw) -> tuple[CollectorRegistry, RLScopeCollector]:
     return registry, RLScopeCollector(run_dirs, registry=registry, min_refresh_s=0, **kw)
 
 
+@contextlib.contextmanager
+def _recording(tmp_path: Path) -> Iterator[tuple[Recorder, CollectorRegistry]]:
+    """A Recorder writing ``tmp_path / "run"`` and a registry serving that run, the Recorder closed after."""
+    rec = Recorder(tmp_path / "run", flush_interval=60)
+    registry, _ = _registry(tmp_path / "run")
+    try:
+        yield rec, registry
+    finally:
+        rec.close()
+
+
 def _value(registry: CollectorRegistry, name: str, run: str = "run", **labels: str) -> float | None:
     return registry.get_sample_value(name, {"run": run, **labels})
 
@@ -534,17 +545,13 @@ def _alerting(registry: CollectorRegistry, source: str) -> bool:
 def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
     # math scores half zeros in steps 1-5, then only zeros in steps 6-20: the collapsed steps that
     # left the 5-step window would make the baseline (25 + 100) / 150 = 0.83 at step 20 and end the alert
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     alerting = []
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 21):
             rows = [{"data_source": "math", "reward": 0.0 if step > 5 else float(i % 2)} for i in range(10)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
             rec.flush()
             alerting.append(_alerting(registry, "math"))
-    finally:
-        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
     # from step 10 the window is steps 6-10, all zeros, against steps 1-5: half zeros
@@ -563,10 +570,8 @@ def test_a_lasting_collapse_does_not_become_its_own_baseline(tmp_path):
 )
 def test_a_source_hard_all_along_never_alerts_wherever_its_solved_steps_fall(tmp_path, solved):
     # one group of 8 a step; the policy solves half of it in 5 of 30 steps and nothing otherwise
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     alerting = []
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 31):
             rows = [{"data_source": "hard", "reward": float(step in solved and i < 4)} for i in range(8)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
@@ -575,8 +580,6 @@ def test_a_source_hard_all_along_never_alerts_wherever_its_solved_steps_fall(tmp
             # a baseline of fewer steps than the window is not served: too few steps to say what is normal
             baseline = _value(registry, "rlscope_reward_zero_ratio_baseline", source="hard")
             assert (baseline is None) == (step < 10), step
-    finally:
-        rec.close()
     assert not any(alerting)
     # no step held out: the baseline is steps 1-25, the window 26-30
     assert _value(registry, "rlscope_reward_zero_ratio", source="hard") == pytest.approx(
@@ -591,10 +594,8 @@ def test_a_source_hard_all_along_never_alerts_wherever_its_solved_steps_fall(tmp
 def test_a_late_record_of_the_step_before_is_no_resume(tmp_path):
     # a second process logs its metric for the step it saw (s - 1) after the trainer logged step
     # s: no resume went back, so step s's rewards stay, and a collapse from step 16 alerts
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     alerting = []
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 31):
             rows = [{"data_source": "math", "reward": 0.0 if step >= 16 else float(i % 2)} for i in range(10)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
@@ -604,8 +605,6 @@ def test_a_late_record_of_the_step_before_is_no_resume(tmp_path):
             rec.log_step(step - 1, {"fully_async/rollouter/idle_ratio": 0.1})
             rec.flush()
             alerting.append(_alerting(registry, "math"))
-    finally:
-        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     # from step 19 on: the window 15-19 holds 45 zeros of 50 scored (90%) against steps 1-14, half zeros
     assert [s for s, a in enumerate(alerting, 1) if a] == list(range(19, 31))
@@ -647,18 +646,14 @@ def test_a_fully_async_run_s_late_training_records_are_no_resume(tmp_path):
 def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
     # half zeros in steps 1-10 and 21-30, only zeros in 11-20 and again from 31: the second
     # collapse is measured against the healthy steps, not against a baseline holding the first
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     alerting = []
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 41):
             collapsed = 11 <= step <= 20 or step > 30
             rows = [{"data_source": "math", "reward": 0.0 if collapsed else float(i % 2)} for i in range(10)]
             rec.log_trajectories(step, [{**r, "reward_status": "ok"} for r in rows])
             rec.flush()
             alerting.append(_alerting(registry, "math"))
-    finally:
-        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 1.0
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="math") == 0.5
     # a window of 4 or 5 zero steps (90% or 100% zeros) against 50%: windows ending at steps 14-21 and 34-40
@@ -668,8 +663,6 @@ def test_a_collapse_stays_out_of_the_baseline_after_it_recovers(tmp_path):
 def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_path):
     # math: half zeros (policy lag 1) in steps 1-15; the crashed attempt scores only zeros (lag 4) in
     # 16-22 and alerts; the job resumes from the checkpoint of step 15 and redoes 16, 17, ... healthy
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
 
     def step(s: int, collapsed: bool, attempt: int = 0) -> None:
         rows = [
@@ -687,7 +680,7 @@ def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_
         rec.flush()
 
     redo = {}
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for s in range(1, 23):
             step(s, collapsed=s > 15)
         assert _alerting(registry, "math")
@@ -699,8 +692,6 @@ def test_a_resume_that_goes_back_forgets_the_crashed_attempt_s_trajectories(tmp_
                 _value(registry, "rlscope_reward_zero_ratio", source="math"),
                 _value(registry, "rlscope_staleness", quantile="0.5"),
             )
-    finally:
-        rec.close()
     # the crashed attempt's steps 17-22 are forgotten at once: no alert through the redo; the window is
     # the redone steps' (step 16 alone has the crashed attempt's samples too, no gauge without a newer step)
     assert not any(a for a, _, _ in redo.values())
@@ -747,8 +738,6 @@ def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step
     # trajectories of steps 4 and 5 before the step record of 4 is read, then records 4 and 5, then
     # step 6. Each served window holds each step's highest attempt: the redone rows read before the
     # resumed step records are kept, and no step mixes both attempts
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     written: list[tuple[int, int, list[dict]]] = []
 
     def trajectories(step: int, attempt: int) -> None:
@@ -769,7 +758,7 @@ def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step
         assert _value(registry, "rlscope_reward_trajectories_total", source="math") == n, when
         assert _value(registry, "rlscope_staleness_count") == n, when
 
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 6):
             trajectories(step, 0)
             rec.log_step(step, {"timing_s/step": 20.0})
@@ -789,8 +778,6 @@ def test_a_resumed_attempt_s_trajectories_replace_the_crashed_one_s_step_by_step
         check("a late row of the crashed attempt")
         trajectories(6, 1)  # more rows of step 6's attempt: added
         check("more rows of the same attempt")
-    finally:
-        rec.close()
     # the redone steps 4-6 are half zeros, as steps 2 and 3: no collapse from the crashed attempt
     assert _value(registry, "rlscope_reward_zero_ratio", source="math") == 0.5
 
@@ -801,15 +788,13 @@ def test_a_new_step_after_the_redone_ones_is_kept_under_attempt_0(tmp_path, toge
     # 4 and 5 (on disk: attempt 1) and then generates step 6 (never on disk: attempt 0 again), read
     # in the refresh that reads the redone steps or in a later one. Step 6 is the resumed run's own:
     # held beside the redone steps, not forgotten as a step the crashed attempt left above them
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     written: list[tuple[int, int, list[dict]]] = []
 
     def trajectories(step: int, attempt: int, rows: list[dict]) -> None:
         rec.log_trajectories(step, rows, attempt=attempt)
         written.append((step, attempt, rows))
 
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 6):
             trajectories(step, 0, _resumed_rows(step, 0))
         rec.flush()
@@ -826,8 +811,6 @@ def test_a_new_step_after_the_redone_ones_is_kept_under_attempt_0(tmp_path, toge
         assert _value(registry, "rlscope_reward_mean", source="math") == pytest.approx(mean)
         assert _value(registry, "rlscope_reward_zero_ratio", source="math") == pytest.approx(zeros) == 0.5
         assert _value(registry, "rlscope_staleness", quantile="1") == max(lags) == 1
-    finally:
-        rec.close()
 
 
 def _lag_rows(step: int, attempt: int, tag: str, reward: float, lag: int) -> list[dict]:
@@ -850,9 +833,7 @@ def test_a_resume_that_goes_back_further_than_the_held_steps_keeps_each_redone_s
     # attempt 0 logs steps 1-70 and crashes; attempt 1 resumes from step 0: more steps above the redone
     # step 1 than the exporter holds attempts of. Step 1's redone rows come in two refreshes (lags 1,
     # then 3, rewards 1 then 0): both are step 1's, the second must not replace the first
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 71):
             rec.log_trajectories(step, _lag_rows(step, 0, "a", 0.0, 5), attempt=0)
         rec.flush()
@@ -866,17 +847,13 @@ def test_a_resume_that_goes_back_further_than_the_held_steps_keeps_each_redone_s
         assert _value(registry, "rlscope_staleness", quantile="0.5") == 1
         assert _value(registry, "rlscope_staleness", quantile="1") == 3
         assert _value(registry, "rlscope_reward_mean", source="math") == 0.5
-    finally:
-        rec.close()
 
 
 def test_a_resume_that_goes_back_further_than_the_held_steps_forgets_a_rare_source_s_crashed_steps(tmp_path):
     # "math" on every step, "rare" on every 20th: attempt 0 logs steps 1-200 and crashes; attempt 1
     # resumes from step 100. The crashed steps 120-200 of "rare" are all above the resume: none of
     # them is left in its window (120 is older than the steps whose attempts the exporter holds)
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 201):
             rows = _lag_rows(step, 0, "a", 1.0, 1)
             if step % 20 == 0:
@@ -888,17 +865,13 @@ def test_a_resume_that_goes_back_further_than_the_held_steps_forgets_a_rare_sour
         rec.flush()
         assert _value(registry, "rlscope_reward_mean", source="math") == 0.5
         assert _value(registry, "rlscope_reward_mean", source="rare") is None
-    finally:
-        rec.close()
 
 
 def test_a_resume_that_goes_back_further_than_the_gone_source_window_keeps_the_reward_gauges(tmp_path):
     # attempt 0 logs steps 1-30 and crashes; attempt 1 resumes from step 5 (25 steps back, more than
     # the REWARD_GONE_STEPS the exporter looks back for a source): the redone step 6 is the run's
     # newest step with trajectories, so its source's gauges are served, from its rows only
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 31):
             rec.log_trajectories(step, _lag_rows(step, 0, "a", 0.0, 5), attempt=0)
         rec.flush()
@@ -911,8 +884,6 @@ def test_a_resume_that_goes_back_further_than_the_gone_source_window_keeps_the_r
         rec.log_trajectories(30, _lag_rows(30, 0, "late", 0.0, 5), attempt=0)
         rec.flush()
         assert _value(registry, "rlscope_reward_mean", source="math") == 1.0
-    finally:
-        rec.close()
 
 
 @pytest.mark.parametrize("scored", [10, 0])
@@ -943,15 +914,11 @@ def test_a_resume_takes_out_of_a_source_s_baseline_only_what_went_into_it(scored
 def test_a_source_of_few_samples_a_step_holds_no_chance_zero_steps_out_of_its_baseline(tmp_path):
     # one sample a step, zero on odd steps and, by chance, in 11-15 too: 5 samples in a window are
     # too few to call a collapse, so steps 11-15 stay in the baseline, as diagnose counts them
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 31):
             zero = step % 2 == 1 or 11 <= step <= 15
             rec.log_trajectories(step, [{"data_source": "one", "reward": 0.0 if zero else 1.0, "reward_status": "ok"}])
             rec.flush()
-    finally:
-        rec.close()
     assert REWARD_COLLAPSE_MIN_SAMPLES > 5
     # the baseline is steps 1-25: 5 odd zeros in 1-10, 11-15, and 5 odd zeros in 16-25
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="one") == pytest.approx(15 / 25)
@@ -963,19 +930,15 @@ def test_late_pieces_of_an_old_step_do_not_count_it_again_in_the_baseline(tmp_pa
     # "late": errors only in steps 1-5, 10 scored samples a step in 6-13; then two late scored pieces
     # of step 1, older than the steps kept apart (5-8). Steps 1-8 left the 5-step window, and of them
     # 1, 6, 7 and 8 have scores: 4 steps, too few for a baseline (counting step 1 twice made 5)
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     scored = [{"data_source": "late", "reward": float(i % 2), "reward_status": "ok"} for i in range(10)]
     failed = [{"data_source": "late", "reward": None, "reward_status": "error"} for _ in range(10)]
     seen: set[int] = set()
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in [*range(1, 14), 1, 1]:
             rec.log_trajectories(step, failed if step <= 5 and step not in seen else scored)
             seen.add(step)
             rec.flush()
             _value(registry, "rlscope_run_up")
-    finally:
-        rec.close()
     assert _value(registry, "rlscope_reward_zero_ratio_baseline", source="late") is None
 
 
@@ -1005,16 +968,12 @@ def test_a_source_keeps_its_gauges_while_it_appears_and_loses_them_when_gone(tmp
             out += [{"data_source": "flaky", "reward_status": "error", "reward_error": "TIMEOUT"}] * 2
         return out
 
-    rec = Recorder(tmp_path / "run", flush_interval=60)
-    registry, _ = _registry(tmp_path / "run")
     present = []
-    try:
+    with _recording(tmp_path) as (rec, registry):
         for step in range(1, 50):
             rec.log_trajectories(step, rows(step))
             rec.flush()
             present.append(_value(registry, "rlscope_reward_error_ratio", source="flaky") is not None)
-    finally:
-        rec.close()
     # seen at steps 1, 9, 17, 25: its series holds between them (an alert's for: keeps counting),
     # until the run's last 20 steps with trajectories (26-45 at step 45) hold none of its samples
     assert present == [True] * 44 + [False] * 5
