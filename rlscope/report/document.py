@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,9 +22,12 @@ from rlscope.analyzers.gpu_idle import learner_role
 from rlscope.collectors.verl_metrics import STEP_TIMER
 from rlscope.trace.reader import RunReader
 
-__all__ = ["SCHEMA", "build_document", "clean", "read_warnings"]
+__all__ = ["NAMED_STEPS", "SCHEMA", "build_document", "clean", "read_warnings"]
 
 SCHEMA = "rlscope.diagnose/1"
+
+NAMED_STEPS = 5
+"""Steps a warning about a timer logged as inf or NaN names; it counts the rest."""
 
 
 def clean(value: Any) -> Any:
@@ -104,25 +108,39 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
     }
 
 
-def read_warnings(meta: dict[str, Any], unfinite: dict[str, tuple[int, ...]], unreadable: list[str]) -> list[str]:
+def read_warnings(
+    meta: dict[str, Any],
+    unfinite: Mapping[str, Sequence[int]],
+    unreadable: list[str],
+    counts: Mapping[str, int] | None = None,
+) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
     meta.json values, what its import left out, timers logged as inf or NaN, and unreadable segments
-    (the dashboard's notices list the same, so the two never disagree about what was read)."""
+    (the dashboard's notices list the same, so the two never disagree about what was read).
+
+    ``unfinite``: per timer, its steps logged so in order (the first :data:`NAMED_STEPS` are named);
+    ``counts``: per timer, how many such steps there are where ``unfinite`` lists only the first
+    of them (the live dashboard keeps no more of the steps that left its window)."""
     return (
         [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
         + _import_warnings(meta)
-        + _unfinite_warnings(unfinite)
+        + _unfinite_warnings(unfinite, counts or {})
         + list(unreadable)
     )
 
 
-def _unfinite_warnings(unfinite: dict[str, tuple[int, ...]]) -> list[str]:
+def _unfinite_warnings(unfinite: Mapping[str, Sequence[int]], counts: Mapping[str, int]) -> list[str]:
     """One warning per timer the run logged as inf or NaN in some steps: values the analyzers
     cannot use, which would otherwise go unseen (a step timer's would shorten the mean step)."""
     out = []
     for key, steps in sorted(unfinite.items()):
-        named = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
-        where = f"step{'s' if len(steps) > 1 else ''} {named}"
+        named = list(steps[:NAMED_STEPS])
+        more = counts.get(key, len(steps)) - len(named)
+        plural = "s" if len(named) + more > 1 else ""
+        if named:
+            where = f"step{plural} {', '.join(map(str, named))}" + (f" and {more} more" if more else "")
+        else:  # the dashboard knows how many, not which
+            where = f"{more} step{plural}"
         if key == STEP_TIMER:
             out.append(
                 f"{key} was logged as inf or NaN in {where}: time unknown, left out of the step analysis "
