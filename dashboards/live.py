@@ -6,7 +6,9 @@ added since the last one (``RunReader.read_new`` with one ``Cursor`` per run), r
 per-step aggregates of the steps those rows touch (phase seconds, tail split, response
 lengths, engine loads, staleness, rewards, log-prob histograms) and appends them. Raw rows
 are kept only for the most recent ``window`` steps; the analyzers run on that window when a
-page asks and something changed, and on the whole run only when the user asks.
+page asks and something changed, and on the whole run only when the user asks. The notices
+about timers logged as inf or NaN cover the whole run all the same: as steps leave the window,
+each timer's are summed up (how many, and the first that diagnose names).
 
 A run directory that is empty, lacks ``meta.json`` or some tables is not an error: the view
 says what is missing and picks the data up once it appears. Rows that arrive for a step that
@@ -46,7 +48,7 @@ from rlscope.analyzers._data import (
 from rlscope.analyzers.staleness import verl_lags
 from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE
 from rlscope.errors import MetaError, RLScopeError, RunDirError
-from rlscope.report.document import read_warnings
+from rlscope.report.document import NAMED_STEPS, read_warnings
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
 from rlscope.trace.store import read_meta, require_directory
@@ -150,6 +152,55 @@ class _WindowReader(RunReader):
         return data, set()  # in memory: nothing left out
 
 
+@dataclass(frozen=True)
+class _PastUnfinite:
+    """Of one timer, the steps that left the window whose latest attempt logged it as inf or NaN
+    (``unfinite_of``'s verdict): how many (``count``), and the smallest of them in order (``first``:
+    at most ``NAMED_STEPS``, the ones the notice names; all of them while there are that few).
+
+    Bounded, unlike the steps themselves, so a step past the named ones is not remembered: where a
+    verdict on it changes after it left the window (a resumed job redoing it), the first one stays.
+    """
+
+    count: int = 0
+    first: tuple[int, ...] = ()
+
+    def holds(self, step: int) -> bool | None:
+        """Whether ``step`` is counted; None when that cannot be told (a step past the named ones)."""
+        if step in self.first:
+            return True
+        if self.count == len(self.first) or (self.first and step < self.first[-1]):
+            return False
+        return None
+
+    def with_step(self, step: int) -> _PastUnfinite:
+        """Counting ``step`` too (named if it is among the smallest known)."""
+        complete = self.count == len(self.first)
+        first = self.first
+        if complete or (first and step < first[-1]):
+            first = tuple(sorted((*first, step)))[: NAMED_STEPS if complete else len(first)]
+        return _PastUnfinite(self.count + 1, first)
+
+    def without(self, step: int) -> _PastUnfinite:
+        """No longer counting ``step``, one of ``first``."""
+        return _PastUnfinite(self.count - 1, tuple(s for s in self.first if s != step))
+
+
+def _run_unfinite(
+    past: dict[str, _PastUnfinite], window: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """The timers logged as inf or NaN over the whole run, from the steps that left the window and
+    those in it: per timer, the steps in order as far as known, and how many (``read_warnings``'s)."""
+    named: dict[str, tuple[int, ...]] = {}
+    counts: dict[str, int] = {}
+    for key in past.keys() | window.keys():
+        left, recent = past.get(key, _PastUnfinite()), window.get(key, ())
+        # the window's steps follow every step that left it: they come next if all of those are named
+        named[key] = left.first + recent if left.count == len(left.first) else left.first
+        counts[key] = left.count + len(recent)
+    return named, counts
+
+
 class LiveRun:
     """One run directory as the dashboard sees it: per-step aggregates plus a recent window.
 
@@ -188,6 +239,9 @@ class LiveRun:
         self._records = training_records(pd.DataFrame())  # every training record of the run, with its time
         # the run's timers, whether logged finite per step and attempt: the window's usable rows drop inf and NaN
         self._finiteness = timer_finiteness(pd.DataFrame({"step": [], "key": [], "value": []}))
+        # of the steps that left the window, per timer, how many logged it as inf or NaN and which first
+        self._past_unfinite: dict[str, _PastUnfinite] = {}
+        self._horizon: int | None = None  # the window's first step when raw rows were last evicted
         self._traj = _empty("trajectories").set_index("step", drop=False)
         self._spans = _empty("spans").set_index("step", drop=False)
         self._logprob_rows = _empty("logprob").set_index("step", drop=False)
@@ -233,13 +287,17 @@ class LiveRun:
     @property
     def warnings(self) -> list[str]:
         """What ``rlscope diagnose`` reads the run with warnings about (ignored meta.json values, what its
-        import left out, timers logged as inf or NaN, unreadable segments), in its words."""
+        import left out, timers logged as inf or NaN, unreadable segments), in its words.
+
+        Timers logged as inf or NaN are of the whole run: the window's steps from their rows, the
+        steps that left it from ``_PastUnfinite`` (which may name fewer than diagnose, see there)."""
         with self._lock:  # one view: a refresh on another thread replaces these frames
-            reader, meta, finiteness = self._reader, self.meta, self._finiteness
+            reader, meta, finiteness, past = self._reader, self.meta, self._finiteness, self._past_unfinite
         unreadable = list(reader.warnings) if reader is not None else []
         suspect = finiteness.loc[~finiteness["finite"].astype(bool), "step"].unique()  # each page asks: these only
-        unfinite = unfinite_of(finiteness[finiteness["step"].isin(suspect)])  # all their attempts: the latest counts
-        return read_warnings(meta, unfinite, unreadable)
+        window = unfinite_of(finiteness[finiteness["step"].isin(suspect)])  # all their attempts: the latest counts
+        named, counts = _run_unfinite(past, window)
+        return read_warnings(meta, named, unreadable, counts)
 
     def unread(self, table: str) -> bool:
         """Whether some of ``table``'s data was left out because it could not be read."""
@@ -452,10 +510,12 @@ class LiveRun:
         for table in _STEP_TABLES:
             if table in frames:
                 touched.update(frames[table]["step"].unique().tolist())
+        fresh: set[int] = set()  # steps never seen before
         for step in touched:
             i = bisect.bisect_left(self._steps, step)
             if i == len(self._steps) or self._steps[i] != step:
                 self._steps.insert(i, step)
+                fresh.add(step)
         if "steps" in frames:
             self._merge_wide(frames["steps"])
         for table, attr in (("trajectories", "_traj"), ("spans", "_spans"), ("logprob", "_logprob_rows")):
@@ -473,7 +533,7 @@ class LiveRun:
             self._job_starts.extend(frames["jobs"]["time"].dropna().tolist())
         if touched:
             self._recompute(sorted(touched))
-        self._evict()
+        self._evict(fresh)
 
     @staticmethod
     def _keep_last_attempt(
@@ -569,11 +629,13 @@ class LiveRun:
                 self.reward_steps = _upsert(self.reward_steps, result.by_step.set_index("step"), steps)
                 self.reward_errors = _upsert(self.reward_errors, _error_counts(traj), steps)
 
-    def _evict(self) -> None:
-        """Drop raw rows older than the window (their aggregates stay)."""
+    def _evict(self, fresh: set[int]) -> None:
+        """Drop raw rows older than the window (their aggregates stay, and their timers' verdicts are
+        summed up; ``fresh``: the steps read for the first time, none of them summed up before)."""
         if len(self._steps) < self.window:
             return
         horizon = self._steps[-self.window]
+        self._sum_up_unfinite(horizon, fresh)
         self._wide = self._wide[self._wide.index >= horizon]
         self._placed = self._placed[self._placed["step"] >= horizon]
         # a step past the window is read again whole (_whole_late_steps), its timers' finiteness too
@@ -590,6 +652,32 @@ class LiveRun:
             cutoff = max(float(p["time"].max()) for p in self._gpu_parts) - _GPU_KEEP_S
         if cutoff is not None:
             self._gpu_parts = [p for p in self._gpu_parts if len(p) and p["time"].max() >= cutoff]
+
+    def _sum_up_unfinite(self, horizon: int, fresh: set[int]) -> None:
+        """Fold the timers of the steps leaving the window (before ``horizon``) into ``_past_unfinite``.
+
+        A step that left it before is read again whole (``_whole_late_steps``): its verdict replaces
+        the one it left with where that is known, so late rows of it count it once, and a resumed
+        job's finite redo of it clears it as ``unfinite_of`` does."""
+        leaving = self._finiteness[self._finiteness["step"] < horizon]
+        left_before = -math.inf if self._horizon is None else self._horizon
+        self._horizon = horizon
+        if leaving.empty:
+            return
+        unfinite = unfinite_of(leaving)
+        again = {int(s) for s in leaving["step"].unique() if s < left_before and int(s) not in fresh}
+        past = dict(self._past_unfinite)
+        for key, steps in unfinite.items():
+            for step in steps:
+                if step not in again:
+                    past[key] = past.get(key, _PastUnfinite()).with_step(step)
+        for step in sorted(again):
+            for key in past.keys() | unfinite.keys():
+                now = step in unfinite.get(key, ())
+                was = past[key].holds(step) if key in past else False
+                if was is not None and was != now:
+                    past[key] = past.get(key, _PastUnfinite()).with_step(step) if now else past[key].without(step)
+        self._past_unfinite = {key: summary for key, summary in past.items() if summary.count}
 
     def _gpu_cutoff(self) -> float | None:
         """Start of the oldest step in the window, by its phase spans (None without spans)."""
