@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
+    imported_job_firsts,
     last_attempt_rows,
     pipeline_fills,
     pivot_placed,
@@ -764,7 +765,7 @@ class LiveRun:
     def _fills(self) -> frozenset[int]:
         """The run's async pipeline fills (``RunFrames.fills``), of the whole run, not of the window:
         from its training records as diagnose's, not the anatomy's first step."""
-        return pipeline_fills(self._records, self._job_starts)
+        return pipeline_fills(self._records, self._job_starts, imported_job_firsts(self.meta))
 
     def splits(self) -> pd.DataFrame:
         """Each step's best split for the drift topology, computed for the steps not yet done

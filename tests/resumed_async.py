@@ -28,3 +28,12 @@ def resumed_record(kind: str) -> dict[str, float]:
         "fully_async/rollouter/idle_ratio": 0.25 if fill else 0.5,
         "fully_async/trainer/idle_ratio": 0.5 if fill else 0.0,
     }
+
+
+# The same run as a log can tell it: a resume that redoes no step logs no step again, so no log
+# shows where it began (job 3 of RESUMED_JOBS). Here job 3 resumes from step 6's checkpoint instead:
+# it validates step 6 and redoes step 7 under attempt 1. The fills are steps 1, 4 and 7.
+LOGGED_JOBS = [
+    *RESUMED_JOBS[:2],
+    [(6, 1, "validation"), (7, 1, "fill"), (8, 0, "steady"), (9, 0, "steady"), (10, 0, "steady")],
+]

@@ -17,6 +17,7 @@ from rlscope.advice import CATALOGUE, Finding, Severity, finding
 from rlscope.analyzers import longtail, mfu, staleness, sync_balance, topology
 from rlscope.analyzers._data import (
     RunFacts,
+    imported_job_firsts,
     meta_problems,
     placed_step_rows,
     topology_kind,
@@ -592,6 +593,20 @@ def test_run_facts_from_meta_spellings():
     halves = {"gpu": {"count": 8}, "topology": "colocate_async", "split": "4:4"}
     assert not RunFacts.from_meta(halves).is_pooled
     assert meta_problems(halves) == ["split 4:4 of a colocate_async run, whose rollout and training share all 8 GPUs"]
+
+
+def test_an_importer_s_job_first_steps_that_are_no_step_attempt_pairs_are_named_and_ignored():
+    # meta.json["importer"]["job_first_steps"]: [step, attempt] of each resumed job's first training
+    # record where the log gave no time; a hand-edited value that is none is said once and left out
+    good = {"importer": {"job_first_steps": [[4, 1], [7, 1]]}}
+    assert imported_job_firsts(good) == [(4, 1), (7, 1)] and meta_problems(good) == []
+    bad = {"importer": {"job_first_steps": [[4, 1], [7], ["8", 0], [True, 0]]}}
+    assert imported_job_firsts(bad) == [(4, 1)]
+    assert meta_problems(bad) == [
+        "importer.job_first_steps is [[4, 1], [7], ['8', 0], [True, 0]], not a list of [step, attempt] pairs"
+    ]
+    assert imported_job_firsts({"importer": {"job_first_steps": "4:1"}}) == []
+    assert imported_job_firsts({"importer": "verl-log"}) == [] and meta_problems({"importer": "verl-log"}) == []
 
 
 def test_recommendations_keep_three_figures_of_short_times():

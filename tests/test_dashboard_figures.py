@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("dash")
 pytest.importorskip("plotly")
 
-from resumed_async import RESUMED_JOBS, resumed_record
+from resumed_async import LOGGED_JOBS, RESUMED_JOBS, resumed_record
 
 from rlscope import Recorder
 from rlscope.analyzers import analyze_run, drift
@@ -1485,6 +1485,26 @@ def test_the_live_drift_leaves_out_each_resumed_job_s_pipeline_fill_step(tmp_pat
         assert list(run.splits().index) == [2, 3, 5, 6, 7, 9, 10] and set(run.splits()["best_rollout"]) == {16}
         window = run.analysis()
         assert window is not None and list(window.drift.per_step.index) == in_window
+
+
+def test_the_live_drift_of_an_imported_console_log_leaves_out_each_resumed_job_s_fill(tmp_path):
+    # the resumed async run as its console log tells it (no times: the importer names each resumed
+    # job's first training record in meta.json): steps 1, 4 and 7 fill the pipeline, as diagnose says
+    from rlscope.collectors.importers import import_verl_log
+
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    lines = [
+        " - ".join([f"step:{step}", *(f"{k}:{v!r}" for k, v in resumed_record(kind).items())])
+        for job in LOGGED_JOBS
+        for step, _, kind in job
+    ]
+    log = tmp_path / "console.log"
+    log.write_text("".join(f"{line}\n" for line in lines))
+    import_verl_log([log], tmp_path / "run", strict=True, meta=meta)
+    live = LiveRun(0, str(tmp_path / "run"), "run")
+    live.refresh(force=True)
+    assert list(live.splits().index) == [2, 3, 5, 6, 8, 9, 10] and set(live.splits()["best_rollout"]) == {16}
+    assert list(drift.analyze(str(tmp_path / "run")).per_step.index) == [2, 3, 5, 6, 8, 9, 10]
 
 
 def test_a_fill_step_whose_job_start_is_read_after_it_leaves_the_live_drift(tmp_path):

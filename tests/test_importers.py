@@ -26,8 +26,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fully_async_log import aggregated, fully_async_records, rollouter_window, update_metrics
+from resumed_async import LOGGED_JOBS, resumed_record
 
-from rlscope import RunReader
+from rlscope import Recorder, RunReader
+from rlscope.analyzers import RunFrames, drift
 from rlscope.analyzers._data import wide_steps
 from rlscope.cli import main as cli
 from rlscope.collectors.importers import (
@@ -632,6 +634,98 @@ def test_fully_async_resume_whose_log_ends_after_the_window_of_the_last_step_is_
     assert value(df, 3, "fully_async/rollouter/idle_ratio", attempt=1) == 0.75
     before = rollouter_window(3)["fully_async/rollouter/idle_ratio"]  # the crashed run's own window stays
     assert value(df, 3, "fully_async/rollouter/idle_ratio", attempt=0) == pytest.approx(before)
+
+
+# -- where a resumed run's jobs began --------------------------------------------------------
+
+_ASYNC_16_16 = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+_JOB_TIMES = 1_700_000_000.0  # job j's record i is logged at this + 3600 j + 600 i
+
+
+def _export_jobs(tmp_path: Path, jobs: list[list[tuple[int, int, str]]], logger: str) -> list[Path]:
+    """The records of ``jobs`` (resumed_async's) as each job's loggers wrote them: a console log or
+    file logger's file per job (no time), a TensorBoard event file per job, a W&B history export
+    per job's W&B run (a row per step, ``_timestamp`` its time)."""
+    sources = []
+    for j, job in enumerate(jobs):
+        records = [
+            (step, _JOB_TIMES + 3600 * j + 600 * i, resumed_record(kind)) for i, (step, _, kind) in enumerate(job)
+        ]
+        if logger == "tensorboard":
+            folder = tmp_path / "tensorboard_log" / "proj" / "exp"
+            folder.mkdir(parents=True, exist_ok=True)
+            write_events(folder, f"events.out.tfevents.{int(records[0][1])}.host.{j}.0", records)
+            sources = [tmp_path / "tensorboard_log"]
+            continue
+        path = tmp_path / f"job{j}.{ {'log': 'log', 'jsonl': 'jsonl', 'wandb': 'csv'}[logger] }"
+        if logger == "log":
+            lines = (" - ".join([f"step:{s}", *(f"{k}:{v!r}" for k, v in data.items())]) for s, _, data in records)
+            path.write_text("".join(f"{line}\n" for line in lines))
+        elif logger == "jsonl":
+            path.write_text("".join(json.dumps({"step": s, "data": data}) + "\n" for s, _, data in records))
+        else:
+            pd.DataFrame([{"_step": s, "_timestamp": t, **data} for s, t, data in records]).to_csv(path, index=False)
+        sources.append(path)
+    return sources
+
+
+_ALL_IMPORTERS = {
+    "jsonl": import_verl_jsonl,
+    "log": import_verl_log,
+    "tensorboard": import_tensorboard,
+    "wandb": import_wandb_csv,
+}
+
+
+@pytest.mark.parametrize("logger", ["tensorboard", "wandb", "log", "jsonl"])
+def test_an_imported_resumed_async_run_leaves_out_each_job_s_fill_as_recorded_live(tmp_path, logger):
+    # resumed_async's run of three jobs as a log tells it (LOGGED_JOBS): each job's first training
+    # step fills the pipeline (a 600 s step, 24:8 were it a step; steady steps 16:16): step 1, step 4
+    # (after job 2's validation of step 3, which trains nothing) and step 7 (after job 3's of step 6)
+    live = tmp_path / "live"
+    for job in LOGGED_JOBS:  # the same run recorded live: each job its own process
+        with Recorder(live, meta=_ASYNC_16_16) as rec:
+            rec.log_job_start()
+            for step, attempt, kind in job:
+                rec.log_step(step, resumed_record(kind), attempt=attempt)
+    sources = _export_jobs(tmp_path, LOGGED_JOBS, logger)
+    summary = _ALL_IMPORTERS[logger](sources, tmp_path / "run", strict=True, meta=_ASYNC_16_16)
+    assert summary.restarts == 2
+    imported, recorded = drift.analyze(tmp_path / "run"), drift.analyze(live)
+    assert list(imported.per_step.index) == list(recorded.per_step.index) == [2, 3, 5, 6, 8, 9, 10]
+    assert set(imported.per_step["best_rollout"]) == {16} and imported.findings == []
+
+
+@pytest.mark.parametrize("logger", ["tensorboard", "wandb"])
+def test_an_import_with_times_starts_each_resumed_job_at_its_first_record(tmp_path, logger):
+    # job 2's first record is its validation of step 3 (3600 s on), job 3's its validation of step 6
+    # (7200 s on): the jobs table says so, as the verl hook's driver would (a little earlier)
+    _ALL_IMPORTERS[logger](_export_jobs(tmp_path, LOGGED_JOBS, logger), tmp_path / "run", strict=True)
+    reader = RunReader(tmp_path / "run")
+    assert sorted(reader.read("jobs", ["time"]).column("time").to_pylist()) == [_JOB_TIMES + 3600, _JOB_TIMES + 7200]
+    assert "job_first_steps" not in reader.meta["importer"]
+
+
+@pytest.mark.parametrize("logger", ["log", "jsonl"])
+def test_an_import_without_times_names_each_resumed_job_s_first_training_record(tmp_path, logger):
+    # no time to start a job at: meta.json names each resumed job's first training record (step, attempt)
+    _ALL_IMPORTERS[logger](_export_jobs(tmp_path, LOGGED_JOBS, logger), tmp_path / "run", strict=True)
+    reader = RunReader(tmp_path / "run")
+    assert "jobs" not in reader.tables()
+    assert reader.meta["importer"]["job_first_steps"] == [[4, 1], [7, 1]]
+    assert RunFrames.from_reader(reader).fills == frozenset({1, 4, 7})
+
+
+@pytest.mark.parametrize("logger", ["tensorboard", "wandb", "log", "jsonl"])
+def test_an_imported_run_that_never_restarted_has_its_first_step_as_its_only_fill(tmp_path, logger):
+    # the fully async trainer's records (late validation, a final window after the last update):
+    # no restart, so no job start, and the run's first training step is its one pipeline fill
+    records = fully_async_records(5, test_freq=2)
+    summary = _ALL_IMPORTERS[logger]([_fully_async_export(tmp_path, records, logger)], tmp_path / "run", strict=True)
+    reader = RunReader(tmp_path / "run")
+    assert summary.restarts == 0 and "jobs" not in reader.tables()
+    assert "job_first_steps" not in reader.meta["importer"]
+    assert RunFrames.from_reader(reader).fills == frozenset({1})
 
 
 def test_tinyzero_initial_validation_rounded_on_its_line_is_no_restart(tmp_path):

@@ -4,7 +4,8 @@ One function per format, all of the same shape, ``import_X(sources, run_dir, *, 
 tail, meta) -> ImportSummary``; ``IMPORTERS`` maps the CLI's format names to them. Every
 importer streams its input in bounded memory, writes ``steps`` rows under verl's current
 metric names (``rlscope.collectors.verl_metrics``), keeps each attempt of a step logged
-again after a restart, and can follow a live file (``Tail(follow=True)``).
+again after a restart, says where each job a restart began (for an async run's pipeline
+fills: ``StepSink``), and can follow a live file (``Tail(follow=True)``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Importers hand over one record at a time (a step number and its metrics). The sink renames
 keys through ``rlscope.collectors.verl_metrics``, decides which attempt a record belongs to
 when a restarted run logs a step again, buffers rows and writes them as ``steps`` segments,
-so memory stays bounded however long the input is.
+so memory stays bounded however long the input is. Each job a restart began is said where the
+analyzers look for an async run's pipeline fills: a ``jobs`` row at the time of its first
+record, or, where that record has no time, its first training record in ``meta.json``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from rlscope.collectors.verl_metrics import (
     split_record,
 )
 from rlscope.errors import MetaError, RunDirError, UsageError
-from rlscope.trace.schema import STEPS
+from rlscope.trace.schema import JOBS, STEPS
 from rlscope.trace.store import (
     META_FILE,
     check_can_write,
@@ -214,6 +216,12 @@ class StepSink:
         self._global_step: float | None = None  # the highest training/global_step read
         self._final_step: int | None = None  # the step whose final window was left out
         self._cols: dict[str, list[Any]] = {name: [] for name in ("step", "attempt", "time", "key", "value")}
+        self._job_starts: list[float] = []  # of jobs a restart began, not yet written to the jobs table
+        self._jobs_seq = 0
+        # a job a restart began at a record without time: its first training record goes to meta.json
+        self._untimed_job = False
+        self._job_first_steps: list[list[int]] = []  # [step, attempt] of those records, in input order
+        self._firsts_in_meta = 0  # how many of them meta.json holds
 
     def _check_target(self) -> None:
         """A one-line error now, before the input is read, if the run directory cannot be written."""
@@ -338,7 +346,9 @@ class StepSink:
     def _write(self, step: int, named: dict[str, float], when: float | None, *, restart: bool = False) -> None:
         before = len(self._attempts.closed)
         attempt, new_step = self._attempts.place(step, set(named), restart=restart)
-        self.summary.restarts += len(self._attempts.closed) - before
+        if len(self._attempts.closed) > before:
+            self.summary.restarts += 1
+            self._job_began(when)
         s = self.summary
         trains = any(makes_step(key, value) for key, value in named.items())
         if new_step:
@@ -353,7 +363,21 @@ class StepSink:
             s.validation_only[step] = None
         self._rows(step, attempt, named, when)
 
+    def _job_began(self, when: float | None) -> None:
+        """A restart's first record, logged at ``when``, began a job: the job started then (or
+        a little before: the log cannot tell how long it warmed up), so that, as for a run
+        recorded live, its first training record is the one logged first at or after its start
+        (``analyzers._data.job_first_steps``). Without a time, that record is found in the
+        input's order instead (``_rows``)."""
+        timed = when is not None and math.isfinite(when)
+        if timed:
+            self._job_starts.append(when)
+        self._untimed_job = not timed
+
     def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:
+        if self._untimed_job and _trains(named):
+            self._untimed_job = False
+            self._job_first_steps.append([step, attempt])
         cols, count = self._cols, len(named)
         # a column at a time, each in one call: an interrupt (Ctrl-C, SIGTERM) between two of
         # them leaves the record in some columns only, and ``flush`` leaves it out whole
@@ -391,7 +415,7 @@ class StepSink:
             del values[whole:]
         if not whole:
             return
-        if self._seq == 0:
+        if self._seq == 0 or len(self._job_first_steps) > self._firsts_in_meta:
             self._write_meta()
         table = pa.table(
             {
@@ -414,6 +438,28 @@ class StepSink:
             if self._cols["step"] and self._segment_written(self._seq):
                 self._written()  # and not to be written again by the close
             raise
+        self._write_job_starts()
+
+    def _write_job_starts(self) -> None:
+        """Write the starts of jobs whose first records are in the steps table now (after them:
+        the dashboard takes a fill out of the split once its start is read, however late)."""
+        if not self._job_starts:
+            return
+        n = len(self._job_starts)
+        table = pa.table(
+            {
+                "time": pa.array(self._job_starts, pa.float64()),
+                "host": pa.nulls(n, pa.string()),
+                "pid": pa.nulls(n, pa.int64()),
+            },
+            schema=JOBS,
+        )
+        self._jobs_seq += 1
+        try:
+            write_segment(self._loc, "jobs", table, writer_id=self._writer, seq=self._jobs_seq)
+        except OSError as exc:
+            raise self._cannot_write(exc) from None
+        self._job_starts.clear()
 
     def _written(self) -> None:
         """The buffered rows are in a segment: no longer buffered."""
@@ -508,6 +554,9 @@ class StepSink:
             "notes": list(s.notes),
             "renamed_keys": dict(s.renamed),
         }
+        if self._job_first_steps:
+            record["job_first_steps"] = [list(first) for first in self._job_first_steps]
+            self._firsts_in_meta = len(self._job_first_steps)
         meta = {**merge_meta(self._meta_before, merge_meta(s.found_meta, self._meta)), "importer": record}
         meta.setdefault("framework", "verl")
         try:
@@ -516,6 +565,15 @@ class StepSink:
             raise self._cannot_write(exc) from None
         self._meta_written = True
         return meta
+
+
+def _trains(named: Mapping[str, float]) -> bool:
+    """Whether a record (canonical keys) holds a row the analyzers count as training: a finite
+    value that makes a step, not a stage timer below zero (``analyzers._data.usable_step_rows``)."""
+    return any(
+        math.isfinite(value) and not (key.startswith("timing_s/") and value < 0) and makes_step(key, value)
+        for key, value in named.items()
+    )
 
 
 def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -48,6 +48,7 @@ __all__ = [
     "early",
     "group_counts",
     "group_rows",
+    "imported_job_firsts",
     "job_first_steps",
     "kept",
     "labels",
@@ -206,34 +207,61 @@ def training_records(usable: pd.DataFrame) -> pd.DataFrame:
     return rows.groupby(["step", "attempt"], as_index=False)["time"].min()
 
 
-def job_first_steps(records: pd.DataFrame, starts: Iterable[float]) -> frozenset[int]:
+def job_first_steps(
+    records: pd.DataFrame, starts: Iterable[float], named: Iterable[tuple[int, int]] = ()
+) -> frozenset[int]:
     """The first training step of each job of the run, from its start (``starts``: the ``jobs``
-    table's times) and ``records`` (:func:`training_records`, all attempts).
+    table's times) and ``records`` (:func:`training_records`, all attempts), or as an importer
+    ``named`` it, ``(step, attempt)`` (:func:`imported_job_firsts`: a log without times).
 
     A job's first training step is its record logged first at or after the job's start and
     before the next job's: after a resume from the checkpoint of step k, step k+1, under attempt
     0 if no job logged it before, or a higher one if the job redoes logged steps; a resume's
     validation of step k trains nothing and is none. It counts only while that record is still
     its step's training (:func:`training_attempts`): a later job that redid the step replaced it.
-    Records without a time, or a run without job starts, give none: attempts alone do not tell
-    which job logged a record (a resume that redoes nothing logs under attempt 0).
+    Records without a time, or a run without job starts, give none but those ``named``: attempts
+    alone do not tell which job logged a record (a resume that redoes nothing logs under attempt 0).
     """
+    firsts = list(named)
     times = np.unique([t for t in starts if t is not None and math.isfinite(t)])
     placed = records[np.isfinite(records["time"].to_numpy(dtype=float))]
-    if not len(times) or placed.empty:
-        return frozenset()
-    job = np.searchsorted(times, placed["time"].to_numpy(dtype=float), side="right") - 1
-    placed = placed.assign(job=job)[job >= 0]  # before the first start: a job whose start was not logged
-    firsts = placed.sort_values(["time", "step"], kind="stable").drop_duplicates("job")
+    if len(times) and not placed.empty:
+        job = np.searchsorted(times, placed["time"].to_numpy(dtype=float), side="right") - 1
+        placed = placed.assign(job=job)[job >= 0]  # before the first start: a job whose start was not logged
+        first = placed.sort_values(["time", "step"], kind="stable").drop_duplicates("job")
+        firsts += zip(first["step"], first["attempt"], strict=True)
     training = records.groupby("step")["attempt"].max()
-    return frozenset(int(s) for s, a in zip(firsts["step"], firsts["attempt"], strict=True) if training[s] == a)
+    return frozenset(int(s) for s, a in firsts if s in training.index and training[s] == a)
 
 
-def pipeline_fills(records: pd.DataFrame, starts: Iterable[float]) -> frozenset[int]:
+def imported_job_firsts(meta: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """The first training record, ``(step, attempt)``, of each job that an importer saw a restart
+    begin where the log gave it no time to start the job at (``meta.json["importer"]
+    ["job_first_steps"]``); entries that are no pair of whole numbers are left out
+    (:func:`meta_problems` names them)."""
+    record = meta.get("importer")
+    pairs = record.get("job_first_steps") if isinstance(record, Mapping) else None
+    if not isinstance(pairs, list):
+        return []
+    return [(pair[0], pair[1]) for pair in pairs if _step_attempt(pair)]
+
+
+def _step_attempt(pair: Any) -> bool:
+    """Whether ``pair`` (read from JSON) is a ``[step, attempt]`` of whole numbers."""
+    return (
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in pair)
+    )
+
+
+def pipeline_fills(
+    records: pd.DataFrame, starts: Iterable[float], named: Iterable[tuple[int, int]] = ()
+) -> frozenset[int]:
     """The steps that filled an async pipeline (``RunFrames.fills``): the run's first training
     record's step, whether or not the anatomy times it (its step timer may have been inf), and
-    each job's (:func:`job_first_steps`); ``records`` as there."""
-    return job_first_steps(records, starts) | frozenset(int(s) for s in records["step"].nsmallest(1))
+    each job's (:func:`job_first_steps`); the arguments as there."""
+    return job_first_steps(records, starts, named) | frozenset(int(s) for s in records["step"].nsmallest(1))
 
 
 def placed_step_rows(usable: pd.DataFrame) -> pd.DataFrame:
@@ -387,6 +415,10 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     threshold = meta.get("max_off_policy_threshold")
     if threshold is not None and off_policy_threshold(meta) is None:
         out.append(f"max_off_policy_threshold is {_shown(threshold)}, not a whole number of versions")
+    importer = meta.get("importer")
+    firsts = importer.get("job_first_steps") if isinstance(importer, Mapping) else None
+    if firsts is not None and not (isinstance(firsts, list) and all(_step_attempt(pair) for pair in firsts)):
+        out.append(f"importer.job_first_steps is {_shown(firsts)}, not a list of [step, attempt] pairs")
     return out
 
 
@@ -841,7 +873,7 @@ class RunFrames:
         usable = usable_step_rows(table)
         starts = reader.read("jobs", ["time"]).column("time").to_pylist()
         wide = pivot_placed(placed_step_rows(usable))
-        fills = pipeline_fills(training_records(usable), starts)
+        fills = pipeline_fills(training_records(usable), starts, imported_job_firsts(reader.meta))
         return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), fills)
 
 
