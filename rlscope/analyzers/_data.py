@@ -229,11 +229,13 @@ def job_first_steps(records: pd.DataFrame, starts: Iterable[float]) -> frozenset
     return frozenset(int(s) for s, a in zip(firsts["step"], firsts["attempt"], strict=True) if training[s] == a)
 
 
-def pipeline_fills(records: pd.DataFrame, starts: Iterable[float]) -> frozenset[int]:
+def pipeline_fills(records: pd.DataFrame, starts: Iterable[float], first: int | None = None) -> frozenset[int]:
     """The steps that filled an async pipeline (``RunFrames.fills``): the run's first training
     record's step, whether or not the anatomy times it (its step timer may have been inf), and
-    each job's (:func:`job_first_steps`); ``records`` as there."""
-    return job_first_steps(records, starts) | frozenset(int(s) for s in records["step"].nsmallest(1))
+    each job's (:func:`job_first_steps`); ``records`` as there. ``first``: the run's first
+    training step where ``records`` hold only its latest ones (the exporter's), else theirs."""
+    run_first = records["step"].nsmallest(1) if first is None else [first]
+    return job_first_steps(records, starts) | frozenset(int(s) for s in run_first)
 
 
 def placed_step_rows(usable: pd.DataFrame) -> pd.DataFrame:
