@@ -56,9 +56,9 @@ def _registry(run_dirs, **kw) -> tuple[CollectorRegistry, RLScopeCollector]:
 
 
 @contextlib.contextmanager
-def _recording(tmp_path: Path) -> Iterator[tuple[Recorder, CollectorRegistry]]:
-    """A Recorder writing ``tmp_path / "run"`` and a registry serving that run, the Recorder closed after."""
-    rec = Recorder(tmp_path / "run", flush_interval=60)
+def _recording(tmp_path: Path, meta: dict | None = None) -> Iterator[tuple[Recorder, CollectorRegistry]]:
+    """A Recorder writing ``tmp_path / "run"`` (with ``meta``) and a registry serving that run, the Recorder closed after."""
+    rec = Recorder(tmp_path / "run", meta, flush_interval=60)
     registry, _ = _registry(tmp_path / "run")
     try:
         yield rec, registry
@@ -1464,6 +1464,114 @@ def test_a_split_is_recommended_only_for_a_gain_diagnose_would_report(tmp_path, 
     registry, _ = _registry(tmp_path / "sep")
     served = tuple(_value(registry, "rlscope_recommended_gpus", "sep", role=r) for r in ("rollout", "train"))
     assert served == recommended
+
+
+_ASYNC_16_16 = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+
+
+def _async_step(busy: float, step_s: float = 300.0) -> dict[str, float]:
+    """An async step on separate pools of 16:16: the rollout pool busy ``busy`` of the step (verl's
+    rollouter idle ratio 1 - busy), forward + training 150 s on the training pool (T_train 75 s on all 32)."""
+    return {
+        "timing_s/gen": 0.0,
+        "timing_s/old_log_prob": 50.0,
+        "timing_s/update_actor": 100.0,
+        "timing_s/step": step_s,
+        "fully_async/rollouter/idle_ratio": 1.0 - busy,
+        "fully_async/trainer/idle_ratio": 0.0,
+    }
+
+
+def test_an_async_run_s_split_keeps_the_window_s_first_step_once_past_the_run_s_first(tmp_path, monkeypatch):
+    # one job, steps 1-7: step 1 fills the pipeline (busy 450 s of a 600 s step), then the rollout pool's
+    # busy share grows 0.1 a step (steps 2-7: 0.2-0.7 of 300 s). A window of 5 holds steps 3-7, none a
+    # fill, and the split is of their last quarter, steps 6 and 7: busy 195 s on 16 GPUs, T_thr = 97.5 s
+    # on all 32, T_train = 75 s. Async at n_r rollout GPUs: max(97.5 * 32 / n_r, 75 * 32 / (32 - n_r)):
+    # 17 -> 183.5 s, 18 -> 173.3 s, 19 -> 184.6 s; 18:14 is 11% shorter than 16:16's 195 s: a move.
+    # (Leaving step 3 out, the window's first, would model step 7 alone: 19:13. In the window of 8 the
+    # last quarter is 2 steps of 7 or 8 alike, so only a shorter window shows it)
+    monkeypatch.setattr("rlscope.exporter._state.WINDOW_STEPS", 5)
+    with _recording(tmp_path, _ASYNC_16_16) as (rec, registry):
+        rec.log_job_start()
+        for step in range(1, 8):
+            rec.log_step(step, _async_step(0.75, 600.0) if step == 1 else _async_step(step / 10))
+            rec.flush()
+            assert _value(registry, "rlscope_last_step") == step
+        served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+    assert served == (18.0, 14.0)
+
+
+def test_a_resumed_job_s_first_step_in_the_window_is_left_out_of_the_split_as_diagnose_does(tmp_path, capsys):
+    # job 1 trains steps 1-10 and crashes; job 2 resumes from step 9's checkpoint and redoes step 10
+    # under attempt 1, its pipeline filling (busy 450 s of a 600 s step: T_thr 225 s on all 32 GPUs),
+    # then trains step 11. Every other step but the run's first is steady: busy 225 s of 300 s on 16,
+    # T_thr = 112.5 s on all 32, T_train = 75 s; max(112.5 * 32 / n_r, 75 * 32 / (32 - n_r)): 18 -> 200 s,
+    # 19 -> 189.5 s, 20 -> 200 s; 19:13 is 16% shorter than 16:16's 225 s. The window (steps 4-11) less
+    # step 10 has steps 9 and 11 last: 19:13. (With the fill among them, T_thr 168.75 s: 22:10)
+    with _recording(tmp_path, _ASYNC_16_16) as (rec, registry):
+        rec.log_job_start()
+        for step in range(1, 11):
+            rec.log_step(step, _async_step(0.75, 600.0) if step == 1 else _async_step(0.75))
+            rec.flush()
+            assert _value(registry, "rlscope_last_step") == step
+        rec.log_job_start()
+        rec.log_step(10, _async_step(0.75, 600.0), attempt=1)
+        rec.log_step(11, _async_step(0.75))
+        rec.flush()
+        served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+    assert served == (19.0, 13.0)
+    # diagnose leaves out the same steps (1 and 10) over the whole run, whose last quarter is steady too
+    assert cli_main(["diagnose", str(tmp_path / "run"), "--format", "json"]) == 0
+    what_if = {row["topology"]: row for row in json.loads(capsys.readouterr().out)["topology"]["what_if"]}
+    assert (what_if["async_streaming"]["n_rollout"], what_if["async_streaming"]["n_train"]) == served
+
+
+def test_a_job_start_read_after_its_first_step_takes_that_step_out_of_the_split(tmp_path):
+    # the run above, job 2's start reaching the run directory after its first step (another writer's
+    # late flush): meanwhile steps 10 and 11 are the last quarter of steps 4-11 less step 4 (22:10, as
+    # the comment above works out), and once the start is read, steps 9 and 11 (19:13)
+    with _recording(tmp_path, _ASYNC_16_16) as (rec, registry):
+        rec.log_job_start()
+        for step in range(1, 11):
+            rec.log_step(step, _async_step(0.75, 600.0) if step == 1 else _async_step(0.75))
+        resumed = time.time()
+        rec.log_step(10, _async_step(0.75, 600.0), attempt=1)
+        rec.log_step(11, _async_step(0.75))
+        rec.flush()
+        served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+        assert served == (22.0, 10.0)
+        rec.log_job_start(resumed)
+        rec.flush()
+        served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+    assert served == (19.0, 13.0)
+
+
+def test_a_long_run_s_fills_are_placed_from_bounded_records_and_job_starts(tmp_path):
+    # 300 steps 5 min apart (busy 225 s of 300 s, as above; step 1 a fill), then a crash loop of 300 job
+    # starts a minute apart with no step, then a job that resumes from step 300's checkpoint: its first
+    # step, 301, fills the pipeline, and the window's last quarter less it is steps 300 and 302: 19:13
+    path, t0 = tmp_path / "run", time.time() - 200_000
+    with Recorder(path, _ASYNC_16_16):
+        pass
+
+    def rows(step: int, when: float, fill: bool = False) -> list[tuple[int, int, float, str, float]]:
+        metrics = _async_step(0.75, 600.0) if fill else _async_step(0.75)
+        return [(step, 0, when, key, value) for key, value in metrics.items()]
+
+    registry, collector = _registry(path)
+    _write_jobs(path, [t0], 1)
+    _write_steps(path, [r for s in range(1, 301) for r in rows(s, t0 + 300.0 * s, fill=s == 1)], 1)
+    assert _value(registry, "rlscope_last_step") == 300.0
+    crash_loop = t0 + 300.0 * 300 + 60.0 * np.arange(1, 301)
+    _write_jobs(path, crash_loop.tolist(), 2)
+    assert _value(registry, "rlscope_last_step") == 300.0
+    resumed = float(crash_loop[-1]) + 60.0
+    _write_jobs(path, [resumed], 3)
+    _write_steps(path, rows(301, resumed + 600.0, fill=True) + rows(302, resumed + 900.0), 2)
+    served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+    assert served == (19.0, 13.0)
+    state = collector.states[0]
+    assert len(state._trainings) <= 256 and len(state._fill_starts) <= 257
 
 
 @pytest.mark.parametrize("split", [None, {"rollout": 16, "train": 8}])

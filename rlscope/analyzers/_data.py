@@ -256,12 +256,17 @@ def _step_attempt(pair: Any) -> bool:
 
 
 def pipeline_fills(
-    records: pd.DataFrame, starts: Iterable[float], named: Iterable[tuple[int, int]] = ()
+    records: pd.DataFrame,
+    starts: Iterable[float],
+    named: Iterable[tuple[int, int]] = (),
+    first: int | None = None,
 ) -> frozenset[int]:
     """The steps that filled an async pipeline (``RunFrames.fills``): the run's first training
     record's step, whether or not the anatomy times it (its step timer may have been inf), and
-    each job's (:func:`job_first_steps`); the arguments as there."""
-    return job_first_steps(records, starts, named) | frozenset(int(s) for s in records["step"].nsmallest(1))
+    each job's (:func:`job_first_steps`); the other arguments as there. ``first``: the run's first
+    training step where ``records`` hold only its latest ones (the exporter's), else theirs."""
+    run_first = records["step"].nsmallest(1) if first is None else [first]
+    return job_first_steps(records, starts, named) | frozenset(int(s) for s in run_first)
 
 
 def placed_step_rows(usable: pd.DataFrame) -> pd.DataFrame:

@@ -14,7 +14,9 @@ scrapers within ``min_refresh_s`` (default 1 s) share one read. What is exported
   ``rlscope_step_median_seconds``, ``rlscope_step_seconds{phase}`` (verl's stage timers);
 - balance: ``rlscope_idle_ratio{role}`` (async trainer / rollouter), ``rlscope_tail_share``,
   ``rlscope_mfu_ratio``, ``rlscope_configured_gpus{role}``, ``rlscope_recommended_gpus{role}``,
-  ``rlscope_gpu_utilization_ratio{host,gpu,role}``;
+  ``rlscope_gpu_utilization_ratio{host,gpu,role}`` (the recommended split of an async run on
+  separate pools leaves out the steps ``rlscope diagnose`` leaves out: its pipeline fills, the
+  run's first training step and each job's first, not the window's first step);
 - rewards by source: ``rlscope_reward_mean``, ``rlscope_reward_zero_ratio`` (and its
   ``_baseline``), ``rlscope_reward_error_ratio``, ``rlscope_reward_errors_total{source,code}``,
   ``rlscope_reward_trajectories_total``; and over all samples, verl's score range

@@ -243,7 +243,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "Rollout:train split that the topology model predicts to give the shortest step for this run's topology, "
         "for separate pools whose sizes meta.json's split states (not an async run without its rollout pool's busy "
         "time, verl's occupancy share or rollouter idle ratio, which has no model); the configured split when a move "
-        "would shorten the step by less than 5%.",
+        "would shorten the step by less than 5%. An async run on separate pools is modelled on its steady steps: its "
+        "pipeline fills, the run's first training step and each job's first (the jobs table), are left out, as by "
+        "diagnose.",
         ("role",),
     ),
     MetricSpec(

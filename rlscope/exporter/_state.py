@@ -7,6 +7,9 @@ the last few steps plus whole-run totals, the latest sample of each GPU, the new
 log-prob histogram (its step's rows, and the newest step records, to tell a crashed
 attempt's rows), and the last ``WINDOW_STEPS`` steps of metrics and trajectories that
 the analyzers (tail share, MFU, recommended split) are run on when something new arrives.
+An async run on separate pools' recommended split leaves out the steps ``rlscope diagnose``
+leaves out, its pipeline fills (the run's first training step and each job's first), which
+the newest training records and the job starts since them tell, not the window's first step.
 """
 
 from __future__ import annotations
@@ -31,7 +34,16 @@ from rlscope.advice.thresholds import (
     SPLIT_GAIN_MIN,
 )
 from rlscope.analyzers import anatomy, longtail, mfu, topology
-from rlscope.analyzers._data import TRAJECTORY_COLUMNS, RunFacts, RunFrames, unfinite_timers, wide_steps
+from rlscope.analyzers._data import (
+    TRAJECTORY_COLUMNS,
+    RunFacts,
+    RunFrames,
+    imported_job_firsts,
+    pipeline_fills,
+    training_records,
+    unfinite_timers,
+    wide_steps,
+)
 from rlscope.analyzers.mismatch import abs_quantile
 from rlscope.collectors.verl_metrics import SUBSTAGES, TRAINED_FROM_KEY, canonical
 from rlscope.errors import RLScopeError
@@ -279,6 +291,12 @@ class RunState:
         self._job_starts: list[float] = []  # the first job starts logged since the last training step
         self._first_job = math.inf  # the earliest job start read: from then meta.json's time is no job's start
         self._meta_time = math.nan  # when meta.json was last written: every process's Recorder writes it
+        # the pipeline fills (_fills): the newest _RECORDS training records (step, attempt, time), the
+        # run's lowest trained step, and the job starts since the newest training record forgotten
+        self._trainings = training_records(pd.DataFrame())
+        self._first_trained: int | None = None
+        self._forgotten = -math.inf  # when the newest training record no longer kept was logged
+        self._fill_starts: list[float] = []
         self._window = STEPS.empty_table().select(_STEP_COLUMNS)
         # trajectories
         self._source_cap = LabelCap(MAX_SOURCES)
@@ -479,6 +497,9 @@ class RunState:
         shows = np.array([anatomy.makes_step(name, 1.0) for name in names], dtype=bool)[key_index]  # step timer: below
         timer = np.array([name == anatomy.STEP_TIMER for name in names], dtype=bool)[key_index]
         shows[timer] = anatomy.makes_step(anatomy.STEP_TIMER, value[timer])
+        # the rows diagnose reads (usable_step_rows): a finite value, no stage timer below zero
+        stage_timer = np.array([name.startswith(_TIMING) for name in names], dtype=bool)[key_index]
+        usable = np.isfinite(value) & ~(stage_timer & (value < 0))
         record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": shows})
         trains = record.groupby(["step", "attempt", "when"], dropna=False)["trains"].transform("any").to_numpy()
         if not trains.all():
@@ -542,6 +563,7 @@ class RunState:
         records = record[~late].drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
+        self._keep_trainings(step[shows & usable], attempt[shows & usable], when[shows & usable])
         gone = self._drop_superseded()
         if gone and not self._traj_attempts:  # trajectories without attempts: told by the step records
             self._forget_trajectories(gone)
@@ -555,6 +577,32 @@ class RunState:
             window = window.filter(pc.invert(pc.is_in(window.column("step"), pa.array(gone, pa.int64()))))
         steps = np.unique(window.column("step").to_numpy())
         self._window = window.filter(pc.greater_equal(window.column("step"), int(steps[-WINDOW_STEPS:][0])))
+
+    def _keep_trainings(self, step: np.ndarray, attempt: np.ndarray, when: np.ndarray) -> None:
+        """Keep what places the pipeline fills (:meth:`_fills`) from the rows just read that train
+        (their ``step``, ``attempt`` and ``when``): the run's lowest trained step, and its newest
+        ``_RECORDS`` training records as ``training_records`` gives them, each (step, attempt) with
+        its first training row's time. Far more than the window's steps: each of those keeps its
+        own record and the one logged before it, which tell whether a job began between them."""
+        if step.size == 0:
+            return
+        new = pd.DataFrame({"step": step, "attempt": attempt, "time": when})
+        low = int(new["step"].min())
+        self._first_trained = low if self._first_trained is None else min(self._first_trained, low)
+        records = pd.concat([self._trainings, new]) if len(self._trainings) else new
+        records = records.groupby(["step", "attempt"], as_index=False)["time"].min().sort_values("time", kind="stable")
+        if len(records) > _RECORDS:
+            self._forgotten = max(self._forgotten, float(records["time"].iloc[-_RECORDS - 1]))
+            records = records.iloc[-_RECORDS:]
+            self._fill_starts = [t for t in self._fill_starts if t > self._forgotten]
+        self._trainings = records
+
+    def _fills(self) -> frozenset[int]:
+        """The run's pipeline fills among the steps kept (``RunFrames.fills``): its first training
+        step and each job's (``pipeline_fills``). Only job starts after the newest training record
+        forgotten are kept: an earlier job's first record was logged before it, forgotten too."""
+        named = imported_job_firsts(self.meta)  # an imported log's resumed jobs, where it gave no times
+        return pipeline_fills(self._trainings, self._fill_starts, named, first=self._first_trained)
 
     def _late(self, order: np.ndarray, step: np.ndarray, trains: np.ndarray, holds: np.ndarray) -> np.ndarray:
         """Which rows are of a fully async trainer's late training record: one holding
@@ -711,7 +759,8 @@ class RunState:
         """Keep the job starts logged since the run's last training step (``_RECORDS`` of them: a
         job restarting more often without a step keeps those that tell where a new stall clock
         begins, see :func:`_thin_starts`). A start with no time (null, NaN) cannot be placed: a jobs table of none but those is no jobs table
-        (nor is one of none but starts in the future, until they are served: see :meth:`_job_start`)."""
+        (nor is one of none but starts in the future, until they are served: see :meth:`_job_start`).
+        Apart from those, the starts that place each job's first step: :meth:`_keep_fill_starts`."""
         if rows.num_rows == 0:
             return
         when = pc.fill_null(rows.column("time"), math.nan).to_numpy(zero_copy_only=False).astype(float)
@@ -719,11 +768,28 @@ class RunState:
         if when.size == 0:
             return
         self._first_job = min(self._first_job, float(when.min()))
+        self._keep_fill_starts(when)
         later = when[when > self._trained()]
         starts = sorted([*self._job_starts, *later.tolist()])
         if len(starts) > _RECORDS:
             starts = _thin_starts(starts, _MIN_RELAUNCH_SECONDS)[-_RECORDS:]
         self._job_starts = starts
+
+    def _keep_fill_starts(self, when: np.ndarray) -> None:
+        """Add job starts (finite times) to those that place each job's first training step
+        (:meth:`_fills`): those after the newest training record forgotten, and of a crash loop's
+        many starts with no training record between them the last alone (beyond ``_RECORDS``)."""
+        new = when[when > self._forgotten]
+        if new.size == 0:
+            return
+        self._dirty = True  # a start read after its job's first step takes that step out of the split
+        starts = sorted([*self._fill_starts, *new.tolist()])
+        if len(starts) > _RECORDS:
+            times = np.sort(self._trainings["time"].to_numpy(dtype=float))
+            gap = np.searchsorted(times, starts, side="left")  # the training records logged before each
+            last_in_gap = np.append(gap[1:] != gap[:-1], True)
+            starts = [t for t, last in zip(starts, last_in_gap, strict=True) if last]
+        self._fill_starts = starts
 
     def _ingest_logprob(self, rows: pa.Table) -> None:
         rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
@@ -841,7 +907,13 @@ class RunState:
     def _derive(self) -> None:
         """Tail share, MFU and the recommended split from the analyzers, on the last steps only."""
         window = self._window
-        frames = RunFrames(wide_steps(window), self._window_trajectories(), self.meta, unfinite=unfinite_timers(window))
+        frames = RunFrames(
+            wide_steps(window),
+            self._window_trajectories(),
+            self.meta,
+            unfinite=unfinite_timers(window),
+            fills=self._fills(),
+        )
         anat = anatomy.analyze(frames)
         tail = longtail.analyze(frames)
         self._tail_share = tail.tail_share
