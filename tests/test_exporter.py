@@ -1526,6 +1526,26 @@ def test_a_resumed_job_s_first_step_in_the_window_is_left_out_of_the_split_as_di
     assert (what_if["async_streaming"]["n_rollout"], what_if["async_streaming"]["n_train"]) == served
 
 
+def test_an_imported_log_s_resumed_job_first_step_named_in_meta_is_left_out_of_the_split(tmp_path):
+    # the run above as a console log imports it: rows without times, no jobs table, and the resumed
+    # job's first training record, step 10 under attempt 1, named in meta.json by the importer;
+    # without that name the window's last quarter less the run's first step is steps 10 and 11 (22:10)
+    path = tmp_path / "run"
+    meta = {**_ASYNC_16_16, "importer": {"job_first_steps": [[10, 1]]}}
+    with Recorder(path, meta):
+        pass
+
+    def rows(step: int, attempt: int, fill: bool = False) -> list[tuple[int, int, float, str, float]]:
+        metrics = _async_step(0.75, 600.0) if fill else _async_step(0.75)
+        return [(step, attempt, math.nan, key, value) for key, value in metrics.items()]
+
+    _write_steps(path, [r for s in range(1, 11) for r in rows(s, 0, fill=s == 1)], 1)
+    _write_steps(path, [*rows(10, 1, fill=True), *rows(11, 0)], 2)
+    registry, _ = _registry(path)
+    served = tuple(_value(registry, "rlscope_recommended_gpus", role=r) for r in ("rollout", "train"))
+    assert served == (19.0, 13.0)
+
+
 def test_a_job_start_read_after_its_first_step_takes_that_step_out_of_the_split(tmp_path):
     # the run above, job 2's start reaching the run directory after its first step (another writer's
     # late flush): meanwhile steps 10 and 11 are the last quarter of steps 4-11 less step 4 (22:10, as
