@@ -854,7 +854,7 @@ def test_a_saved_report_is_refused_naming_its_schema(tmp_path, capsys):
         capsys.readouterr()
         assert main(command) == 1
         assert capsys.readouterr().err == (
-            f"rlscope: {report}: an rlscope report (rlscope.diagnose/1), not a run: give the run directory"
+            f"rlscope: {report}: an rlscope report (rlscope.diagnose/2), not a run: give the run directory"
             " or log it was made from\n"
         )
 
