@@ -149,8 +149,8 @@ def unknown_tail_note(steps: Sequence[int], points_max: float | None) -> str:
         else "the lengths give no bound on the tail's part either"
     )
     return (
-        f"no long tail is known in {_steps_text(steps)} (no finish times, and the response lengths give no "
-        f"estimate), so their generation's points are one bar, decode + long tail, not split; {most}"
+        f"no long tail is known in {_steps_text(steps)}, which have no finish times and no estimate from "
+        f"response lengths, so their generation's points are one bar, decode + long tail, not split; {most}"
     )
 
 
@@ -495,6 +495,15 @@ def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
 
 
+def _tail_clause(r: MFUResult) -> str:
+    """What the waterfall finding says of the long tail: the steps it is unknown in, or estimated."""
+    estimated = r.tail_estimated and not math.isnan(r.waterfall["long_tail"])  # some step's tail is drawn
+    if r.tail_unknown:
+        rest = "; the other steps' long tail is estimated from response lengths" if estimated else ""
+        return f" ({unknown_tail_note(r.tail_unknown_steps, r.tail_points_max)}{rest})"
+    return " (the long tail is estimated from response lengths)" if estimated else ""
+
+
 def _findings(
     r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool = False, pool_bounded: bool = False
 ) -> list[Finding]:
@@ -535,12 +544,7 @@ def _findings(
                 + " ".join(f"-{p:.1f} {cause_label(c, r.tail_estimated)}" for c, p in r.waterfall.items() if p >= 0.05)
                 + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by "
                 "step time, not MFU"
-                + (f" ({unknown_tail_note(r.tail_unknown_steps, r.tail_points_max)})" if r.tail_unknown else "")
-                + (
-                    " (the long tail is estimated from response lengths)"
-                    if r.tail_estimated and not math.isnan(r.waterfall["long_tail"])
-                    else ""
-                )
+                + _tail_clause(r)
                 + (
                     f". The critic's size is not in meta.json, so its stages ({', '.join(r.uncounted)}) count no "
                     f"FLOPs and the MFU is a lower bound: give it with {_CRITIC_HINT}"
