@@ -30,7 +30,7 @@ from rlscope.advice.thresholds import (
 )
 from rlscope.analyzers.anatomy import PHASES
 from rlscope.analyzers.longtail import tail_split
-from rlscope.analyzers.mfu import CAUSES, cause_label
+from rlscope.analyzers.mfu import CAUSES, cause_label, drawn_causes
 from rlscope.analyzers.mismatch import abs_quantile
 from rlscope.analyzers.topology import POOLED
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
@@ -236,14 +236,14 @@ def _broken_at_gaps(series: pd.Series) -> pd.Series:
 
 def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tail_estimated: bool = False) -> go.Figure:
     """From 100% of peak to the whole-step MFU: the points each cause took (they sum to 100 - MFU).
-    A NaN long tail (its estimate unknown) has no bar: decode holds it, and says so."""
+    The bars are those every report draws (:func:`~rlscope.analyzers.mfu.drawn_causes`): where some
+    steps' tail is unknown, one "decode + long tail (split unknown)" bar holds their generation."""
     if lost.empty or math.isnan(mfu):
         return placeholder("MFU needs meta.json's model size, GPU count and peak FLOP/s, and step timers", title)
-    causes = [c for c in CAUSES if c in lost.index and not math.isnan(lost[c])]
-    unknown = _tail_unknown(lost)
+    causes = drawn_causes(lost.reindex([c for c in CAUSES if c in lost.index]))
     fig = _figure(title, "", "% of peak over the whole step")
     fig.add_waterfall(
-        x=["peak", *(cause_label(c, tail_estimated, unknown) for c in causes), "MFU"],
+        x=["peak", *(cause_label(c, tail_estimated) for c in causes), "MFU"],
         y=[100.0, *(-float(lost[c]) for c in causes), 0.0],
         measure=["absolute", *(["relative"] * len(causes)), "total"],
         # a cause that cost nothing (the tail of a streaming run) reads 0, not -0.0
@@ -260,15 +260,11 @@ def mfu_waterfall(lost: pd.Series, mfu: float, title: str = "MFU waterfall", tai
     return fig
 
 
-def _tail_unknown(lost: pd.Series) -> bool:
-    """The waterfall did not split generation: its long tail is NaN, decode holding it."""
-    return "long_tail" in lost.index and math.isnan(lost["long_tail"]) and not math.isnan(lost.get("decode", math.nan))
-
-
 def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]], lower_bounds: Collection[str] = ()) -> go.Figure:
     """Points lost per cause and the resulting MFU, one bar group per run: ``(lost, mfu,
     tail_estimated)``. The runs share one axis of causes, so a run's name in the legend says
-    when its long tail is estimated from response lengths, and when its MFU is a lower bound (a
+    when its long tail is estimated from response lengths, or unknown in some of its steps (whose
+    generation is its "decode + long tail" bar), and when its MFU is a lower bound (a
     label in ``lower_bounds``: a timed critic of unknown size). The legend shows even when one run
     is left, so its bars are never unnamed."""
     colors = _run_colors(runs)
@@ -276,14 +272,19 @@ def mfu_compare(runs: Mapping[str, tuple[pd.Series, float, bool]], lower_bounds:
     if not runs:
         return placeholder("MFU needs meta.json's model size, GPU count and peak FLOP/s", "MFU: points lost per cause")
     fig = _figure("MFU: points lost per cause", "", "points of 100")
+    drawn = {label: set(drawn_causes(lost)) for label, (lost, _, _) in runs.items()}
+    # one axis in CAUSES order: a bar one run lacks (its tail known or unknown in every step) is a gap
+    causes = [c for c in CAUSES if any(c in d for d in drawn.values())]
     for label, (lost, mfu, tail_estimated) in runs.items():
-        causes = [c for c in CAUSES if c in lost.index]
         note = " (long tail estimated)" if tail_estimated else ""
-        if _tail_unknown(lost):
-            note = " (long tail unknown: in decode)"
+        if "decode_long_tail" in drawn[label]:
+            known = "long_tail" in drawn[label]  # the steps whose tail is known still have theirs apart
+            note = f" (long tail {'unknown in some steps' if known else 'unknown'}: in decode + long tail" + (
+                ", estimated in the rest)" if known and tail_estimated else ")"
+            )
         fig.add_bar(
             x=[*(cause_label(c, False) for c in causes), "MFU"],
-            y=[*(float(lost[c]) for c in causes), 100 * mfu],
+            y=[*(float(lost[c]) if c in drawn[label] else math.nan for c in causes), 100 * mfu],
             name=text(label)
             + note
             + (" (MFU a lower bound: the critic is not counted)" if label in lower_bounds else ""),

@@ -1200,8 +1200,8 @@ def test_a_waterfall_whose_estimated_tail_is_unknown_does_not_split_generation(t
     meta = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
     r = mfu.analyze(make_run(tmp_path / "r", meta, dict.fromkeys(range(4), step)))
     assert r.mfu == pytest.approx(0.2) and r.tail_estimated and r.tail_unknown
-    # generation's 18 lost GPU-s of 40 in one bar, not all to decode throughput beside a 0 tail
-    assert r.waterfall["decode"] == pytest.approx(45.0) and math.isnan(r.waterfall["long_tail"])
+    # generation's 18 lost GPU-s of 40 in one bar, not all to decode throughput beside a 0 tail; no step has either
+    assert r.waterfall["decode_long_tail"] == pytest.approx(45.0) and r.waterfall[["decode", "long_tail"]].isna().all()
     assert r.waterfall["training"] == pytest.approx(35.0) and r.waterfall.sum() == pytest.approx(80.0)
     # the tail at its bound: 24 / 230.4 of 20 s over 40 s
     assert r.tail_points_max == pytest.approx(100 * 24 / 230.4 * 20 / 40)
@@ -1220,6 +1220,54 @@ def test_a_waterfall_whose_estimated_tail_is_unknown_does_not_split_generation(t
     assert not r.tail_unknown and math.isnan(r.tail_points_max)
     assert r.waterfall["long_tail"] == pytest.approx(100 * f * 20 / 40)
     assert r.waterfall["decode"] == pytest.approx(45.0 - 100 * f * 20 / 40)
+
+
+# 1 GPU at a toy 1e12 peak, 1000 tokens a 40 s step of 20 s gen + 20 s update_actor: gen 2N x 1000 = 2e12 FLOPs
+# (2 GPU-s useful of 20), update_actor 6e12 (6 of 20), MFU 8 / 40 = 20% in every step
+_TOY_STEP = {"timing_s/gen": 20, "timing_s/update_actor": 20, "timing_s/step": 40, "perf/total_num_tokens": 1000}
+_TOY_META = {"model": {"active_params": 1e9}, "gpu": {"type": "H100", "count": 1, "peak_bf16_flops": 1e12}}
+
+
+def test_a_mixed_window_splits_the_known_steps_and_merges_only_the_unknown_ones(tmp_path):
+    # 24 steps, the recent quarter 18-23. Steps 0-20 log 10 trajectories finishing at 1..9 s and 20 s: t90 = 9 s,
+    # a tail of 11 s, f = 11 / 20 = 0.55. Steps 21-23 log none (nor response lengths): nothing to estimate from.
+    # Over the window's 6 x 40 = 240 GPU-s, each known step loses 20 - 11 - 2 = 7 to decode and 11 to the tail,
+    # each unknown step 20 - 2 = 18 to generation unsplit; every step 20 - 6 = 14 to training
+    finish = finish_rows([1, 2, 3, 4, 5, 6, 7, 8, 9, 20])
+    run = make_run(tmp_path / "r", _TOY_META, dict.fromkeys(range(24), _TOY_STEP), dict.fromkeys(range(21), finish))
+    r = mfu.analyze(run)
+    assert r.mfu == pytest.approx(0.2) and r.tail_unknown and not r.tail_estimated
+    assert r.tail_unknown_steps == (21, 22, 23)
+    assert r.waterfall["decode"] == pytest.approx(100 * 3 * 7 / 240)  # 8.75
+    assert r.waterfall["long_tail"] == pytest.approx(100 * 3 * 11 / 240)  # 13.75
+    assert r.waterfall["decode_long_tail"] == pytest.approx(100 * 3 * 18 / 240)  # 22.5
+    assert r.waterfall["training"] == pytest.approx(100 * 6 * 14 / 240)  # 35
+    assert r.waterfall.sum() == pytest.approx(80.0)  # every lost point charged once
+    assert math.isnan(r.tail_points_max)  # the unknown steps have no lengths to bound their tail
+    assert r.per_step.loc[[21, 22, 23], "eta_thr"].isna().all()
+    assert r.per_step.loc[[18, 19, 20], "eta_thr"].tolist() == pytest.approx([2 / 9] * 3)
+    (f,) = [f for f in r.findings if f.id == "mfu-waterfall"]
+    said = f.recommendation
+    assert "-8.8 decode throughput" in said and "-13.8 long tail" in said
+    assert "-22.5 decode + long tail (split unknown)" in said and "steps 21-23" in said
+    assert f.evidence["lost_decode_long_tail"] == pytest.approx(22.5)
+
+
+def test_a_mixed_estimated_window_bounds_the_tail_of_its_unknown_steps_only(tmp_path):
+    # response lengths, no trajectories: steps 0-20 mean 50 of max 256, f = 1 - 50 ln 10 / 256; steps 21-23 mean 232
+    # (min 91): no estimate, at most b = (256 - 232) / (0.9 x 256) = 24 / 230.4 of their 20 s rollout
+    f, b = 1 - 50 * math.log(10) / 256, 24 / 230.4
+    lengths = {"response_length/max": 256, "response_length/min": 1}
+    steps = {s: _TOY_STEP | lengths | {"response_length/mean": 50} for s in range(21)}
+    steps |= {s: _TOY_STEP | lengths | {"response_length/mean": 232, "response_length/min": 91} for s in (21, 22, 23)}
+    r = mfu.analyze(make_run(tmp_path / "r", _TOY_META, steps))
+    assert r.tail_unknown and r.tail_estimated and r.tail_unknown_steps == (21, 22, 23)
+    assert r.waterfall["decode"] == pytest.approx(100 * 3 * (18 - 20 * f) / 240)
+    assert r.waterfall["long_tail"] == pytest.approx(100 * 3 * 20 * f / 240)
+    assert r.waterfall["decode_long_tail"] == pytest.approx(100 * 3 * 18 / 240)
+    assert r.waterfall.sum() == pytest.approx(80.0)
+    # the bound is of the unknown steps' tail alone, not the known steps' tail beside it
+    assert r.tail_points_max == pytest.approx(100 * 3 * 20 * b / 240)
 
 
 def test_a_what_if_whose_estimated_tail_is_unknown_models_none_and_bounds_the_async_gain(tmp_path):

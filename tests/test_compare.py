@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -854,7 +855,7 @@ def test_a_saved_report_is_refused_naming_its_schema(tmp_path, capsys):
         capsys.readouterr()
         assert main(command) == 1
         assert capsys.readouterr().err == (
-            f"rlscope: {report}: an rlscope report (rlscope.diagnose/1), not a run: give the run directory"
+            f"rlscope: {report}: an rlscope report (rlscope.diagnose/2), not a run: give the run directory"
             " or log it was made from\n"
         )
 
@@ -906,3 +907,35 @@ def test_a_tail_the_response_lengths_give_neither_an_estimate_nor_a_bound_for_is
     only = _said(out["explanations"], "only B, as A could not evaluate")
     assert "long-tail-dominates (no tail estimate: its response lengths give neither an estimate nor a bound)" in only
     assert "no trajectories or response lengths" not in " ".join(out["explanations"])
+
+
+def _lengths_run(tmp_path: Path, name: str, means: dict[int, float]) -> str:
+    """Steps of 100 s gen and 30 s update whose only tail evidence is ``means`` of max 256 (min 91)."""
+    run = str(tmp_path / name)
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step, mean in means.items():
+            rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 130.0})
+            rec.log_step(
+                step, {"response_length/mean": mean, "response_length/max": 256.0, "response_length/min": 91.0}
+            )
+    return run
+
+
+def test_long_tail_growing_is_judged_only_where_the_recent_tail_is_known_as_compare_says(tmp_path, capsys):
+    # estimated tail share 1 - mean ln 10 / 256: mean 100 gives 10%, mean 20 gives 82%, mean 232 none (bunched near
+    # the max). A: 10% in steps 0-5, 82% from step 6 on, step 3 unknown: growing, judged over the steps it knows, as
+    # its recent quarter is known. B: the same, but its recent quarter (steps 18-23) unknown: no tail share now, so
+    # no growth to judge up to now, and compare says B could not evaluate it, not that B is clean of it
+    grows = {s: 100.0 if s < 6 else 20.0 for s in range(24)}
+    a = _lengths_run(tmp_path, "a", grows | {3: 232.0})
+    b = _lengths_run(tmp_path, "b", grows | dict.fromkeys(range(18, 24), 232.0))
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["measure"]: (r["a"], r["b"]) for r in out["rows"]}
+    assert rows["slowest-10% share of rollout"] == (pytest.approx(1 - 20 * math.log(10) / 256), None)
+    assert "long-tail-growing (no tail estimate: response lengths bunched near the max give only a bound)" in _said(
+        out["explanations"], "only A, as B could not evaluate"
+    )
+    assert not any(e.startswith("only B") for e in out["explanations"])
+    assert main(["diagnose", b, "--format", "json"]) == 0
+    assert "long-tail-growing" not in {f["id"] for f in json.loads(capsys.readouterr().out)["findings"]}

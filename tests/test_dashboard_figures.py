@@ -107,7 +107,8 @@ def test_mfu_waterfall_goes_from_peak_to_mfu(runs):
     fig = figures.mfu_waterfall(d.mfu.waterfall, d.mfu.mfu)
     (w,) = fig.data
     assert w.type == "waterfall"
-    assert w.x[0] == "peak" and w.x[-1] == "MFU" and len(w.x) == len(d.mfu.waterfall) + 2
+    # every cause but decode + long tail, drawn only where some step's tail is unknown
+    assert w.x[0] == "peak" and w.x[-1] == "MFU" and len(w.x) == len(d.mfu.waterfall) - 1 + 2
     names = ["decode throughput", "long tail", "forward (logprobs)", "training", "weight sync", "switching"]
     assert list(w.x[1:-1]) == [*names, "idle / other"]  # the reports' names, not the JSON keys
     assert w.y[0] == 100 and w.measure[-1] == "total"
@@ -1680,13 +1681,29 @@ def test_the_tail_share_chart_draws_the_bound_where_the_estimate_is_unknown(tmp_
 
 
 def test_a_waterfall_whose_long_tail_is_unknown_draws_one_bar_for_decode_and_tail():
-    # the long tail NaN (its estimate unknown): no tail bar, decode named as holding it, every point still charged
-    lost = pd.Series({"decode": 45.0, "long_tail": math.nan, "training": 35.0, "idle_other": 0.0})
+    # every step's tail unknown: decode and the long tail NaN, one bar holding both, every point still charged
+    lost = pd.Series(
+        {"decode": math.nan, "long_tail": math.nan, "decode_long_tail": 45.0, "training": 35.0, "idle_other": 0.0}
+    )
     (w,) = figures.mfu_waterfall(lost, 0.2, tail_estimated=True).data
     assert list(w.x) == ["peak", "decode + long tail (split unknown)", "training", "idle / other", "MFU"]
     assert 100 + sum(w.y[1:-1]) == pytest.approx(20.0)
-    fig = figures.mfu_compare({"a": (lost, 0.2, True), "b": (lost.fillna(5.0) - [5, 0, 0, 0], 0.2, True)})
-    assert [t.name for t in fig.data] == ["a (long tail unknown: in decode)", "b (long tail estimated)"]
+    known = pd.Series({"decode": 25.0, "long_tail": 20.0, "decode_long_tail": 0.0, "training": 35.0, "idle_other": 0.0})
+    fig = figures.mfu_compare({"a": (lost, 0.2, True), "b": (known, 0.2, True)})
+    assert [t.name for t in fig.data] == ["a (long tail unknown: in decode + long tail)", "b (long tail estimated)"]
+
+
+def test_compared_waterfalls_of_a_mixed_window_share_one_axis_in_the_waterfall_s_order():
+    # A: every tail known (no decode + long tail bar); B: its window mixed, its known steps' tail estimated
+    a = pd.Series({"decode": 25.0, "long_tail": 20.0, "decode_long_tail": 0.0, "training": 35.0, "idle_other": 0.0})
+    b = pd.Series({"decode": 10.0, "long_tail": 12.5, "decode_long_tail": 22.5, "training": 35.0, "idle_other": 0.0})
+    fig = figures.mfu_compare({"A": (a, 0.2, False), "B": (b, 0.2, True)})
+    axis = ["decode throughput", "long tail", "decode + long tail (split unknown)", "training", "idle / other", "MFU"]
+    assert [list(t.x) for t in fig.data] == [axis, axis]  # the bar A lacks is a gap in its place, not after MFU
+    assert math.isnan(fig.data[0].y[2]) and list(fig.data[1].y) == [10.0, 12.5, 22.5, 35.0, 0.0, 20.0]
+    assert fig.data[1].name == "B (long tail unknown in some steps: in decode + long tail, estimated in the rest)"
+    (w,) = figures.mfu_waterfall(b, 0.2).data
+    assert list(w.x) == ["peak", *axis[:-1], "MFU"] and 100 + sum(w.y[1:-1]) == pytest.approx(20.0)
 
 
 def test_steps_whose_estimated_tail_is_unknown_show_its_bound_not_a_gap(tmp_path, client):  # client: app
@@ -1715,7 +1732,7 @@ def test_steps_whose_estimated_tail_is_unknown_show_its_bound_not_a_gap(tmp_path
     ("mean", "said"),
     [
         # mean 232 of max 256: no estimate, at most (256 - 232) / (0.9 x 256) of the 20 s rollout in a 40 s step
-        (232.0, f"long tail unknown, at most {100 * 24 / 230.4 * 20 / 40:.1f} of decode's points"),
+        (232.0, f"long tail unknown, at most {100 * 24 / 230.4 * 20 / 40:.1f} of decode + long tail's points"),
         # a mean above the max: no estimate and no bound either, so no number
         (300.0, "long tail unknown, no bound either"),
     ],

@@ -39,7 +39,7 @@ def _run_json(capsys, *args: str) -> tuple[int, dict]:
 def test_json_document_has_the_documented_shape(capsys):
     code, doc = _run_json(capsys, str(SAMPLES / "longtail-8b"))
     assert code == 0
-    assert doc["schema"] == "rlscope.diagnose/1"
+    assert doc["schema"] == "rlscope.diagnose/2"
     assert set(doc) >= {
         "run",
         "headline",
@@ -1053,7 +1053,7 @@ def test_a_report_that_cannot_be_written_whole_leaves_the_old_one(tmp_path, caps
     assert report.read_text() == '{"the": "previous report"}' and os.listdir(tmp_path) == ["report.json"]
     monkeypatch.setattr(diagnose_cli.os, "replace", real_replace)
     assert main(["diagnose", run, "--format", "json", "-o", str(report)]) == 0
-    assert json.loads(report.read_text())["schema"] == "rlscope.diagnose/1"
+    assert json.loads(report.read_text())["schema"] == "rlscope.diagnose/2"
 
 
 def test_a_run_with_neither_trajectories_nor_lengths_estimates_no_tail(tmp_path, capsys):
@@ -1147,7 +1147,7 @@ def test_the_progress_bar_is_drawn_on_stderr_not_into_the_report(capsys, monkeyp
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith('{"schema": "rlscope.diagnose/1"') and "analysing" in err
+    assert out.startswith('{"schema": "rlscope.diagnose/2"') and "analysing" in err
 
 
 def test_an_output_of_a_dash_is_stdout(tmp_path, capsys, monkeypatch):
@@ -1232,13 +1232,45 @@ def test_a_waterfall_whose_estimated_tail_is_unknown_says_so_in_every_format(tmp
     most = 100 * 24 / 230.4 * 20 / 40
     assert code == 0 and doc["mfu"]["mfu"] == pytest.approx(0.2) and doc["mfu"]["tail_unknown"] is True
     points = doc["mfu"]["waterfall_points"]
-    assert points["decode"] == pytest.approx(45.0) and points["long_tail"] is None
+    assert points["decode_long_tail"] == pytest.approx(45.0) and points["decode"] is points["long_tail"] is None
+    assert doc["mfu"]["tail_unknown_steps"] == [4]  # the recent quarter of 4 steps
     assert doc["mfu"]["tail_points_max"] == pytest.approx(most)
     for fmt in ("text", "markdown", "html"):
         assert main(["diagnose", *args, "--format", fmt]) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert "decode + long tail (split unknown)" in out and f"at most {most:.1f} points" in out
         assert "decode throughput" not in out
+
+
+def test_a_mixed_window_draws_its_known_steps_split_and_its_unknown_steps_merged_in_every_format(tmp_path, capsys):
+    # 24 steps of 20 s gen + 20 s update_actor, 1 GPU at a toy 1e12 peak, 1000 tokens: 2 and 6 useful GPU-s a step.
+    # The recent quarter is steps 19-24: 19-21 mean 50 of max 256, f = 1 - 50 ln 10 / 256; 22-24 mean 232 (min 91),
+    # no estimate, at most b = 24 / 230.4. Over 6 x 40 GPU-s: decode 3 (18 - 20 f), tail 3 x 20 f, unsplit 3 x 18
+    f, b = 1 - 50 * math.log(10) / 256, 24 / 230.4
+    data = {"timing_s/gen": 20.0, "timing_s/update_actor": 20.0, "timing_s/step": 40.0, "perf/total_num_tokens": 1e3}
+    data |= {"response_length/max": 256.0, "response_length/min": 1.0}
+    lines = [{"step": s, "data": data | ({"response_length/mean": 50.0} if s < 22 else _BUNCHED)} for s in range(1, 25)]
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = [str(log), "--gpus", "1", "--peak-tflops", "1", "--active-params", "1e9"]
+    code, doc = _run_json(capsys, *args)
+    points = doc["mfu"]["waterfall_points"]
+    assert code == 0 and doc["mfu"]["tail_unknown"] is True and doc["mfu"]["tail_unknown_steps"] == [22, 23, 24]
+    assert points["decode"] == pytest.approx(100 * 3 * (18 - 20 * f) / 240)
+    assert points["long_tail"] == pytest.approx(100 * 3 * 20 * f / 240)
+    assert points["decode_long_tail"] == pytest.approx(100 * 3 * 18 / 240)
+    assert sum(points.values()) + 100 * doc["mfu"]["mfu"] == pytest.approx(100.0)
+    most = 100 * 3 * 20 * b / 240
+    assert doc["mfu"]["tail_points_max"] == pytest.approx(most)
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", *args, "--format", fmt]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        for bar in ("decode throughput", "long tail (estimated)", "decode + long tail (split unknown)"):
+            assert bar in out, (fmt, bar)
+        assert "no long tail is known in steps 22-24" in out.lower() and f"at most {most:.1f} points" in out
+
+
+_BUNCHED = {"response_length/mean": 232.0, "response_length/min": 91.0}
 
 
 def test_a_what_if_whose_estimated_tail_is_unknown_says_its_async_gain_is_a_lower_bound(tmp_path, capsys):

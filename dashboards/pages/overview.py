@@ -77,12 +77,16 @@ def _tail_share(d: Diagnosis | None) -> str:
     return f"<= {tail.tail_share_max:.0%}" if math.isfinite(tail.tail_share_max) else "-"
 
 
-def _tail_unknown(unknown: bool, points_max: float) -> str:
-    """The waterfall title's word on a long tail held in decode's bar: the most of it the tail can hold, if known."""
+def _tail_unknown(unknown: int, window: int, points_max: float) -> str:
+    """The waterfall title's word on the ``unknown`` steps of its ``window`` whose generation is one
+    "decode + long tail" bar: the most of that bar the tail can hold, if known."""
     if not unknown:
         return ""
-    most = f"at most {points_max:.1f} of decode's points" if math.isfinite(points_max) else "no bound either"
-    return f"; long tail unknown, {most}"
+    most = (
+        f"at most {points_max:.1f} of decode + long tail's points" if math.isfinite(points_max) else "no bound either"
+    )
+    where = f" in {unknown} of them" if unknown < window else ""
+    return f"; long tail unknown{where}, {most}"
 
 
 def _headline(run: LiveRun, d: Diagnosis | None) -> html.Div:
@@ -141,7 +145,7 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
                 d.mfu.mfu,
                 f"MFU waterfall (last quarter of the last {steps} steps)"
                 + ("; a lower bound: the critic is not counted" if d.mfu.uncounted else "")
-                + _tail_unknown(d.mfu.tail_unknown, d.mfu.tail_points_max),
+                + _tail_unknown(len(d.mfu.tail_unknown_steps), len(recent(d.mfu.per_step)), d.mfu.tail_points_max),
                 tail_estimated=d.mfu.tail_estimated,
             )
     else:

@@ -73,7 +73,9 @@ _ENTRIES = (
         "tail share grew from {first:.0%} to {last:.0%} of rollout time ({basis})",
         "Responses are getting longer and more spread out (or environment waits are growing). The gain "
         "from async streaming grows with the tail (under async streaming, so does the staleness of the "
-        "longest answers); re-run the topology what-if with recent steps.",
+        "longest answers); re-run the topology what-if with recent steps. Judged only where the recent "
+        "tail share is known (steps whose estimate is unknown are left out of the trend): a run whose "
+        "recent estimate is unknown is not evaluated, as rlscope compare says.",
     ),
     Entry(
         "mfu-waterfall",

@@ -31,7 +31,8 @@ most it can be. The four statistics do not give L90; what they do give:
   (0.9 L_max), 1 - min / L_max) (``tail_share_max``; mean 239, max 256 gives at most 7.4%);
 - an estimate, only with a shape assumed: lengths exponential around their mean give L90 =
   mean * ln 10. Where that reaches L_max the lengths are bunched near the max, not spread as
-  assumed, and the estimate is unknown (NaN; the bound stands). Rough (one wave, no queueing):
+  assumed, and the estimate is unknown (NaN; the bound stands). The recent share is then unknown
+  too, and neither finding is judged: a growth whose last quarter is not now would mislead. Rough (one wave, no queueing):
   the 8B example (mean 8K, max 32K) gives f = 0.42 against 0.33 measured.
 
 Several engines, or more requests than an engine runs at once, break the one wave: the bound and
@@ -265,7 +266,8 @@ def _findings(r: LongTailResult, facts: RunFacts | None = None) -> list[Finding]
                 f"more GPUs shrink only the other {fmt_seconds(r.t_thr_s)} s. {_levers(facts)}",
             )
         )
-    if r.trend.change >= LONG_TAIL_GROWTH_WARN:
+    # growth is up to the run as it is now: with the recent share unknown there is none to judge, as compare says
+    if r.trend.change >= LONG_TAIL_GROWTH_WARN and not math.isnan(r.tail_share):
         # an estimate moves with the length spread and the clip ratio, not only with the tail: information
         out.append(
             finding(

@@ -18,6 +18,7 @@ and charges every lost GPU-second to exactly one cause, so the points sum to 100
 
 - decode: generation's throughput part, less the FLOPs all of generation does;
 - long_tail: the tail of generation (GPUs waiting for the slowest trajectories);
+- decode_long_tail: both, in the steps whose tail is unknown (below);
 - forward: old / ref logprob and values, less their FLOPs; training: actor and critic updates;
 - weight_sync, switching: time with no useful FLOPs;
 - idle_other: the rest of the step (reward, advantages, waiting, untimed time, and in pooled
@@ -40,20 +41,24 @@ steps earlier, and the trainer's ``gen`` timer is its wait for samples); async s
 the tail, so it is charged no tail. verl's ``colocate_async`` shares its GPUs: it is charged as
 colocated.
 
-A tail estimated from response lengths can be unknown (the long-tail analyzer's NaN, lengths
-bunched near the max). Charging it 0 would give the tail's points to decode throughput; no
-split is known, so where a recent step's tail is unknown (and the topology does not hide it)
-the waterfall does not split generation: ``decode`` holds all of its lost points, labelled
-"decode + long tail (split unknown)", ``long_tail`` is NaN, and ``tail_points_max`` is the
-most of them the tail can hold, each unknown step's tail charged at its ``tail_share_max``.
+A step's tail can be unknown: its estimate from response lengths is NaN (lengths bunched near
+the max), or the run measured or estimated the tail of other steps but this one has nothing to
+tell it from (no finish times, no lengths). Charging it 0 would give the tail's points to decode
+throughput. So where a recent step's tail is unknown (and the topology does not hide it), that
+step's generation is not split: its lost points go to ``decode_long_tail``, "decode + long tail
+(split unknown)", while the steps whose tail is known keep theirs in ``decode`` and
+``long_tail``. ``tail_points_max`` is the most of ``decode_long_tail`` the tail can hold, each
+unknown step's tail charged at its ``tail_share_max``. A run with no finish times and no lengths
+in any step charges no tail at all, as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,18 +81,21 @@ __all__ = [
     "Waterfall",
     "analyze",
     "cause_label",
+    "drawn_causes",
     "flops_per_token",
     "ledger",
     "mfu_from_etas",
     "tokens_per_step",
     "uncounted_note",
+    "unknown_tail_note",
     "waterfall",
 ]
 
-CAUSES = ("decode", "long_tail", "forward", "training", "weight_sync", "switching", "idle_other")
+CAUSES = ("decode", "long_tail", "decode_long_tail", "forward", "training", "weight_sync", "switching", "idle_other")
 _CAUSE_LABELS = {
     "decode": "decode throughput",
     "long_tail": "long tail",
+    "decode_long_tail": "decode + long tail (split unknown)",
     "forward": "forward (logprobs)",
     "training": "training",
     "weight_sync": "weight sync",
@@ -96,11 +104,8 @@ _CAUSE_LABELS = {
 }
 
 
-def cause_label(cause: str, tail_estimated: bool, tail_unknown: bool = False) -> str:
-    """A waterfall cause as every report and the dashboard name it, saying when the tail is
-    estimated, and when ``decode`` holds the long tail too, the split being unknown."""
-    if cause == "decode" and tail_unknown:
-        return "decode + long tail (split unknown)"
+def cause_label(cause: str, tail_estimated: bool) -> str:
+    """A waterfall cause as every report and the dashboard name it, saying when the tail is estimated."""
     label = _CAUSE_LABELS.get(cause, cause)
     return label + " (estimated)" if cause == "long_tail" and tail_estimated else label
 
@@ -126,6 +131,39 @@ def flops_per_token(active_params: float, critic_params: float | None = None) ->
     if critic_params:
         out.update(values=2 * float(critic_params), update_critic=6 * float(critic_params))
     return out
+
+
+def drawn_causes(lost: Mapping[str, float | None]) -> list[str]:
+    """The causes of ``lost`` a waterfall draws, so that every report and the dashboard draw the
+    same bars: those with points known (NaN or None: none), less ``decode_long_tail`` where it holds
+    none (no step's tail unknown)."""
+    return [c for c, p in lost.items() if p is not None and not math.isnan(p) and (c != "decode_long_tail" or p > 0)]
+
+
+def unknown_tail_note(steps: Sequence[int], points_max: float | None) -> str:
+    """How every report says which steps' generation is one bar, and the most of it the tail can hold
+    (``points_max`` NaN or None: no bound)."""
+    most = (
+        f"the tail holds at most {points_max:.1f} points of them, if all responses decode in one wave"
+        if points_max is not None and math.isfinite(points_max)
+        else "the lengths give no bound on the tail's part either"
+    )
+    return (
+        f"no long tail is known in {_steps_text(steps)}, which have no finish times and no estimate from "
+        f"response lengths, so their generation's points are one bar, decode + long tail, not split; {most}"
+    )
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    """Steps as runs of consecutive numbers: "step 4", "steps 3, 5-7"."""
+    runs: list[list[int]] = []
+    for step in sorted(steps):
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+    return f"step {text}" if len(steps) == 1 else f"steps {text}"
 
 
 def uncounted_note(stages: Iterable[str]) -> str:
@@ -240,10 +278,12 @@ class MFUResult:
     ``waterfall``: points lost per cause (sums to 100 - 100 * mfu). ``cross_check``: index
     verl key; ``stage``, ``verl``, ``rlscope``, ``ratio`` (verl / rlscope), recent means.
     ``tail_estimated``: the long tail it charges is estimated from response lengths.
-    ``tail_unknown``: that estimate is unknown in a recent step whose tail the waterfall would
-    charge: ``waterfall["long_tail"]`` is then NaN, ``waterfall["decode"]`` holds all of
-    generation's lost points, and ``tail_points_max`` is the most of them the tail can hold
-    (NaN otherwise); ``eta_thr`` is NaN in a step whose tail is unknown.
+    ``tail_unknown``: a recent step whose tail the waterfall would charge has none known
+    (``tail_unknown_steps``, see the module docstring): its generation's lost points are in
+    ``waterfall["decode_long_tail"]`` (0 when no step's tail is unknown), the other steps'
+    in ``decode`` and ``long_tail`` (both NaN when every recent step's tail is unknown), and
+    ``tail_points_max`` is the most of ``decode_long_tail`` the tail can hold (NaN otherwise,
+    or where an unknown step has no bound); ``eta_thr`` is NaN in a step whose tail is unknown.
     ``scaled``: the recent ledger held more GPU-seconds than the steps (see the module
     docstring), so its lost points were scaled to fit. ``uncounted``: critic stages timed in
     the recent steps whose FLOPs are left out for want of ``model.critic_params``.
@@ -260,6 +300,7 @@ class MFUResult:
     uncounted: tuple[str, ...] = ()
     tail_unknown: bool = False
     tail_points_max: float = math.nan
+    tail_unknown_steps: tuple[int, ...] = ()
 
 
 def analyze(
@@ -286,8 +327,10 @@ def analyze(
     tokens_at = tokens.to_dict()
     tails = longtail.per_step["tail_share"].to_dict()
     rollouts = longtail.per_step["rollout_s"].to_dict()
-    # an estimate the lengths cannot give (NaN) has a bound; a measured NaN (one trajectory) has no tail
+    # an estimate the lengths cannot give (NaN) has a bound; a measured NaN (one trajectory) has no tail;
+    # a step the run's finish times or lengths leave out, where they give other steps', has neither
     bounds = longtail.per_step["tail_share_max"].to_dict() if longtail.estimated else {}
+    told = not longtail.per_step.empty  # the run tells some step's tail: a step it leaves out is unknown
     hidden = facts.is_pooled and facts.kind == "async_streaming"  # no tail is charged at all
     busy = async_busy_share(frames.steps).to_dict()
     rows, ledgers, at_bound, stage_eta, unknown = {}, {}, {}, {}, set()
@@ -299,9 +342,11 @@ def analyze(
             _step_ledger, facts, sec, flops, busy_share=busy.get(step, 1.0), rollout_s=rollouts.get(step, sec["gen"])
         )
         ledgers[step] = charge(tail=0.0 if math.isnan(tail) else tail)
-        if math.isnan(tail) and step in bounds and not hidden:
+        estimate_unknown = math.isnan(tail) and step in bounds
+        untold = told and step not in tails and sec["gen"] > 0
+        if (estimate_unknown or untold) and not hidden:
             unknown.add(step)
-            at_bound[step] = charge(tail=bounds[step])
+            at_bound[step] = charge(tail=bounds.get(step, math.nan))
         mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
         rows[step] = _efficiencies(ledgers[step]) | {
             "step_s": sec["step"],
@@ -317,17 +362,18 @@ def analyze(
     per_step = pd.DataFrame.from_dict(rows, orient="index").rename_axis("step")
     window = recent(per_step).index
     budget = float(facts.n_gpus * per_step.loc[window, "step_s"].sum())
-    entries = [e for s in window for e in ledgers[s]]
+    entries = [e for s in window for e in (_unsplit(ledgers[s]) if s in unknown else ledgers[s])]
     fall = waterfall(entries, budget)
     scaled = sum(e.gpu_s for e in entries) > budget * (1 + 1e-9)
-    lost, tail_max = fall.lost, math.nan
-    tail_unknown = any(s in unknown for s in window)
-    if tail_unknown:  # no split of generation: decode holds it all, the tail at most its bound's share
+    lost, tail_max = fall.lost.copy(), math.nan
+    unknown_steps = tuple(int(s) for s in window if s in unknown)
+    tail_unknown = bool(unknown_steps)
+    if tail_unknown:
+        # the unknown steps' tail at its bound, the known steps' as charged: the difference is the bound's part
         bound = waterfall([e for s in window for e in at_bound.get(s, ledgers[s])], budget).lost
-        lost = lost.copy()
-        lost["decode"] += lost["long_tail"]
-        lost["long_tail"] = math.nan
-        tail_max = min(float(bound["long_tail"]), float(lost["decode"]))
+        tail_max = min(float(bound["long_tail"] - lost["long_tail"]), float(lost["decode_long_tail"]))
+        if len(unknown_steps) == len(window):  # no step of the window has its generation split
+            lost["decode"] = lost["long_tail"] = math.nan
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
     check = _cross_check(frames.steps.reindex(window), ours)
     # a timed critic of unknown size: its FLOPs are missing from the MFU, which must say so
@@ -342,6 +388,7 @@ def analyze(
         uncounted=uncounted,
         tail_unknown=tail_unknown,
         tail_points_max=tail_max,
+        tail_unknown_steps=unknown_steps,
     )
     unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
     # an async rollout pool whose busy time is not logged is charged busy: decode holds its idle time
@@ -415,6 +462,11 @@ def _step_ledger(
     )
 
 
+def _unsplit(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """A step's ledger whose tail is unknown (charged 0): its generation moved to ``decode_long_tail``."""
+    return [dataclasses.replace(e, cause="decode_long_tail") if e.cause == "decode" else e for e in entries]
+
+
 def _efficiencies(entries: list[LedgerEntry]) -> dict[str, float]:
     by = {e.cause: e for e in entries}
 
@@ -443,6 +495,15 @@ def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
 
 
+def _tail_clause(r: MFUResult) -> str:
+    """What the waterfall finding says of the long tail: the steps it is unknown in, or estimated."""
+    estimated = r.tail_estimated and not math.isnan(r.waterfall["long_tail"])  # some step's tail is drawn
+    if r.tail_unknown:
+        rest = "; the other steps' long tail is estimated from response lengths" if estimated else ""
+        return f" ({unknown_tail_note(r.tail_unknown_steps, r.tail_points_max)}{rest})"
+    return " (the long tail is estimated from response lengths)" if estimated else ""
+
+
 def _findings(
     r: MFUResult, *, unknown_split: bool = False, pool_assumed: bool = False, pool_bounded: bool = False
 ) -> list[Finding]:
@@ -467,11 +528,12 @@ def _findings(
                 {
                     "mfu": r.mfu,
                     "top_cause": top,
-                    "top_label": cause_label(top, r.tail_estimated, r.tail_unknown),
+                    "top_label": cause_label(top, r.tail_estimated),
                     "top_points": float(r.waterfall[top]),
                     "tail_estimated": r.tail_estimated,
                     "tail_unknown": r.tail_unknown,
                     "tail_points_max": r.tail_points_max,
+                    "tail_unknown_steps": list(r.tail_unknown_steps),
                     "scaled": r.scaled,
                     "rollout_pool_assumed_busy": pool_assumed,
                     "uncounted": list(r.uncounted),
@@ -479,25 +541,10 @@ def _findings(
                     **points,
                 },
                 "100% -> "
-                + " ".join(
-                    f"-{p:.1f} {cause_label(c, r.tail_estimated, r.tail_unknown)}"
-                    for c, p in r.waterfall.items()
-                    if p >= 0.05
-                )
-                + f" = {r.mfu:.1%}: attack {cause_label(top, False, r.tail_unknown)} first, and judge every change by "
+                + " ".join(f"-{p:.1f} {cause_label(c, r.tail_estimated)}" for c, p in r.waterfall.items() if p >= 0.05)
+                + f" = {r.mfu:.1%}: attack {cause_label(top, False)} first, and judge every change by "
                 "step time, not MFU"
-                + (
-                    " (the response lengths give no estimate of the long tail, so generation's points are not split; "
-                    + (
-                        f"the tail holds at most {r.tail_points_max:.1f} of them, if all responses decode in one wave)"
-                        if math.isfinite(r.tail_points_max)
-                        else "they give no bound on the tail's part either)"
-                    )
-                    if r.tail_unknown
-                    else " (the long tail is estimated from response lengths)"
-                    if r.tail_estimated
-                    else ""
-                )
+                + _tail_clause(r)
                 + (
                     f". The critic's size is not in meta.json, so its stages ({', '.join(r.uncounted)}) count no "
                     f"FLOPs and the MFU is a lower bound: give it with {_CRITIC_HINT}"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rlscope.advice.finding import fmt_seconds
-from rlscope.analyzers.mfu import uncounted_note
+from rlscope.analyzers.mfu import uncounted_note, unknown_tail_note
 
 __all__ = [
     "HEADLINE_TITLE",
@@ -29,6 +30,7 @@ __all__ = [
     "shown",
     "signed_secs",
     "step_range",
+    "tail_unknown_note",
     "topology_name",
     "what_if_rows",
 ]
@@ -253,17 +255,10 @@ def mfu_uncounted(doc: dict[str, Any]) -> str:
     return f" ({uncounted_note(uncounted)})" if doc["headline"]["mfu"] is not None and uncounted else ""
 
 
-def tail_unknown_note(points_max: float | None) -> str:
-    """What a waterfall whose decode bar holds the long tail says of the tail's part of it."""
-    most = (
-        "they give no bound on the tail's part either"
-        if points_max is None or math.isnan(points_max)
-        else f"the tail holds at most {points_max:.1f} points of them (if all responses decode in one wave)"
-    )
-    return (
-        "decode + long tail: the response lengths give no estimate of the long tail, so generation's points are "
-        f"not split; {most}"
-    )
+def tail_unknown_note(steps: Sequence[int], points_max: float | None) -> str:
+    """The sentence under a waterfall that has a "decode + long tail (split unknown)" bar."""
+    note = unknown_tail_note(steps, points_max)
+    return note[0].upper() + note[1:] + "."
 
 
 def findings_count(counts: dict[str, int]) -> str:

@@ -24,7 +24,7 @@ from rlscope.trace.reader import RunReader
 
 __all__ = ["NAMED_STEPS", "SCHEMA", "build_document", "clean", "read_warnings"]
 
-SCHEMA = "rlscope.diagnose/1"
+SCHEMA = "rlscope.diagnose/2"
 
 NAMED_STEPS = 5
 """Steps a warning about a timer logged as inf or NaN names; it counts the rest."""
@@ -271,6 +271,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "tail_estimated": d.mfu.tail_estimated,
             "tail_unknown": d.mfu.tail_unknown,
             "tail_points_max": d.mfu.tail_points_max,
+            "tail_unknown_steps": list(d.mfu.tail_unknown_steps),
             "cross_check": d.mfu.cross_check,
             "missing": list(d.mfu.missing),
             "uncounted": list(d.mfu.uncounted),

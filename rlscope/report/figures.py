@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from rlscope.analyzers import Diagnosis
 from rlscope.analyzers._data import last_attempt_table
-from rlscope.analyzers.mfu import cause_label
+from rlscope.analyzers.mfu import cause_label, drawn_causes
 from rlscope.report._format import tail_unknown_note
 from rlscope.trace.reader import RunReader
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, LOGPROB_BINS_PER_DECADE
@@ -50,14 +50,14 @@ def waterfall(d: Diagnosis) -> go.Figure | None:
     lost = d.mfu.waterfall
     if lost is None or len(lost) == 0 or not 0 <= d.mfu.mfu <= 1:  # NaN, or above 1: a fact is wrong
         return None
-    lost = lost.dropna()  # the long tail, when generation's split is unknown: decode holds it
-    labels = ["ideal", *[_safe(cause_label(c, d.mfu.tail_estimated, d.mfu.tail_unknown)) for c in lost.index], "MFU"]
+    lost = lost[drawn_causes(lost)]  # as every report draws it: decode_long_tail only where a tail is unknown
+    labels = ["ideal", *[_safe(cause_label(c, d.mfu.tail_estimated)) for c in lost.index], "MFU"]
     values = [100.0, *(-lost.to_numpy(dtype=float)), 0.0]
     measures = ["absolute", *["relative"] * len(lost), "total"]
     fig = go.Figure(go.Waterfall(x=labels, y=values, measure=measures, connector={"line": {"color": "#999"}}))
     title = f"Whole-step MFU waterfall: {d.mfu.mfu:.1%}"
     if d.mfu.tail_unknown:
-        title += f"<br><sub>{_safe(tail_unknown_note(d.mfu.tail_points_max))}</sub>"
+        title += f"<br><sub>{_safe(tail_unknown_note(d.mfu.tail_unknown_steps, d.mfu.tail_points_max))}</sub>"
     fig.update_layout(title=title, yaxis_title="% of peak FLOP/s", **_LAYOUT)
     return fig
 

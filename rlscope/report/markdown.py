@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlscope.analyzers.mfu import cause_label
+from rlscope.analyzers.mfu import cause_label, drawn_causes
 from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
@@ -63,13 +63,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         out += ["", "## MFU waterfall", "", "| cause | points lost |", "|---|---:|"]
         out += [
-            f"| {escape_md(cause_label(k, doc['mfu']['tail_estimated'], doc['mfu']['tail_unknown']))} | {v:.1f} |"
-            for k, v in waterfall.items()
-            if v is not None
+            f"| {escape_md(cause_label(k, doc['mfu']['tail_estimated']))} | {waterfall[k]:.1f} |"
+            for k in drawn_causes(waterfall)
         ]
         out.append(f"| **MFU** | **{100 * doc['mfu']['mfu']:.1f}** |")
         if doc["mfu"]["tail_unknown"]:
-            out += ["", escape_md(tail_unknown_note(doc["mfu"]["tail_points_max"]))]
+            note = tail_unknown_note(doc["mfu"]["tail_unknown_steps"], doc["mfu"]["tail_points_max"])
+            out += ["", escape_md(note)]
 
     what_if = what_if_rows(doc)
     if what_if:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlscope.analyzers.mfu import cause_label
+from rlscope.analyzers.mfu import cause_label, drawn_causes
 from rlscope.report._format import (
     HEADLINE_TITLE,
     REWARD_COLUMNS,
@@ -87,11 +87,7 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
     if waterfall and doc["mfu"]["mfu"] is not None and doc["mfu"]["mfu"] <= 1:  # above 1 a fact is wrong
         console.print()
         console.print(_plain(("MFU waterfall", "bold underline"), " (points of 100% peak FLOP/s lost, by cause)"))
-        rows = [
-            (cause_label(k, doc["mfu"]["tail_estimated"], doc["mfu"]["tail_unknown"]), v)
-            for k, v in waterfall.items()
-            if v is not None
-        ]
+        rows = [(cause_label(k, doc["mfu"]["tail_estimated"]), waterfall[k]) for k in drawn_causes(waterfall)]
         rows.append(("= MFU", 100 * doc["mfu"]["mfu"]))
         width = max(len(label) for label, _ in rows)
         for label, points in rows:
@@ -99,7 +95,8 @@ def render_text(doc: dict[str, Any], console: Console) -> None:
             style = "green" if label == "= MFU" else "magenta"
             console.print(_plain(f"  {label:<{width}}  ", (bar, style), f" {points:.1f}"))
         if doc["mfu"]["tail_unknown"]:
-            console.print(_plain("  " + tail_unknown_note(doc["mfu"]["tail_points_max"])))
+            note = tail_unknown_note(doc["mfu"]["tail_unknown_steps"], doc["mfu"]["tail_points_max"])
+            console.print(_plain("  " + note))
 
     _table(
         console, "Topology what-if", " (speedups over the step modelled for now)", WHAT_IF_COLUMNS, what_if_rows(doc)
