@@ -37,7 +37,9 @@ PAGES = {"overview": "/", "rollout": "/rollout", "async": "/async", "mismatch": 
          "rewards": "/rewards", "gpu": "/gpu", "advice": "/advice"}  # fmt: skip
 MARKUP_SOURCE = '<b>bold</b><img src="x" onerror="window.__rlscope_xss=1">'
 STEP_PERIOD_S = 1.0
-MAX_STEPS = 90  # the writer stops by itself even if the test does not stop it
+# the writer stops by itself even if the test does not stop it; after 10 minutes, not 90 s, so that the
+# growing test, which runs after the page tests, still sees new steps on a loaded machine
+MAX_STEPS = 600
 
 
 def _write_step(rec: Recorder, step: int, rng: np.random.Generator, t0: float) -> None:
@@ -177,8 +179,9 @@ def page(browser):
     context.close()
 
 
-def _rendered(page, timeout_s: float = 15) -> None:
-    """Wait until the page's graphs are drawn and none still shows the 'loading' placeholder."""
+def _rendered(page, timeout_s: float = 60) -> None:
+    """Wait until the page's graphs are drawn and none still shows the 'loading' placeholder (a
+    minute at most: on a quiet machine it takes a second or two, on a shared one under load much longer)."""
     page.wait_for_selector(".js-plotly-plot", timeout=timeout_s * 1000)
     page.wait_for_function(
         "() => ![...document.querySelectorAll('.annotation-text')].some(e => e.textContent === 'loading')",
@@ -209,7 +212,7 @@ def test_growing_run_shows_new_steps_after_a_refresh(server, page):
     first = int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
     page.wait_for_function(
         f"() => (/latest step (\\d+)/.exec(document.querySelector('.rls-cards').innerText) || [0, 0])[1] > {first + 1}",
-        timeout=15000,
+        timeout=60000,
     )
     later = int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
     bars = page.evaluate(
