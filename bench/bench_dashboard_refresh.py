@@ -143,13 +143,13 @@ def _overview_request(client, deps: list[dict], run: int, tick: int) -> float:
     outputs = [
         dict(zip(("id", "property"), o.rsplit(".", 1), strict=True)) for o in dep["output"].strip(".").split("...")
     ]
-    values = {"app-runs": [run], "app-tick": tick}
+    values = {"app-runs": [run], "app-refresh": tick}
     payload = {
         "output": dep["output"],
         "outputs": outputs,
         "inputs": [{**i, "value": values.get(i["id"])} for i in dep["inputs"]],
         "state": [{**s, "value": None} for s in dep["state"]],
-        "changedPropIds": ["app-tick.n_intervals"],
+        "changedPropIds": ["app-refresh.data"],
     }
     started = time.perf_counter()
     answer = client.post("/_dash-update-component", json=payload)

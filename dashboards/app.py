@@ -2,10 +2,12 @@
 
 ``create_app(run_dirs)`` builds the app; ``rlscope dashboard`` serves it. The header holds
 the page links, the run selector (one run, or several to overlay) and the refresh tick
-(``dcc.Interval``) that every page listens to. Runs are chosen by their index in the fixed
-list given here, so nothing a browser sends can name another path. The pages' callbacks
-are global (Dash Pages' ``dash.callback``) and bind to the first app that serves a request,
-so a process builds one app.
+(``dcc.Interval``). The pages hear a tick only while none of their renders is in flight
+(``app-busy`` counts them): asked again while one runs, Dash drops its answer for the newer
+request, so renders slower than the tick would never be shown. Runs are chosen by their
+index in the fixed list given here, so nothing a browser sends can name another path. The
+pages' callbacks are global (Dash Pages' ``dash.callback``) and bind to the first app that
+serves a request, so a process builds one app.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import urllib.parse
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from rlscope.dashboards.live import WINDOW_STEPS, LiveRuns
 
@@ -103,13 +105,24 @@ def create_app(
             _header(runs),
             html.Div(dash.page_container, className="rls-page"),
             dcc.Interval(id="app-tick", interval=max(refresh_s, 0.5) * 1000, disabled=refresh_s <= 0),
+            dcc.Store(id="app-busy", data=0),
+            dcc.Store(id="app-refresh"),
         ]
+    )
+    app.clientside_callback(
+        "(tick, busy) => busy > 0 ? window.dash_clientside.no_update : tick",
+        Output("app-refresh", "data"),
+        Input("app-tick", "n_intervals"),
+        State("app-busy", "data"),
+        prevent_initial_call=True,
     )
     app.callback(Output("app-runs", "value"), Input("app-url", "search"))(
         lambda search: _runs_from_url(search, len(runs))
     )
 
-    @app.callback(Output("app-status", "children"), Input("app-runs", "value"), Input("app-tick", "n_intervals"))
+    @app.callback(
+        Output("app-status", "children"), Input("app-runs", "value"), _common.REFRESH, running=_common.IN_FLIGHT
+    )
     def _status(values: object, _tick: int | None) -> str:
         parts = []
         for run in _common.select(values):

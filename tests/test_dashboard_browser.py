@@ -2,8 +2,9 @@
 
 One server (a subprocess on a free 127.0.0.1 port) shows a run that a Recorder keeps
 growing in a thread, plus three sample traces. Every page must render with no browser
-console error; the growing run must show its new steps after a refresh; the compare view
-must overlay two runs; data strings must stay text. Screenshots go to test-artifacts/dashboard/
+console error; the growing run must show its new steps after a refresh, also from a second
+server whose every render outlasts its refresh tick; the compare view must overlay two runs;
+data strings must stay text. Screenshots go to test-artifacts/dashboard/
 (and, with RLSCOPE_DOCS_SCREENSHOTS=1, the README's two to docs/img/). The HTTP tests need
 no browser and also run where Chromium is missing.
 
@@ -37,7 +38,9 @@ PAGES = {"overview": "/", "rollout": "/rollout", "async": "/async", "mismatch": 
          "rewards": "/rewards", "gpu": "/gpu", "advice": "/advice"}  # fmt: skip
 MARKUP_SOURCE = '<b>bold</b><img src="x" onerror="window.__rlscope_xss=1">'
 STEP_PERIOD_S = 1.0
-MAX_STEPS = 90  # the writer stops by itself even if the test does not stop it
+# the writer stops by itself even if the test does not stop it; after 10 minutes, not 90 s, so that the
+# growing test, which runs after the page tests, still sees new steps on a loaded machine
+MAX_STEPS = 600
 
 
 def _write_step(rec: Recorder, step: int, rng: np.random.Generator, t0: float) -> None:
@@ -126,17 +129,9 @@ def growing_run(tmp_path_factory) -> Iterator[tuple[Path, threading.Event]]:
     rec.close()
 
 
-@pytest.fixture(scope="module")
-def server(growing_run) -> Iterator[str]:
-    """``rlscope dashboard`` in a subprocess on a free loopback port; yields its base URL."""
-    dirs = [str(growing_run[0]), *(str(ROOT / "sample_traces" / s) for s in SAMPLES)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlscope", "dashboard", *dirs, "--port", "0", "--refresh", "1"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _serve(command: list[str]) -> Iterator[str]:
+    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the test is done; yields its base URL."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         match = re.search(r"http://127\.0\.0\.1:\d+/", line)
@@ -148,6 +143,40 @@ def server(growing_run) -> Iterator[str]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(growing_run) -> Iterator[str]:
+    """``rlscope dashboard`` in a subprocess on a free loopback port; yields its base URL."""
+    dirs = [str(growing_run[0]), *(str(ROOT / "sample_traces" / s) for s in SAMPLES)]
+    yield from _serve([sys.executable, "-m", "rlscope", "dashboard", *dirs, "--port", "0", "--refresh", "1"])
+
+
+# A dashboard whose every callback first waits SLOW_RENDER_S seconds (in _common.select, which every
+# page callback and the header's status call), so that each render takes longer than its refresh tick
+# however fast or loaded the machine is.
+SLOW_TICK_S = 0.5
+SLOW_RENDER_S = 2 * SLOW_TICK_S
+_SLOW_DASHBOARD = """
+import sys, time
+from rlscope.cli import main
+from rlscope.dashboards.pages import _common
+select = _common.select
+def slow_select(values):
+    time.sleep(float(sys.argv[1]))
+    return select(values)
+_common.select = slow_select
+sys.exit(main(["dashboard", *sys.argv[2:]]))
+"""
+
+
+@pytest.fixture
+def slow_server(growing_run) -> Iterator[str]:
+    """The growing run served with a refresh tick of SLOW_TICK_S and renders of SLOW_RENDER_S and more."""
+    yield from _serve(
+        [sys.executable, "-c", _SLOW_DASHBOARD, str(SLOW_RENDER_S), str(growing_run[0]),
+         "--port", "0", "--refresh", str(SLOW_TICK_S)]
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +206,9 @@ def page(browser):
     context.close()
 
 
-def _rendered(page, timeout_s: float = 15) -> None:
-    """Wait until the page's graphs are drawn and none still shows the 'loading' placeholder."""
+def _rendered(page, timeout_s: float = 60) -> None:
+    """Wait until the page's graphs are drawn and none still shows the 'loading' placeholder (a
+    minute at most: on a quiet machine it takes a second or two, on a shared one under load much longer)."""
     page.wait_for_selector(".js-plotly-plot", timeout=timeout_s * 1000)
     page.wait_for_function(
         "() => ![...document.querySelectorAll('.annotation-text')].some(e => e.textContent === 'loading')",
@@ -203,20 +233,55 @@ def test_every_page_renders_without_console_errors(server, page):
     assert page.errors == []
 
 
+def _latest_step(page) -> int:
+    return int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
+
+
+def _wait_for_step_after(page, step: int, timeout_s: float = 60) -> int:
+    """Wait until the Overview's headline shows a latest step past ``step`` + 1; that step."""
+    page.wait_for_function(
+        f"() => (/latest step (\\d+)/.exec(document.querySelector('.rls-cards').innerText) || [0, 0])[1] > {step + 1}",
+        timeout=timeout_s * 1000,
+    )
+    return _latest_step(page)
+
+
 def test_growing_run_shows_new_steps_after_a_refresh(server, page):
     page.goto(server + "?runs=0")
     _rendered(page)
-    first = int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
-    page.wait_for_function(
-        f"() => (/latest step (\\d+)/.exec(document.querySelector('.rls-cards').innerText) || [0, 0])[1] > {first + 1}",
-        timeout=15000,
-    )
-    later = int(re.search(r"latest step (\d+)", page.inner_text(".rls-cards")).group(1))
+    first = _latest_step(page)
+    later = _wait_for_step_after(page, first)
     bars = page.evaluate(
         "() => Array.from(document.querySelector('#overview-phases .js-plotly-plot')._fullData[0].x, Number)"
     )
     assert later > first + 1 and max(bars) >= later - 1  # the chart grew too (it may lag the headline by a tick)
     page.screenshot(path=str(ARTIFACTS / "growing-overview.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_a_render_slower_than_the_refresh_is_shown_and_refreshed(slow_server, page):
+    """Each render outlasts the tick: the page must still show it, then the next one, and the browser
+    must not ask for the page again while its previous render is in flight (Dash would drop that one)."""
+    in_flight, overlapped = set(), []
+
+    def is_overview(request) -> bool:
+        return "/_dash-update-component?" in request.url and "overview-notices" in (request.post_data or "")
+
+    def started(request) -> None:
+        if is_overview(request):
+            overlapped.append(bool(in_flight))
+            in_flight.add(request)
+
+    def ended(request) -> None:
+        in_flight.discard(request)
+
+    page.on("request", started)
+    page.on("requestfinished", ended)
+    page.on("requestfailed", ended)
+    page.goto(slow_server + "?runs=0")
+    _rendered(page)
+    _wait_for_step_after(page, _latest_step(page))
+    assert len(overlapped) >= 2 and not any(overlapped)
     assert page.errors == []
 
 

@@ -831,6 +831,26 @@ def test_every_page_renders_full_early_and_partial_runs(client, prefix):
     assert "waiting for data" in empty
 
 
+def test_every_callback_the_refresh_drives_counts_itself_in_flight(client):
+    """The tick reaches the pages only while app-busy is 0, so each render it drives must add 1 to it when
+    asked and take 1 away when answered; one left out could be asked again mid-render and never shown."""
+    _, deps = client
+    driven = [d for d in deps if {"id": "app-refresh", "property": "data"} in d["inputs"]]
+    pages = {prefix.strip(".-") for prefix in PAGE_CALLBACKS}
+    assert sorted(d["output"].strip(".").split("-")[0] for d in driven) == sorted([*pages, "app"])  # and the status
+    for dep in driven:
+        (on,) = dep["running"]["running"]["app-busy.data"]["operations"]
+        (off,) = dep["running"]["runningOff"]["app-busy.data"]["operations"]
+        assert (on["operation"], on["params"]["value"], off["operation"], off["params"]["value"]) == (
+            "Add",
+            1,
+            "Add",
+            -1,
+        )
+    (gate,) = [d for d in deps if d["output"] == "app-refresh.data"]
+    assert gate["inputs"] == [{"id": "app-tick", "property": "n_intervals"}] and gate["clientside_function"]
+
+
 def test_pages_refuse_a_run_that_is_not_on_the_command_line(client):
     client, deps = client
     for runs in (["/etc/passwd"], "../../etc", [7], [str(SAMPLES / "moe-mismatch")]):

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.advice.finding import fmt_seconds
@@ -112,7 +112,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return common.notices(runs), table, [*notes, common.findings_list(advice)], curve, drift
 
 
-@callback(
+@common.live_callback(
     Output("advice-notices", "children"),
     Output("advice-table", "children"),
     Output("advice-recommendation", "children"),
@@ -120,7 +120,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     Output("advice-drift", "figure"),
     Output("advice-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     State("advice-seen", "data"),
 )
 def _update(values: object, _tick: int | None, seen: list | None) -> tuple:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.dashboards import figures
@@ -42,14 +42,14 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     )
 
 
-@callback(
+@common.live_callback(
     Output("async-notices", "children"),
     Output("async-idle", "figure"),
     Output("async-staleness", "figure"),
     Output("async-length", "figure"),
     Output("async-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     State("async-seen", "data"),
 )
 def _update(values: object, _tick: int | None, seen: list | None) -> tuple:

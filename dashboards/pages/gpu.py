@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.dashboards import figures
@@ -51,12 +51,12 @@ def _render(runs: Sequence[LiveRun], steps: int) -> tuple:
     return common.notices(runs), figures.gpu_timeline({r.label: r.gpu_window(steps) for r in runs})
 
 
-@callback(
+@common.live_callback(
     Output("gpu-notices", "children"),
     Output("gpu-timeline", "figure"),
     Output("gpu-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     Input("gpu-steps", "value"),
     State("gpu-seen", "data"),
 )

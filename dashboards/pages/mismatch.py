@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.analyzers.mismatch import expected_level
@@ -48,13 +48,13 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return common.notices(runs), heatmap, quantiles
 
 
-@callback(
+@common.live_callback(
     Output("mismatch-notices", "children"),
     Output("mismatch-heatmap", "figure"),
     Output("mismatch-quantiles", "figure"),
     Output("mismatch-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     State("mismatch-seen", "data"),
 )
 def _update(values: object, _tick: int | None, seen: list | None) -> tuple:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import dash
 import pandas as pd
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.advice.finding import Severity, fmt_seconds
@@ -174,7 +174,7 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
     return common.notices(runs), headline, phases, waterfall, found, whole
 
 
-@callback(
+@common.live_callback(
     Output("overview-notices", "children"),
     Output("overview-headline", "children"),
     Output("overview-phases", "figure"),
@@ -183,7 +183,7 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
     Output("overview-full-findings", "children"),
     Output("overview-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     Input("overview-full", "n_clicks"),
     State("overview-seen", "data"),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.dashboards import figures
@@ -60,14 +60,14 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return common.notices(runs), figures.reward_by_source(steps), figures.zero_vs_error(steps), _errors(runs)
 
 
-@callback(
+@common.live_callback(
     Output("rewards-notices", "children"),
     Output("rewards-by-source", "figure"),
     Output("rewards-zero-error", "figure"),
     Output("rewards-errors", "children"),
     Output("rewards-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     State("rewards-seen", "data"),
 )
 def _update(values: object, _tick: int | None, seen: list | None) -> tuple:

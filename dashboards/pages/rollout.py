@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import dash
 import numpy as np
 import pandas as pd
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.dashboards import figures
@@ -91,7 +91,7 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     )
 
 
-@callback(
+@common.live_callback(
     Output("rollout-notices", "children"),
     Output("rollout-cdf", "figure"),
     Output("rollout-tail", "figure"),
@@ -99,7 +99,7 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     Output("rollout-engines", "figure"),
     Output("rollout-seen", "data"),
     Input("app-runs", "value"),
-    Input("app-tick", "n_intervals"),
+    common.REFRESH,
     Input("rollout-step", "value"),
     State("rollout-seen", "data"),
 )

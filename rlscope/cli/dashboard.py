@@ -43,7 +43,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050; 0 picks one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument(
-        "--refresh", type=seconds(zero=True), default=5.0, metavar="SECONDS", help="refresh period (5; 0 = never)"
+        "--refresh",
+        type=seconds(zero=True),
+        default=5.0,
+        metavar="SECONDS",
+        help="refresh period, longer while a page renders (5; 0 = never)",
     )
     args = parser.parse_args(argv)
     check_port(args.port)
