@@ -23,6 +23,9 @@ from rlscope.dashboards.live import WINDOW_STEPS, LiveRuns
 
 __all__ = ["create_app"]
 
+STUCK_TICKS = 20
+"""Ticks held back while renders are in flight after which one passes anyway (see ``create_app``)."""
+
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #222; background: #fafafa; }
 .rls-header { display: flex; flex-wrap: wrap; align-items: center; gap: 14px; padding: 8px 16px; background: #1f2937; color: white; }
@@ -109,8 +112,16 @@ def create_app(
             dcc.Store(id="app-refresh"),
         ]
     )
+    # A tick passes while a render is in flight too once STUCK_TICKS have gone by since the last one
+    # passed: an answer lost to the network (a dropped tunnel, a restarted server) never takes its
+    # render off the count, and the pages would otherwise stop refreshing until reloaded.
     app.clientside_callback(
-        "(tick, busy) => busy > 0 ? window.dash_clientside.no_update : tick",
+        f"""(tick, busy) => {{
+            const held = window.__rlscope_held = busy > 0 ? (window.__rlscope_held || 0) + 1 : 0;
+            if (held > 0 && held < {STUCK_TICKS}) return window.dash_clientside.no_update;
+            window.__rlscope_held = 0;
+            return tick;
+        }}""",
         Output("app-refresh", "data"),
         Input("app-tick", "n_intervals"),
         State("app-busy", "data"),

@@ -285,6 +285,29 @@ def test_a_render_slower_than_the_refresh_is_shown_and_refreshed(slow_server, pa
     assert page.errors == []
 
 
+def test_a_lost_answer_holds_the_refresh_for_a_bounded_number_of_ticks(slow_server, page):
+    """An Overview request whose answer never arrives (the connection fails) leaves its render counted
+    in flight: the page must still refresh, after STUCK_TICKS ticks held back, not stop for good."""
+    page.goto(slow_server + "?runs=0")
+    _rendered(page)
+    lost = []
+
+    def lose_one(route) -> None:
+        if not lost and "overview-notices" in (route.request.post_data or ""):
+            lost.append(route.request.url)
+            route.abort("connectionfailed")
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/_dash-update-component"), lose_one)
+    for _ in range(300):  # the next Overview request is sent within a render and a tick (bounded: 30 s)
+        if lost:
+            break
+        page.wait_for_timeout(100)
+    assert lost
+    _wait_for_step_after(page, _latest_step(page))  # only a request sent after the lost one shows it
+
+
 def test_data_strings_are_shown_as_text_not_markup(server, page):
     page.goto(server.rstrip("/") + "/rewards?runs=0")
     _rendered(page)
