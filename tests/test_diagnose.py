@@ -827,7 +827,9 @@ def test_a_file_is_read_as_whichever_format_finds_its_steps(tmp_path, capsys, na
     code, doc = _run_json(capsys, str(path))
     assert code == 0 and (doc["run"]["first_step"], doc["run"]["last_step"]) == (1, 3)
     assert doc["headline"]["generation_share"] == pytest.approx(10.0 / 15.0)
-    skipped = ["the import (verl-jsonl) left out 1 bad_json"] if name.startswith("junk") else []
+    # json's own message for "garbage line", at the line it is on
+    first = f"{path}:1: Expecting value: line 1 column 1 (char 0)"
+    skipped = [f"the import (verl-jsonl) left out 1 bad_json (first at {first})"] if name.startswith("junk") else []
     assert doc["run"]["warnings"] == skipped  # what the import dropped is in the report, not only on stderr
 
 
@@ -841,7 +843,7 @@ def test_a_validation_dict_that_repeats_its_step_line_is_no_warning(tmp_path, ca
     )
     _, doc = _run_json(capsys, str(log))
     # the repeated key loses a value, and says so; the dict lost nothing
-    assert doc["run"]["warnings"] == ["the import (verl-log) left out 1 duplicate_key"]
+    assert doc["run"]["warnings"] == [f"the import (verl-log) left out 1 duplicate_key (first at {log}:3: actor/kl)"]
     assert main(["diagnose", str(log)]) == 0
     out = capsys.readouterr().out
     assert "duplicate_key" in out and "duplicate_of_step_line" not in out
