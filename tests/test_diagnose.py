@@ -28,7 +28,8 @@ from rlscope.report.document import SCHEMA, build_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
-REAL_LOGS = ROOT.parent / "shared" / "real_logs"
+# shared/ lies beside the repository; RLSCOPE_REAL_LOGS points elsewhere, as in test_importers
+REAL_LOGS = Path(os.environ.get("RLSCOPE_REAL_LOGS", ROOT.parent / "shared" / "real_logs"))
 
 
 def _run_json(capsys, *args: str) -> tuple[int, dict]:
@@ -418,7 +419,7 @@ def test_a_segment_that_does_not_read_is_named_in_every_report(tmp_path, capsys)
     assert str(first) in capsys.readouterr().out.split("Read with warnings")[1]  # not wrapped: copyable
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
     code, doc = _run_json(capsys, str(REAL_LOGS / "12_charcount_grpo_smollm135m_1gpu.log"))
     assert code == 0
@@ -435,7 +436,7 @@ def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
     assert doc["headline"]["mfu"] == pytest.approx(tokens * 10 * 134.52e6 / (48.7025266494602 * 312e12))
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_run_with_no_reward_signal_is_critical(capsys):
     # rllm issue 54: critic/score and critic/advantages are all 0.000 at step 4
     _, doc = _run_json(capsys, str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"))
@@ -607,7 +608,7 @@ def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, 
     assert doc["headline"]["mfu"] == pytest.approx(flops / (100 * 16 * 1000e12))
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
     code, doc = _run_json(capsys, log, "--gpus", "1", "--gpu-type", "RTX 4090", "--active-params", "3e9")
@@ -715,7 +716,7 @@ def test_an_mfu_above_peak_is_called_a_wrong_fact_and_not_drawn(capsys):
 def test_a_missing_mfu_says_what_would_give_it(capsys):
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
     if not REAL_LOGS.is_dir():
-        pytest.skip("shared/real_logs is not beside this checkout")
+        pytest.skip("real logs not found (set RLSCOPE_REAL_LOGS)")
     _, doc = _run_json(capsys, log)
     assert doc["mfu"]["missing"] == [
         "--gpus",
@@ -731,7 +732,7 @@ def test_mfu_of_a_ppo_log_without_the_critic_size_says_it_leaves_the_critic_out(
     # TinyZero PPO: a critic (timing_s/values, update_critic) whose size the log does not state
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
     if not REAL_LOGS.is_dir():
-        pytest.skip("shared/real_logs is not beside this checkout")
+        pytest.skip("real logs not found (set RLSCOPE_REAL_LOGS)")
     facts = ["--gpus", "1", "--peak-tflops", "165", "--active-params", "0.5e9"]
     batch = {"batch_size": 32, "group_size": 1}
     _, doc = _run_json(capsys, log, *facts, "--meta", json.dumps(batch))
@@ -1017,7 +1018,7 @@ def test_a_restarted_logs_timed_validation_of_its_checkpoint_step_keeps_that_ste
     assert {k: step2[k] for k in expected} == expected
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_waterfall_charging_an_estimated_tail_says_so(tmp_path, capsys):
     args = [str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"), "--gpus", "8", "--gpu-type", "H100"]
     args += ["--active-params", "1.5e9", "--meta", '{"batch_size": 128, "group_size": 8}']
