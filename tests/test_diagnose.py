@@ -442,6 +442,7 @@ def test_a_run_with_no_reward_signal_is_critical(capsys):
     _, doc = _run_json(capsys, str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"))
     (f,) = [f for f in doc["findings"] if f["id"] == "reward-no-signal"]
     assert f["severity"] == "critical" and f["evidence"]["last_step"] == 4 and f["evidence"]["reward"] == 0.0
+    assert f["title"] == "every sample of the last 1 step got reward 0"  # not "1 step(s)"
     for other in (
         "12_charcount_grpo_smollm135m_1gpu",
         "15_tinyzero_countdown_ppo_4090",
