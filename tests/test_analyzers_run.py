@@ -816,6 +816,10 @@ def test_engine_imbalance_and_sync_bubble(tmp_path):
     found = {f.id: f for f in r.findings}
     assert found["engine-imbalanced"].severity is Severity.CRITICAL
     assert found["sync-bubble"].severity is Severity.WARN
+    # one update per sync is "1 step", not "1 step(s)"; syncing every 2 would be 3 / (2 * 10 + 3) = 13%
+    assert found["sync-bubble"].title.endswith("(3 s per sync, after 1 step of 10 s updates)")
+    assert "stalls the trainer 3 s per 1 step of 10 s updates (23%)" in found["sync-bubble"].recommendation
+    assert "sync every 2 steps (13%" in found["sync-bubble"].recommendation
 
 
 def test_an_engine_that_stops_serving_counts_at_load_zero(tmp_path):

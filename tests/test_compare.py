@@ -443,7 +443,9 @@ def test_what_a_run_was_read_without_is_said(tmp_path, capsys):
     b.write_text(good)
     assert main(["compare", str(a), str(b), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)["explanations"]
-    assert "A was read with a warning: the import (verl-jsonl) left out 1 bad_json" in out
+    # where the cut line is, and json's word for it
+    first = f"{a}:5: Expecting ',' delimiter: line 1 column 30 (char 29)"
+    assert f"A was read with a warning: the import (verl-jsonl) left out 1 bad_json (first at {first})" in out
     assert not [s for s in out if s.startswith("B was read")]
 
 

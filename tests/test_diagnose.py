@@ -28,7 +28,8 @@ from rlscope.report.document import SCHEMA, build_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
-REAL_LOGS = ROOT.parent / "shared" / "real_logs"
+# shared/ lies beside the repository; RLSCOPE_REAL_LOGS points elsewhere, as in test_importers
+REAL_LOGS = Path(os.environ.get("RLSCOPE_REAL_LOGS", ROOT.parent / "shared" / "real_logs"))
 
 
 def _run_json(capsys, *args: str) -> tuple[int, dict]:
@@ -418,7 +419,7 @@ def test_a_segment_that_does_not_read_is_named_in_every_report(tmp_path, capsys)
     assert str(first) in capsys.readouterr().out.split("Read with warnings")[1]  # not wrapped: copyable
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
     code, doc = _run_json(capsys, str(REAL_LOGS / "12_charcount_grpo_smollm135m_1gpu.log"))
     assert code == 0
@@ -435,12 +436,13 @@ def test_a_verl_console_log_is_imported_and_diagnosed(capsys):
     assert doc["headline"]["mfu"] == pytest.approx(tokens * 10 * 134.52e6 / (48.7025266494602 * 312e12))
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_run_with_no_reward_signal_is_critical(capsys):
     # rllm issue 54: critic/score and critic/advantages are all 0.000 at step 4
     _, doc = _run_json(capsys, str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"))
     (f,) = [f for f in doc["findings"] if f["id"] == "reward-no-signal"]
     assert f["severity"] == "critical" and f["evidence"]["last_step"] == 4 and f["evidence"]["reward"] == 0.0
+    assert f["title"] == "every sample of the last 1 step got reward 0"  # not "1 step(s)"
     for other in (
         "12_charcount_grpo_smollm135m_1gpu",
         "15_tinyzero_countdown_ppo_4090",
@@ -607,7 +609,7 @@ def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, 
     assert doc["headline"]["mfu"] == pytest.approx(flops / (100 * 16 * 1000e12))
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
     code, doc = _run_json(capsys, log, "--gpus", "1", "--gpu-type", "RTX 4090", "--active-params", "3e9")
@@ -715,7 +717,7 @@ def test_an_mfu_above_peak_is_called_a_wrong_fact_and_not_drawn(capsys):
 def test_a_missing_mfu_says_what_would_give_it(capsys):
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
     if not REAL_LOGS.is_dir():
-        pytest.skip("shared/real_logs is not beside this checkout")
+        pytest.skip("real logs not found (set RLSCOPE_REAL_LOGS)")
     _, doc = _run_json(capsys, log)
     assert doc["mfu"]["missing"] == [
         "--gpus",
@@ -731,7 +733,7 @@ def test_mfu_of_a_ppo_log_without_the_critic_size_says_it_leaves_the_critic_out(
     # TinyZero PPO: a critic (timing_s/values, update_critic) whose size the log does not state
     log = str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log")
     if not REAL_LOGS.is_dir():
-        pytest.skip("shared/real_logs is not beside this checkout")
+        pytest.skip("real logs not found (set RLSCOPE_REAL_LOGS)")
     facts = ["--gpus", "1", "--peak-tflops", "165", "--active-params", "0.5e9"]
     batch = {"batch_size": 32, "group_size": 1}
     _, doc = _run_json(capsys, log, *facts, "--meta", json.dumps(batch))
@@ -827,7 +829,9 @@ def test_a_file_is_read_as_whichever_format_finds_its_steps(tmp_path, capsys, na
     code, doc = _run_json(capsys, str(path))
     assert code == 0 and (doc["run"]["first_step"], doc["run"]["last_step"]) == (1, 3)
     assert doc["headline"]["generation_share"] == pytest.approx(10.0 / 15.0)
-    skipped = ["the import (verl-jsonl) left out 1 bad_json"] if name.startswith("junk") else []
+    # json's own message for "garbage line", at the line it is on
+    first = f"{path}:1: Expecting value: line 1 column 1 (char 0)"
+    skipped = [f"the import (verl-jsonl) left out 1 bad_json (first at {first})"] if name.startswith("junk") else []
     assert doc["run"]["warnings"] == skipped  # what the import dropped is in the report, not only on stderr
 
 
@@ -841,7 +845,7 @@ def test_a_validation_dict_that_repeats_its_step_line_is_no_warning(tmp_path, ca
     )
     _, doc = _run_json(capsys, str(log))
     # the repeated key loses a value, and says so; the dict lost nothing
-    assert doc["run"]["warnings"] == ["the import (verl-log) left out 1 duplicate_key"]
+    assert doc["run"]["warnings"] == [f"the import (verl-log) left out 1 duplicate_key (first at {log}:3: actor/kl)"]
     assert main(["diagnose", str(log)]) == 0
     out = capsys.readouterr().out
     assert "duplicate_key" in out and "duplicate_of_step_line" not in out
@@ -1015,7 +1019,7 @@ def test_a_restarted_logs_timed_validation_of_its_checkpoint_step_keeps_that_ste
     assert {k: step2[k] for k in expected} == expected
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="shared/real_logs is not beside this checkout")
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
 def test_a_waterfall_charging_an_estimated_tail_says_so(tmp_path, capsys):
     args = [str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"), "--gpus", "8", "--gpu-type", "H100"]
     args += ["--active-params", "1.5e9", "--meta", '{"batch_size": 128, "group_size": 8}']

@@ -163,6 +163,16 @@ def test_real_quickstart_old_key_scheme(tmp_path):
     assert meta["importer"]["renamed_keys"]["timing/gen"] == "timing_s/gen"
 
 
+def test_a_skip_names_where_it_first_happened(tmp_path):
+    # the quickstart's line 2 (step:1) logs actor/reward_kl_penalty twice; without the place a
+    # user cannot tell which key lost a value, and --strict does not stop on a repeated key
+    log = real_log("19_verl_quickstart_doc_oldformat")
+    summary = import_verl_log([log], tmp_path / "run")
+    first = f"{log}:2: actor/reward_kl_penalty"
+    assert "  skipped: 1 duplicate_key (first at " + first + ")" in str(summary).splitlines()
+    assert RunReader(tmp_path / "run").meta["importer"]["skipped_first"] == {"duplicate_key": first}
+
+
 def test_real_charcount_log_states_batch_gpus_and_model_size(tmp_path):
     # the source notes: 1 GPU, train_batch_size 128, rollout.n 8, max response 128, SmolLM2-135M
     summary = import_verl_log([real_log("12_charcount_grpo_smollm135m_1gpu")], tmp_path / "run")

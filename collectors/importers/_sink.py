@@ -77,6 +77,8 @@ class ImportSummary:
     keys: int = 0
     values: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    # reason -> where it first happened and what ("FILE:LINE: detail"): a count alone cannot be found
+    skipped_first: dict[str, str] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
     found_meta: dict[str, Any] = field(default_factory=dict)  # run facts the input stated (config, model size)
     notes: list[str] = field(default_factory=list)  # what was read but may not be whole
@@ -95,7 +97,7 @@ class ImportSummary:
         if self.restarts:
             lines.append(f"  {self.restarts} restart(s): steps logged again are kept as attempts 1, 2, ...")
         if self.skipped:
-            lines.append("  skipped: " + ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items())))
+            lines.append(f"  skipped: {self.skips()}")
         if self.renamed:
             shown = ", ".join(f"{old} -> {new}" for old, new in list(self.renamed.items())[:6])
             more = f" (+{len(self.renamed) - 6} more)" if len(self.renamed) > 6 else ""
@@ -113,6 +115,14 @@ class ImportSummary:
         elif self.interrupted:
             lines.append("  stopped by interrupt; everything read so far was written")
         return "\n".join(lines)
+
+    def skips(self) -> str:
+        """What was skipped by reason, each with where it first happened, as "1 duplicate_key
+        (first at FILE:2: KEY)": a count alone leaves the user nothing to look for."""
+        return ", ".join(
+            f"{n} {reason}" + (f" (first at {self.skipped_first[reason]})" if self.skipped_first.get(reason) else "")
+            for reason, n in sorted(self.skipped.items())
+        )
 
 
 def _validation_only(steps: dict[int, None]) -> str:
@@ -208,6 +218,7 @@ class StepSink:
         self._written_to: int | None = None  # the highest step in a segment written
         self._trained_to: int | None = None  # the highest step a record of a training step holds
         self._skipped: Counter[str] = Counter()
+        self._skipped_first: dict[str, str] = {}
         self._keys: set[str] = set()
         self._attempts = _Attempts()
         self._pending: tuple[int, dict[str, float], float | None] | None = None
@@ -252,7 +263,7 @@ class StepSink:
             if key != raw:
                 self.summary.renamed.setdefault(raw, key)
             if key in named:
-                self.skip("duplicate_key", "", bad=False)
+                self.skip("duplicate_key", "", key, bad=False)
             else:
                 named[key] = value
         if not named:
@@ -398,6 +409,8 @@ class StepSink:
     def skip(self, reason: str, where: str, detail: str = "", *, bad: bool = True) -> None:
         """Count something not imported; with ``strict``, a ``bad`` one stops the import."""
         self._skipped[reason] += 1
+        if reason not in self._skipped_first:
+            self._skipped_first[reason] = ": ".join(part for part in (where, detail[:120]) if part)
         if self.strict and bad and reason in _BAD_INPUT:
             text = f": {detail[:120]}" if detail else ""
             held = ""
@@ -527,6 +540,7 @@ class StepSink:
         self.flush()
         s = self.summary
         s.keys, s.skipped, s.interrupted = len(self._keys), dict(self._skipped), interrupted
+        s.skipped_first = dict(self._skipped_first)
         if self._seq:
             from rlscope.analyzers._data import meta_problems  # pandas: only once the import is done
 
@@ -551,6 +565,7 @@ class StepSink:
             "values": s.values,
             "restarts": s.restarts,
             "skipped": dict(self._skipped),
+            "skipped_first": dict(self._skipped_first),
             "notes": list(s.notes),
             "renamed_keys": dict(s.renamed),
         }

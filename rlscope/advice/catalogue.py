@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlscope.advice.finding import Finding, Severity, fmt_seconds
+from rlscope.advice.finding import Finding, Severity, fmt_seconds, fmt_steps
 
 __all__ = ["CATALOGUE", "Entry", "finding"]
 
@@ -163,7 +163,7 @@ _ENTRIES = (
     Entry(
         "sync-bubble",
         "weight sync takes {bubble:.0%} of the trainer's update-and-sync time ({t_sync_s:secs} s per sync, "
-        "after {k:.0f} step(s) of {t_mb_s:secs} s updates)",
+        "after {k:steps} of {t_mb_s:secs} s updates)",
         "The sync bubble is T_sync / (k T_mb + T_sync). Shrink T_sync (multi-source or delta sync, "
         "bucketed transfers) or sync less often (larger k), at the price of staler samples.",
     ),
@@ -184,7 +184,7 @@ _ENTRIES = (
     ),
     Entry(
         "reward-no-signal",
-        "every sample of the last {steps} step(s) got reward {reward:g}",
+        "every sample of the last {steps:steps} got reward {reward:g}",
         "Policy-gradient RL learns from differences in reward. When every sample of a step scores the "
         "same (verl's critic/score max equals min), a group-relative advantage is 0 for every token, and "
         "with advantages logged as all 0 no estimator learns anything. A reward stuck at 0 is almost "
@@ -263,11 +263,16 @@ def finding(
 
 
 class _TitleFormatter(string.Formatter):
-    """``str.format`` plus the spec ``secs``: seconds as recommendations write them
-    (:func:`fmt_seconds`), so a title and its recommendation show a time alike."""
+    """``str.format`` plus the specs ``secs``, seconds as recommendations write them
+    (:func:`fmt_seconds`), so a title and its recommendation show a time alike, and ``steps``,
+    a count of steps with its noun (:func:`fmt_steps`)."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
-        return fmt_seconds(value) if format_spec == "secs" else super().format_field(value, format_spec)
+        if format_spec == "secs":
+            return fmt_seconds(value)
+        if format_spec == "steps":
+            return fmt_steps(value)
+        return super().format_field(value, format_spec)
 
 
 _TITLES = _TitleFormatter()

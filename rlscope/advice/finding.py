@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Finding", "Severity", "fmt_seconds"]
+__all__ = ["Finding", "Severity", "fmt_seconds", "fmt_steps"]
 
 
 def fmt_seconds(value: float) -> str:
@@ -22,6 +22,11 @@ def fmt_seconds(value: float) -> str:
         return f"{value:,.0f}"
     short = f"{value:.3g}"
     return short if math.isclose(float(short), value, rel_tol=1e-9) else f"{value:#.3g}"  # float noise is exact
+
+
+def fmt_steps(count: float) -> str:
+    """A whole count of steps with its noun, "1 step" or "2 steps": never "1 step(s)"."""
+    return f"{count:.0f} step" + ("" if round(count) == 1 else "s")
 
 
 class Severity(str, Enum):

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity, fmt_seconds
+from rlscope.advice.finding import Finding, Severity, fmt_seconds, fmt_steps
 from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers._data import RunFrames, Trajectories, group_counts, kept, load, recent
@@ -197,8 +197,8 @@ def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:
                 "sync-bubble",
                 Severity.CRITICAL if r.bubble >= SYNC_BUBBLE_CRITICAL else Severity.WARN,
                 {"bubble": r.bubble, "t_sync_s": r.t_sync_s, "k": r.k, "t_mb_s": r.t_mb_s},
-                f"each weight sync stalls the trainer {fmt_seconds(r.t_sync_s)} s per {r.k:.0f} step(s) of {fmt_seconds(r.t_mb_s)} s "
-                f"updates ({r.bubble:.0%}): use delta or multi-source sync, or sync every {2 * r.k:.0f} steps "
+                f"each weight sync stalls the trainer {fmt_seconds(r.t_sync_s)} s per {fmt_steps(r.k)} of {fmt_seconds(r.t_mb_s)} s "
+                f"updates ({r.bubble:.0%}): use delta or multi-source sync, or sync every {fmt_steps(2 * r.k)} "
                 f"({sync_bubble(r.t_sync_s, r.t_mb_s, 2 * r.k):.0%}, at the price of staler samples)",
             )
         )

@@ -123,7 +123,7 @@ def main(argv: Sequence[str]) -> int:
     with _interrupts(tail):
         summary = IMPORTERS[args.format](args.sources, args.out, strict=args.strict, tail=tail, meta=args.meta)
     if summary.values == 0 and not args.follow:  # nothing written: no summary that says "-> RUN_DIR"
-        skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(summary.skipped.items()))
+        skipped = summary.skips()
         raise ImportInputError(
             f"no metrics found in {', '.join(args.sources)} (read as {args.format}"
             + (f"; skipped {skipped}" if skipped else "")

@@ -165,8 +165,11 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
         return []
     name = record.get("name", "?")
     skipped = record.get("skipped") if isinstance(record.get("skipped"), dict) else {}
+    # where each reason first happened, so that a user can find what was left out (older imports lack it)
+    first = record.get("skipped_first") if isinstance(record.get("skipped_first"), dict) else {}
     counts = ", ".join(
         f"{n} {reason}"
+        + (f" (first at {first[reason]})" if isinstance(first.get(reason), str) and first[reason] else "")
         for reason, n in sorted(skipped.items())
         if type(n) is int and n > 0 and reason not in _NOTHING_LOST  # not True
     )
