@@ -997,7 +997,7 @@ def test_a_restarted_log_is_told(tmp_path, capsys):
     code, doc = _run_json(capsys, str(log))
     assert code == 0
     assert (
-        "the log restarted 1 time(s) (steps logged again): each step is read from its latest attempt"
+        "the log restarted 1 time (steps logged again): each step is read from its latest attempt"
         in doc["run"]["warnings"]
     )
 

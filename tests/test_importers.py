@@ -1056,7 +1056,8 @@ def test_cli_summary_and_meta(tmp_path, capsys):
     assert code == 0 and err == ""
     # step 0 is validation only; step 2's validation after the restart is of a step trained before it
     assert (
-        out.startswith("verl-log: 7 steps (0..4; step 0 validation only), 3 keys, 13 values") and "1 restart(s)" in out
+        out.startswith("verl-log: 7 steps (0..4; step 0 validation only), 3 keys, 13 values")
+        and "1 restart: steps logged again" in out
     )
     written = RunReader(tmp_path / "run").meta
     assert written["gpu"] == {"type": "H100", "count": 8} and written["framework"] == "verl-fork"

@@ -409,6 +409,9 @@ def test_cli_writes_a_run(tmp_path, capsys):
     assert main(["simulate", "--scenario", "healthy-colocated", "--steps", "2", "--out", str(out), "--seed", "3"]) == 0
     assert "wrote 2 steps" in capsys.readouterr().out
     assert RunReader(out).meta["seed"] == 3
+    one = tmp_path / "one"
+    assert main(["simulate", "--scenario", "healthy-colocated", "--steps", "1", "--out", str(one)]) == 0
+    assert "wrote 1 step of healthy-colocated" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ class ImportSummary:
             f" {_count(len(self.sources), 'source')}; {_count(self.records, 'metric record')}",
         ]
         if self.restarts:
-            lines.append(f"  {self.restarts} restart(s): steps logged again are kept as attempts 1, 2, ...")
+            lines.append(f"  {_count(self.restarts, 'restart')}: steps logged again are kept as attempts 1, 2, ...")
         if self.skipped:
             lines.append(f"  skipped: {self.skips()}")
         if self.renamed:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlscope.advice.finding import fmt_seconds
+from rlscope.advice.finding import fmt_seconds, fmt_steps
 from rlscope.cli._args import parser_for
 from rlscope.errors import UsageError
 
@@ -60,7 +60,7 @@ def main(argv: Sequence[str]) -> int:
     meta = simulate(scenario, steps, args.out, seed=args.seed)
     mean = meta["ground_truth"]["mean"]
     print(
-        f"wrote {steps} steps of {scenario.name} ({scenario.topology}, seed {args.seed}) to {args.out}: "
+        f"wrote {fmt_steps(steps)} of {scenario.name} ({scenario.topology}, seed {args.seed}) to {args.out}: "
         f"gen {fmt_seconds(mean['T_gen_s'])} s (throughput {fmt_seconds(mean['T_thr_s'])} + tail {fmt_seconds(mean['T_tail_s'])}), "
         f"forward {fmt_seconds(mean['forward_s'])} s, train {fmt_seconds(mean['train_s'])} s, step {fmt_seconds(mean['step_s'])} s"
     )

@@ -177,7 +177,7 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
     restarts = record.get("restarts")
     if type(restarts) is int and restarts > 0:
         out.append(
-            f"the log restarted {restarts} time(s) (steps logged again): each step is read from its latest attempt"
+            f"the log restarted {restarts} time{'s' if restarts > 1 else ''} (steps logged again): each step is read from its latest attempt"
         )
     notes = record.get("notes")
     return out + [str(n) for n in notes] if isinstance(notes, list) else out
