@@ -100,20 +100,43 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "first_step": int(steps.min()) if len(steps) else None,
         "last_step": int(steps.max()) if len(steps) else None,
         # what was read in part or not at all: a report saved to a file says so as the terminal did
-        "warnings": read_warnings(meta, d.anatomy.unfinite, reader.warnings),
+        "warnings": read_warnings(meta, d.anatomy.unfinite, reader.warnings, out_of_range=d.topology.out_of_range),
     }
 
 
-def read_warnings(meta: dict[str, Any], unfinite: dict[str, tuple[int, ...]], unreadable: list[str]) -> list[str]:
+def read_warnings(
+    meta: dict[str, Any],
+    unfinite: dict[str, tuple[int, ...]],
+    unreadable: list[str],
+    *,
+    out_of_range: dict[str, tuple[tuple[int, float], ...]] | None = None,
+) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
-    meta.json values, what its import left out, timers logged as inf or NaN, and unreadable segments
-    (the dashboard's notices list the same, so the two never disagree about what was read)."""
+    meta.json values, what its import left out, timers logged as inf or NaN, shares of time logged
+    outside [0, 1] (``out_of_range``, as ``RunFrames.out_of_range``), and unreadable segments (the
+    dashboard's notices list the same, but for the shares, so the two agree on what was read)."""
     return (
         [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
         + _import_warnings(meta)
         + _unfinite_warnings(unfinite)
+        + _out_of_range_warnings(out_of_range or {})
         + list(unreadable)
     )
+
+
+def _out_of_range_warnings(out_of_range: dict[str, tuple[tuple[int, float], ...]]) -> list[str]:
+    """One warning per share of time (verl's idle ratios, its occupancy share) logged outside [0, 1]
+    in some steps: read as not logged there, which would otherwise go unseen (an idle ratio of 1.1
+    leaves the rollout pool negative busy time)."""
+    out = []
+    for key, logged in sorted(out_of_range.items()):
+        (step, value), n = logged[0], len(logged)
+        first = f"step {step}: {value!r}" if n == 1 else f"first step {step}: {value!r}"
+        out.append(
+            f"{key}, a share, was logged outside [0, 1] in {n} step{'s' if n > 1 else ''} ({first}): "
+            "read as not logged there"
+        )
+    return out
 
 
 def _unfinite_warnings(unfinite: dict[str, tuple[int, ...]]) -> list[str]:
