@@ -63,11 +63,14 @@ __all__ = [
     "last_attempt_table",
     "load",
     "numbers",
+    "out_of_range_of",
     "out_of_range_shares",
     "pipeline_fills",
     "pivot_placed",
     "placed_step_rows",
+    "readings_of",
     "recent",
+    "share_readings",
     "timer_finiteness",
     "topology_kind",
     "training_attempts",
@@ -149,30 +152,50 @@ def out_of_range_shares(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[tuple
     value it logged (a number rather than NaN where it logged both), by step.
     :func:`usable_step_rows` reads them as not logged: these are the values the reports must say
     they set aside (an idle ratio of 1.1 would leave the rollout pool negative busy time)."""
+    return out_of_range_of(share_readings(steps))
+
+
+def share_readings(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """Of the long ``steps`` table's shares of time, per ``step``, canonical ``key`` and ``attempt``:
+    whether any value logged was in [0, 1] (``ok``), and the last ``value`` logged (NaN only where
+    all were). The live dashboard keeps these for its window, not the rows."""
+    empty = pd.DataFrame({"step": [], "key": [], "attempt": [], "ok": [], "value": []})
     keys = steps.column("key") if isinstance(steps, pa.Table) else pa.array(steps["key"].astype(str))
     names = {k: canonical_metric(k, 1.0)[0] for k in pc.unique(keys).to_pylist() if k is not None}
     raw = [k for k, name in names.items() if name in SHARE_KEYS]
     if not raw:
-        return {}
+        return empty
     text = keys.type.value_type if pa.types.is_dictionary(keys.type) else keys.type
     chosen = pc.is_in(keys.cast(text), value_set=pa.array(raw, text)).to_numpy(zero_copy_only=False)
     df = steps.filter(chosen).to_pandas() if isinstance(steps, pa.Table) else steps[chosen]
     if df.empty:
-        return {}
+        return empty
     value = df["value"].astype(float)
     df = pd.DataFrame(
         {
             "step": df["step"].astype("int64"),
             "key": df["key"].astype(str).map(names),
             "attempt": df["attempt"].fillna(0) if "attempt" in df else 0,
-            "value": value,
             "ok": in_share_range(value),
+            "value": value,
         }
     )
-    by = df.groupby(["step", "key", "attempt"], sort=False)
-    records = by.agg(ok=("ok", "any"), value=("value", "last")).reset_index()
-    latest = records[records["attempt"] == records.groupby(["step", "key"])["attempt"].transform("max")]
-    bad = latest[~latest["ok"]].sort_values("step")
+    return readings_of(df)
+
+
+def readings_of(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of :func:`share_readings` (or their raw rows, in the order logged) grouped again per
+    step, key and attempt: a reader that gets a step's rows in parts adds each part this way."""
+    by = rows.groupby(["step", "key", "attempt"], sort=False)
+    return by.agg(ok=("ok", "any"), value=("value", "last")).reset_index()
+
+
+def out_of_range_of(readings: pd.DataFrame) -> dict[str, tuple[tuple[int, float], ...]]:
+    """:func:`out_of_range_shares` of rows of :func:`share_readings`: a share's latest attempt decides."""
+    if readings.empty:
+        return {}
+    latest = readings[readings["attempt"] == readings.groupby(["step", "key"])["attempt"].transform("max")]
+    bad = latest[~latest["ok"].astype(bool)].sort_values("step", kind="stable")
     return {
         key: tuple((int(s), float(v)) for s, v in zip(rows["step"], rows["value"], strict=True))
         for key, rows in bad.groupby("key")
