@@ -118,34 +118,38 @@ def read_warnings(
 ) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
     meta.json values, what its import left out, timers logged as inf or NaN, shares of time logged
-    outside [0, 1], and unreadable segments (the dashboard's notices list the same, but for the
-    shares, so the two agree on what was read).
+    outside [0, 1], and unreadable segments (the dashboard's notices list the same, so the two never
+    disagree about what was read).
 
     ``unfinite``: per timer, its steps logged so in order (the first :data:`NAMED_STEPS` are named);
-    ``counts``: per timer, how many such steps there are where ``unfinite`` lists only the first
-    of them (the live dashboard keeps no more of the steps that left its window);
-    ``out_of_range``: per share, its steps logged so with their values, as ``RunFrames.out_of_range``."""
+    ``out_of_range``: per share, its steps logged so in order, each with its value (the first is
+    named, as ``RunFrames.out_of_range``); ``counts``: per timer or share, how many such steps there
+    are where ``unfinite`` or ``out_of_range`` lists only the first of them (the live dashboard keeps
+    no more of the steps that left its window)."""
+    counts = counts or {}
     return (
         [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
         + _import_warnings(meta)
-        + _unfinite_warnings(unfinite, counts or {})
-        + _out_of_range_warnings(out_of_range or {})
+        + _unfinite_warnings(unfinite, counts)
+        + _out_of_range_warnings(out_of_range or {}, counts)
         + list(unreadable)
     )
 
 
-def _out_of_range_warnings(out_of_range: Mapping[str, Sequence[tuple[int, float]]]) -> list[str]:
+def _out_of_range_warnings(
+    out_of_range: Mapping[str, Sequence[tuple[int, float]]], counts: Mapping[str, int]
+) -> list[str]:
     """One warning per share of time (verl's idle ratios, its occupancy share) logged outside [0, 1]
     in some steps: read as not logged there, which would otherwise go unseen (an idle ratio of 1.1
     leaves the rollout pool negative busy time)."""
     out = []
     for key, logged in sorted(out_of_range.items()):
-        (step, value), n = logged[0], len(logged)
-        first = f"step {step}: {value!r}" if n == 1 else f"first step {step}: {value!r}"
-        out.append(
-            f"{key}, a share, was logged outside [0, 1] in {n} step{'s' if n > 1 else ''} ({first}): "
-            "read as not logged there"
-        )
+        n = counts.get(key, len(logged))
+        where = f"{n} step{'s' if n > 1 else ''}"
+        if logged:  # else the dashboard knows how many, not which
+            step, value = logged[0]
+            where += f" ({'step' if n == 1 else 'first step'} {step}: {value!r})"
+        out.append(f"{key}, a share, was logged outside [0, 1] in {where}: read as not logged there")
     return out
 
 
