@@ -191,6 +191,23 @@ def test_an_idle_ratio_outside_zero_to_one_is_neither_served_nor_used(tmp_path, 
     assert "fully_async/rollouter/idle_ratio" in said and "1.1 at step 9" in said and "outside [0, 1]" in said
 
 
+def test_an_idle_ratio_logged_as_nan_or_inf_is_warned_about_once_as_out_of_range(tmp_path, caplog):
+    # NaN and inf are no share of time either: the rollouter's idle ratio is 0.3 at step 1, NaN at steps
+    # 2 and 4 and 0.4 at step 3; the trainer's 0.1 at step 1 and inf at step 4. Each is read as not logged
+    # (step 3's 0.4 and step 1's 0.1 are served) and named once, with its first such value and step
+    with Recorder(tmp_path / "run", meta={"topology": "fully_async"}) as rec:
+        for s, (rollouter, trainer) in enumerate([(0.3, 0.1), (math.nan, 0.1), (0.4, 0.1), (math.nan, math.inf)], 1):
+            rec.log_step(s, {"timing_s/step": 100.0, "rollouter/idle_ratio": rollouter, "trainer/idle_ratio": trainer})
+    registry, _ = _registry(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.4
+        assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.1
+    said = sorted(r.getMessage() for r in caplog.records if "idle_ratio" in r.getMessage())
+    assert len(said) == 2
+    assert "fully_async/rollouter/idle_ratio logged nan at step 2, outside [0, 1]" in said[0]
+    assert "fully_async/trainer/idle_ratio logged inf at step 4, outside [0, 1]" in said[1]
+
+
 def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_same(tmp_path):
     path = tmp_path / "run"
 

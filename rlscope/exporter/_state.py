@@ -529,6 +529,9 @@ class RunState:
         for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
             name = names[key_index[i]]
             v = value[i]
+            if name in _IDLE_KEYS and not in_share_range(v):  # NaN and inf too: no share of time, as diagnose reads it
+                self._warn_out_of_range(name, float(v), int(step[i]))
+                continue
             if not math.isfinite(v):
                 continue
             stage = stages[key_index[i]]
@@ -544,9 +547,6 @@ class RunState:
                     self._phases[self._phase_cap(stage)] = v
             else:  # the latest value of an idle ratio or a score bound
                 if name in _IDLE_KEYS:
-                    if not in_share_range(v):  # no share of time: not logged, as diagnose reads it
-                        self._warn_out_of_range(name, float(v), int(step[i]))
-                        continue
                     v = min(max(v, 0.0), 1.0)  # within rounding of [0, 1]
                 latest, label = (
                     (self._idle, _IDLE_KEYS[name]) if name in _IDLE_KEYS else (self._score, _SCORE_KEYS[name])
