@@ -57,12 +57,15 @@ __all__ = [
     "RENAMED_PREFIXES",
     "ROLLOUTER_PREFIX",
     "ROLLOUT_UTILIZATION_KEY",
+    "SHARE_KEYS",
+    "SHARE_SLACK",
     "STAGE_PHASES",
     "STEP_TIMER",
     "SUBSTAGES",
     "TRAINED_FROM_KEY",
     "canonical",
     "canonical_metric",
+    "in_share_range",
     "is_rollouter_window_key",
     "is_substage",
     "is_validation_key",
@@ -274,6 +277,24 @@ def record_trains(metrics: Mapping[str, Any]) -> bool:
 TRAINED_FROM_KEY: Final = "fully_async/count/current_param_version"
 # The utilization of the rollouter's window, which verl 0.9.1's training record repeats
 ROLLOUT_UTILIZATION_KEY: Final = "dynamic_resource/rollout_resource_utilization"
+# verl's shares of time (canonical keys), in [0, 1] by their definitions: the trainer's gen / step,
+# the rollouter's 1 - active / version time, and the occupancy share, sum dt min(1, active / capacity)
+# capacity over sum dt capacity. A value outside is no measurement (a corrupted log, a unit mix-up).
+SHARE_KEYS: Final = frozenset(
+    {"fully_async/trainer/idle_ratio", "fully_async/rollouter/idle_ratio", ROLLOUT_UTILIZATION_KEY}
+)
+# How far past 0 or 1 a share may be logged and still be read (as 0 or 1): rounding, not a fault.
+# verl's ratios of float64 sums overshoot by ~1e-16, but a logger that keeps float32 (TensorBoard)
+# turns 1.0 into 1 + 1.2e-7 at worst; 1e-6 allows a few float32 ulps and nothing a clock could mean.
+SHARE_SLACK: Final = 1e-6
+
+
+def in_share_range(value: Any) -> Any:
+    """Whether a value of a :data:`SHARE_KEYS` key (a number or an array of them) is a share:
+    in [0, 1] up to :data:`SHARE_SLACK`; NaN and inf are not."""
+    return (value >= -SHARE_SLACK) & (value <= 1 + SHARE_SLACK)
+
+
 # verl's count of updates (the fully async trainer's aggregate holds its last update's)
 GLOBAL_STEP_KEY: Final = "training/global_step"
 # The keys the fully async rollouter alone reports of its window (the trainer repeats none of them)

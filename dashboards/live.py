@@ -7,8 +7,9 @@ per-step aggregates of the steps those rows touch (phase seconds, tail split, re
 lengths, engine loads, staleness, rewards, log-prob histograms) and appends them. Raw rows
 are kept only for the most recent ``window`` steps; the analyzers run on that window when a
 page asks and something changed, and on the whole run only when the user asks. The notices
-about timers logged as inf or NaN cover the whole run all the same: as steps leave the window,
-each timer's are summed up (how many, and the first that diagnose names).
+about timers logged as inf or NaN and shares of time logged outside [0, 1] cover the whole run
+all the same: as steps leave the window, each key's are summed up (how many, and the first that
+diagnose names).
 
 A run directory that is empty, lacks ``meta.json`` or some tables is not an error: the view
 says what is missing and picks the data up once it appears. Rows that arrive for a step that
@@ -38,9 +39,12 @@ from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
     imported_job_firsts,
     last_attempt_rows,
+    out_of_range_of,
     pipeline_fills,
     pivot_placed,
     placed_step_rows,
+    readings_of,
+    share_readings,
     timer_finiteness,
     training_records,
     unfinite_of,
@@ -154,52 +158,91 @@ class _WindowReader(RunReader):
 
 
 @dataclass(frozen=True)
-class _PastUnfinite:
-    """Of one timer, the steps that left the window whose latest attempt logged it as inf or NaN
-    (``unfinite_of``'s verdict): how many (``count``), and the smallest of them in order (``first``:
-    at most ``NAMED_STEPS``, the ones the notice names; all of them while there are that few).
+class _PastSteps:
+    """Of one timer or share of time, the steps that left the window whose latest attempt logged it
+    unusable (a timer as inf or NaN, ``unfinite_of``; a share outside [0, 1], ``out_of_range_of``):
+    how many (``count``), and the smallest of them in order, each with the value it logged
+    (``first``: at most ``NAMED_STEPS``, enough for the notices; all of them while there are that few).
 
     Bounded, unlike the steps themselves, so a step past the named ones is not remembered: where a
     verdict on it changes after it left the window (a resumed job redoing it), the first one stays.
     """
 
     count: int = 0
-    first: tuple[int, ...] = ()
+    first: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return tuple(step for step, _ in self.first)
 
     def holds(self, step: int) -> bool | None:
         """Whether ``step`` is counted; None when that cannot be told (a step past the named ones)."""
-        if step in self.first:
+        if step in self.steps:
             return True
-        if self.count == len(self.first) or (self.first and step < self.first[-1]):
+        if self.count == len(self.first) or (self.first and step < self.first[-1][0]):
             return False
         return None
 
-    def with_step(self, step: int) -> _PastUnfinite:
-        """Counting ``step`` too (named if it is among the smallest known)."""
+    def with_step(self, step: int, value: float) -> _PastSteps:
+        """Counting ``step`` too (named if it is among the smallest known); a named one takes ``value``."""
+        if step in self.steps:  # logged again out of range: the latest value, as diagnose names it
+            return _PastSteps(self.count, tuple((s, value if s == step else v) for s, v in self.first))
         complete = self.count == len(self.first)
         first = self.first
-        if complete or (first and step < first[-1]):
-            first = tuple(sorted((*first, step)))[: NAMED_STEPS if complete else len(first)]
-        return _PastUnfinite(self.count + 1, first)
+        if complete or (first and step < first[-1][0]):
+            first = tuple(sorted((*first, (step, value))))[: NAMED_STEPS if complete else len(first)]
+        return _PastSteps(self.count + 1, first)
 
-    def without(self, step: int) -> _PastUnfinite:
+    def without(self, step: int) -> _PastSteps:
         """No longer counting ``step``, one of ``first``."""
-        return _PastUnfinite(self.count - 1, tuple(s for s in self.first if s != step))
+        return _PastSteps(self.count - 1, tuple((s, v) for s, v in self.first if s != step))
 
 
-def _run_unfinite(
-    past: dict[str, _PastUnfinite], window: dict[str, tuple[int, ...]]
-) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
-    """The timers logged as inf or NaN over the whole run, from the steps that left the window and
-    those in it: per timer, the steps in order as far as known, and how many (``read_warnings``'s)."""
-    named: dict[str, tuple[int, ...]] = {}
+def _summed_up(
+    past: dict[str, _PastSteps],
+    leaving: dict[str, tuple[tuple[int, float], ...]],
+    again: set[int],
+) -> dict[str, _PastSteps]:
+    """``past`` with the verdicts of the steps leaving the window (``leaving``: per key, its unusable
+    steps with their values) folded in. A step in ``again`` left before and was read again whole:
+    its verdict replaces the one it left with where that is known, so it is counted once, and a
+    resumed job's redo of it clears it as the latest attempt decides."""
+    past = dict(past)
+    for key, logged in leaving.items():
+        for step, value in logged:
+            if step not in again:
+                past[key] = past.get(key, _PastSteps()).with_step(step, value)
+    values = {key: dict(logged) for key, logged in leaving.items()}
+    for step in sorted(again):
+        for key in past.keys() | values.keys():
+            now = values.get(key, {})
+            was = past[key].holds(step) if key in past else False
+            if step in now and was is not None:  # counted now, or named with the redo's value
+                past[key] = past.get(key, _PastSteps()).with_step(step, now[step])
+            elif step not in now and was:
+                past[key] = past[key].without(step)
+    return {key: summary for key, summary in past.items() if summary.count}
+
+
+def _whole_run(
+    past: dict[str, _PastSteps], window: dict[str, tuple[tuple[int, float], ...]]
+) -> tuple[dict[str, tuple[tuple[int, float], ...]], dict[str, int]]:
+    """The keys logged unusable over the whole run, from the steps that left the window and those in
+    it: per key, its steps in order (with their values) as far as known, and how many
+    (``read_warnings``'s)."""
+    named: dict[str, tuple[tuple[int, float], ...]] = {}
     counts: dict[str, int] = {}
     for key in past.keys() | window.keys():
-        left, recent = past.get(key, _PastUnfinite()), window.get(key, ())
+        left, recent = past.get(key, _PastSteps()), window.get(key, ())
         # the window's steps follow every step that left it: they come next if all of those are named
         named[key] = left.first + recent if left.count == len(left.first) else left.first
         counts[key] = left.count + len(recent)
     return named, counts
+
+
+def _valued(unfinite: dict[str, tuple[int, ...]]) -> dict[str, tuple[tuple[int, float], ...]]:
+    """Timers' steps logged as inf or NaN (``unfinite_of``) in ``_PastSteps``' form: no value to name."""
+    return {key: tuple((step, math.nan) for step in steps) for key, steps in unfinite.items()}
 
 
 class LiveRun:
@@ -240,8 +283,12 @@ class LiveRun:
         self._records = training_records(pd.DataFrame())  # every training record of the run, with its time
         # the run's timers, whether logged finite per step and attempt: the window's usable rows drop inf and NaN
         self._finiteness = timer_finiteness(pd.DataFrame({"step": [], "key": [], "value": []}))
-        # of the steps that left the window, per timer, how many logged it as inf or NaN and which first
-        self._past_unfinite: dict[str, _PastUnfinite] = {}
+        # the run's shares of time, whether logged in [0, 1] per step and attempt: the window's usable rows drop the rest
+        self._share_readings = share_readings(pd.DataFrame({"step": [], "key": [], "value": []}))
+        # of the steps that left the window, per timer (share), how many logged it as inf or NaN (out of
+        # [0, 1]) and which first
+        self._past_unfinite: dict[str, _PastSteps] = {}
+        self._past_out_of_range: dict[str, _PastSteps] = {}
         self._horizon: int | None = None  # the window's first step when raw rows were last evicted
         self._traj = _empty("trajectories").set_index("step", drop=False)
         self._spans = _empty("spans").set_index("step", drop=False)
@@ -288,17 +335,22 @@ class LiveRun:
     @property
     def warnings(self) -> list[str]:
         """What ``rlscope diagnose`` reads the run with warnings about (ignored meta.json values, what its
-        import left out, timers logged as inf or NaN, unreadable segments), in its words.
+        import left out, timers logged as inf or NaN, shares of time logged outside [0, 1], unreadable
+        segments), in its words.
 
-        Timers logged as inf or NaN are of the whole run: the window's steps from their rows, the
-        steps that left it from ``_PastUnfinite`` (which may name fewer than diagnose, see there)."""
+        Timers and shares so logged are of the whole run: the window's steps from their rows, the
+        steps that left it from ``_PastSteps`` (which may name fewer than diagnose, see there)."""
         with self._lock:  # one view: a refresh on another thread replaces these frames
             reader, meta, finiteness, past = self._reader, self.meta, self._finiteness, self._past_unfinite
+            readings, past_shares = self._share_readings, self._past_out_of_range
         unreadable = list(reader.warnings) if reader is not None else []
         suspect = finiteness.loc[~finiteness["finite"].astype(bool), "step"].unique()  # each page asks: these only
         window = unfinite_of(finiteness[finiteness["step"].isin(suspect)])  # all their attempts: the latest counts
-        named, counts = _run_unfinite(past, window)
-        return read_warnings(meta, named, unreadable, counts)
+        named, counts = _whole_run(past, _valued(window))
+        suspect = readings.loc[~readings["ok"].astype(bool), "step"].unique()
+        shares, share_counts = _whole_run(past_shares, out_of_range_of(readings[readings["step"].isin(suspect)]))
+        timers = {key: tuple(step for step, _ in logged) for key, logged in named.items()}
+        return read_warnings(meta, timers, unreadable, counts | share_counts, out_of_range=shares)
 
     def unread(self, table: str) -> bool:
         """Whether some of ``table``'s data was left out because it could not be read."""
@@ -564,6 +616,11 @@ class LiveRun:
             held = self._finiteness["step"].isin(finiteness["step"].unique())  # regrouped: the batch's steps only
             both = pd.concat([self._finiteness[held], finiteness]).groupby(["step", "key", "attempt"], as_index=False)
             self._finiteness = pd.concat([self._finiteness[~held], both["finite"].any()])
+        readings = share_readings(long)
+        if len(readings):  # a share outside [0, 1] is dropped below; the notices must know it was logged
+            held = self._share_readings["step"].isin(readings["step"].unique())
+            both = readings_of(pd.concat([self._share_readings[held], readings]))
+            self._share_readings = pd.concat([self._share_readings[~held], both])
         long = usable_step_rows(long)
         if long.empty:  # no row that says anything: no attempt either
             return
@@ -636,11 +693,12 @@ class LiveRun:
         if len(self._steps) < self.window:
             return
         horizon = self._steps[-self.window]
-        self._sum_up_unfinite(horizon, fresh)
+        self._sum_up(horizon, fresh)
         self._wide = self._wide[self._wide.index >= horizon]
         self._placed = self._placed[self._placed["step"] >= horizon]
         # a step past the window is read again whole (_whole_late_steps), its timers' finiteness too
         self._finiteness = self._finiteness[self._finiteness["step"] >= horizon]
+        self._share_readings = self._share_readings[self._share_readings["step"] >= horizon]
         self._traj = self._traj[self._traj.index >= horizon]
         self._spans = self._spans[self._spans.index >= horizon]
         self._logprob_rows = self._logprob_rows[self._logprob_rows.index >= horizon]
@@ -654,31 +712,24 @@ class LiveRun:
         if cutoff is not None:
             self._gpu_parts = [p for p in self._gpu_parts if len(p) and p["time"].max() >= cutoff]
 
-    def _sum_up_unfinite(self, horizon: int, fresh: set[int]) -> None:
-        """Fold the timers of the steps leaving the window (before ``horizon``) into ``_past_unfinite``.
+    def _sum_up(self, horizon: int, fresh: set[int]) -> None:
+        """Fold the timers and shares of the steps leaving the window (before ``horizon``) into
+        ``_past_unfinite`` and ``_past_out_of_range``.
 
-        A step that left it before is read again whole (``_whole_late_steps``): its verdict replaces
-        the one it left with where that is known, so late rows of it count it once, and a resumed
-        job's finite redo of it clears it as ``unfinite_of`` does."""
-        leaving = self._finiteness[self._finiteness["step"] < horizon]
+        A step that left it before is read again whole (``_whole_late_steps``), and not ``fresh``
+        (read for the first time): its verdict replaces the one it left with (``_summed_up``)."""
         left_before = -math.inf if self._horizon is None else self._horizon
         self._horizon = horizon
-        if leaving.empty:
-            return
-        unfinite = unfinite_of(leaving)
-        again = {int(s) for s in leaving["step"].unique() if s < left_before and int(s) not in fresh}
-        past = dict(self._past_unfinite)
-        for key, steps in unfinite.items():
-            for step in steps:
-                if step not in again:
-                    past[key] = past.get(key, _PastUnfinite()).with_step(step)
-        for step in sorted(again):
-            for key in past.keys() | unfinite.keys():
-                now = step in unfinite.get(key, ())
-                was = past[key].holds(step) if key in past else False
-                if was is not None and was != now:
-                    past[key] = past.get(key, _PastUnfinite()).with_step(step) if now else past[key].without(step)
-        self._past_unfinite = {key: summary for key, summary in past.items() if summary.count}
+
+        def again(leaving: pd.DataFrame) -> set[int]:
+            return {int(s) for s in leaving["step"].unique() if s < left_before and int(s) not in fresh}
+
+        leaving = self._finiteness[self._finiteness["step"] < horizon]
+        if not leaving.empty:
+            self._past_unfinite = _summed_up(self._past_unfinite, _valued(unfinite_of(leaving)), again(leaving))
+        leaving = self._share_readings[self._share_readings["step"] < horizon]
+        if not leaving.empty:
+            self._past_out_of_range = _summed_up(self._past_out_of_range, out_of_range_of(leaving), again(leaving))
 
     def _gpu_cutoff(self) -> float | None:
         """Start of the oldest step in the window, by its phase spans (None without spans)."""

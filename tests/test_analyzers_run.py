@@ -710,6 +710,49 @@ def test_a_step_without_the_rollouter_idle_ratio_takes_its_neighbours(tmp_path):
     assert topology.async_busy_share(never.steps).tolist() == [1.0]
 
 
+def _idle_run(path, rollouter_idle):
+    # async 8:8 on 16 GPUs, 100 s steps with forward + training 10 + 40 = 50 s on the 8 training
+    # GPUs, verl's rollouter idle ratio per step as given (no occupancy share: verl before 0.9.1)
+    meta = {"gpu": {"type": "H100", "count": 16}, "topology": "fully_async", "split": "8:8"}
+    step = {"timing_s/gen": 5.0, "timing_s/old_log_prob": 10.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}
+    steps = {s: {**step, "fully_async/trainer/idle_ratio": 0.05} for s in rollouter_idle}
+    for s, idle in rollouter_idle.items():
+        steps[s]["fully_async/rollouter/idle_ratio"] = idle
+    return make_run(path, meta, steps)
+
+
+def test_a_rollouter_idle_ratio_above_one_is_read_as_not_logged(tmp_path):
+    # steps 1-9, idle 0.5 but 1.1 at steps 3 and 8 (no share of a step is 110%) and 0.2 at step 9.
+    # Step 1 fills the pipeline: the model is of steps 2-9, its recent quarter steps 8 and 9. Step 8
+    # takes the last idle ratio logged, step 7's 0.5: busy 0.5 x 100 = 50 s; step 9 0.8 x 100 = 80 s.
+    # T_thr = (50 + 80) / 2 = 65 s on the 8 rollout GPUs, 32.5 s on all 16; T_t = 50 x 8/16 = 25 s.
+    # Async T = max(32.5 x 16/r, 25 x 16/(16 - r)): r = 8: 65; r = 9: max(57.8, 57.1) = 520/9; r = 10:
+    # max(52, 66.7): 9:7. (Read as 1.1, step 8 would be busy -10 s: T_thr (-10 + 80) / 2 x 8/16 = 17.5 s)
+    idle = {s: 0.5 for s in range(1, 10)} | {3: 1.1, 8: 1.1, 9: 0.2}
+    run = _idle_run(tmp_path / "r", idle)
+    frames = load(run)
+    assert frames.steps["fully_async/rollouter/idle_ratio"].isna().tolist() == [s in (3, 8) for s in range(1, 10)]
+    assert frames.out_of_range == {"fully_async/rollouter/idle_ratio": ((3, 1.1), (8, 1.1))}
+    d = analyze_run(run)
+    r = d.topology
+    assert (r.model.t_thr_s, r.model.t_train_s) == pytest.approx((32.5, 25.0))
+    best = r.what_if.loc["async_streaming"]
+    assert (best["n_rollout"], best["n_train"], best["step_s"]) == (9, 7, pytest.approx(520 / 9))
+    # the balanced split per step: steps 3 and 8 at busy 50 s (25 s on all 16 GPUs) as their neighbours
+    assert d.drift.per_step["t_thr_s"].to_dict() == pytest.approx({**dict.fromkeys(range(2, 9), 25.0), 9: 40.0})
+    assert r.out_of_range == frames.out_of_range
+
+
+def test_shares_in_range_are_read_as_logged(tmp_path):
+    # 0 and 1 are shares; so is 1 + 1e-7 (float32 rounding of 1, as TensorBoard keeps it), read as 1
+    idle = {1: 0.0, 2: 1.0, 3: 1 + 1e-7, 4: 0.25}
+    frames = load(_idle_run(tmp_path / "r", idle))
+    assert frames.steps["fully_async/rollouter/idle_ratio"].tolist() == [0.0, 1.0, 1.0, 0.25]
+    assert frames.steps["fully_async/trainer/idle_ratio"].tolist() == [0.05] * 4
+    assert frames.out_of_range == {}
+    assert topology.async_busy_share(frames.steps).tolist() == pytest.approx([1.0, 0.0, 0.0, 0.75])
+
+
 def _verl_async_run(path, steps, *, utilization=True):
     # verl 0.9.1's fully async trainer logs two records per policy version, both at step =
     # current_param_version: reset_staleness()'s timing_raw (the rollouter's time-based active_time,

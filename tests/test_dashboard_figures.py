@@ -237,6 +237,17 @@ def test_idle_ratios_are_verls_fully_async_metrics(runs):
     assert _is_placeholder(fig) and "async" in fig.layout.annotations[0].text
 
 
+def test_an_idle_ratio_outside_zero_to_one_is_not_plotted(tmp_path):
+    # a rollouter idle ratio of 1.1 (no share of a step is 110%) at step 2 is read as not logged there
+    with Recorder(tmp_path / "run", meta={"topology": "fully_async"}) as rec:
+        for s, idle in enumerate([0.25, 1.1, 0.5], start=1):
+            rec.log_step(s, {"timing_s/step": 100.0, "fully_async/rollouter/idle_ratio": idle})
+    run = LiveRun(0, str(tmp_path / "run"), "run")
+    run.refresh(force=True)
+    (line,) = figures.idle_ratios({run.label: run.idle}).data
+    assert line.name == "rollouter" and dict(zip(line.x, line.y, strict=True)) == {1: 0.25, 3: 0.5}
+
+
 def test_engine_loads_of_several_runs_keep_each_engines_whole_name_readable(runs):
     shown = {label: run.engines[run.engines.index == run.engines.index.max()] for label, run in runs.items()}
     fig = figures.engine_load(shown, None)

@@ -22,7 +22,7 @@ from fully_async_log import fully_async_records, rollouter_window, update_metric
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import analyze_run
-from rlscope.analyzers._data import unfinite_timers
+from rlscope.analyzers._data import out_of_range_shares, unfinite_timers
 from rlscope.cli import main
 from rlscope.report.document import SCHEMA, build_document
 
@@ -496,6 +496,54 @@ def test_a_non_finite_timer_of_an_attempt_logged_again_is_no_gap():
     rows += [(3, 0, "timing/gen", math.nan), (3, 0, "timing_s/step", 40.0)]  # an old name, canonicalised
     steps = pd.DataFrame(rows, columns=["step", "attempt", "key", "value"])
     assert unfinite_timers(steps) == {"timing_s/gen": (3,)}
+
+
+def test_a_share_logged_out_of_range_is_warned_about_once_and_read_as_not_logged(tmp_path, capsys):
+    # async 8:8 on 16 GPUs, 100 s steps, forward + training 50 s on the 8 training GPUs. verl's rollouter
+    # idle ratio, a share of the version's time, is 0.5 but 1.1 at steps 3 and 8 and 0.2 at step 9; the
+    # trainer's is NaN at step 5 and the occupancy share (in the older spelling's key) -0.2 at step 6.
+    # The model is of steps 2-9 (step 1 fills the pipeline), recent steps 8 and 9: step 8 takes step 7's
+    # idle ratio, busy 0.5 x 100 = 50 s, step 9 80 s: T_thr (50 + 80) / 2 x 8/16 = 32.5 s on all 16 GPUs,
+    # T_t 25 s: async 9:7 at max(32.5 x 16/9, 25 x 16/7) = 520/9 s (1.1 read would give T_thr 17.5 s, 7:9)
+    meta = {"gpu": {"type": "H100", "count": 16}, "topology": "fully_async", "split": "8:8"}
+    step = {"timing_s/gen": 5.0, "timing_s/old_log_prob": 10.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}
+    idle = {s: 0.5 for s in range(1, 10)} | {3: 1.1, 8: 1.1, 9: 0.2}
+    with Recorder(tmp_path / "run", meta=meta) as rec:
+        for s in range(1, 10):
+            metrics = {**step, "rollouter/idle_ratio": idle[s], "fully_async/trainer/idle_ratio": 0.05}
+            if s == 5:
+                metrics["fully_async/trainer/idle_ratio"] = math.nan
+            if s == 6:
+                metrics["dynamic_resource/rollout_resource_utilization"] = -0.2
+            rec.log_step(s, metrics)
+    code, doc = _run_json(capsys, str(tmp_path / "run"))
+    assert code == 0
+    assert [w for w in doc["run"]["warnings"] if "share" in w] == [
+        "dynamic_resource/rollout_resource_utilization, a share, was logged outside [0, 1] in 1 step "
+        "(step 6: -0.2): read as not logged there",
+        "fully_async/rollouter/idle_ratio, a share, was logged outside [0, 1] in 2 steps (first step 3: 1.1): "
+        "read as not logged there",
+        "fully_async/trainer/idle_ratio, a share, was logged outside [0, 1] in 1 step (step 5: nan): "
+        "read as not logged there",
+    ]
+    best = {row["topology"]: row for row in doc["topology"]["what_if"]}["async_streaming"]
+    assert (best["n_rollout"], best["n_train"], best["step_s"]) == (9, 7, pytest.approx(520 / 9))
+    drift = {row["step"]: row["t_thr_s"] for row in doc["split_drift"]["per_step"]}
+    assert drift == pytest.approx({**dict.fromkeys(range(2, 9), 25.0), 9: 40.0})
+    # the text report lists the same lines under its warnings, once each
+    assert main(["diagnose", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("fully_async/rollouter/idle_ratio, a share, was logged outside [0, 1]") == 1
+
+
+def test_a_share_out_of_range_in_an_attempt_logged_again_is_not_warned_about():
+    # step 2's rollouter idle ratio of 1.5 (attempt 0) was logged again as 0.4 (attempt 1): the latest
+    # attempt stands; step 3 logged 1.2 and then NaN in one record, an old name, canonicalised
+    rows = [(1, 0, "fully_async/rollouter/idle_ratio", 0.3), (2, 0, "fully_async/rollouter/idle_ratio", 1.5)]
+    rows += [(2, 1, "fully_async/rollouter/idle_ratio", 0.4), (3, 0, "rollouter/idle_ratio", 1.2)]
+    rows += [(3, 0, "rollouter/idle_ratio", math.nan), (3, 0, "timing_s/step", 40.0)]
+    steps = pd.DataFrame(rows, columns=["step", "attempt", "key", "value"])
+    assert out_of_range_shares(steps) == {"fully_async/rollouter/idle_ratio": ((3, 1.2),)}
 
 
 def test_hardware_and_model_given_on_the_command_line(capsys):

@@ -167,6 +167,47 @@ def test_progress_timers_and_idle_ratios(run):
     assert _value(registry, "rlscope_exporter_refresh_errors_total") == 0.0
 
 
+def test_an_idle_ratio_outside_zero_to_one_is_neither_served_nor_used(tmp_path, caplog):
+    # async 8:8 on 16 GPUs, 100 s steps, forward + training 50 s on the 8 training GPUs. The rollouter's
+    # idle ratio is 0.5, 0.2 at step 8 and 1.1 (no share of a version's time) at step 9, the latest: the
+    # one served is step 8's. The trainer's 1 + 1e-7 at step 9 is 1 rounded to float32: served as 1.
+    # The split: the recent steps 8 and 9 both busy 0.8 x 100 = 80 s (step 9 takes step 8's), T_thr 40 s
+    # on all 16 GPUs, T_t 25 s: max(40 x 16/r, 25 x 16/(16 - r)) is 66.7 s at 10:6 against 80 s at 8:8
+    # (1.1 read would make step 9 busy -10 s, T_thr 17.5 s and the split 7:9)
+    meta = {"gpu": {"type": "H100", "count": 16}, "topology": "fully_async", "split": "8:8"}
+    step = {"timing_s/gen": 5.0, "timing_s/old_log_prob": 10.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}
+    idle = {s: 0.5 for s in range(1, 10)} | {8: 0.2, 9: 1.1}
+    with Recorder(tmp_path / "run", meta=meta) as rec:
+        for s in range(1, 10):
+            trainer = 1 + 1e-7 if s == 9 else 0.05
+            rec.log_step(s, {**step, "rollouter/idle_ratio": idle[s], "fully_async/trainer/idle_ratio": trainer})
+    registry, _ = _registry(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.2
+    assert _value(registry, "rlscope_idle_ratio", role="trainer") == 1.0
+    assert _value(registry, "rlscope_recommended_gpus", role="rollout") == 10.0
+    assert _value(registry, "rlscope_recommended_gpus", role="train") == 6.0
+    (said,) = [r.getMessage() for r in caplog.records if "idle_ratio" in r.getMessage()]
+    assert "fully_async/rollouter/idle_ratio" in said and "1.1 at step 9" in said and "outside [0, 1]" in said
+
+
+def test_an_idle_ratio_logged_as_nan_or_inf_is_warned_about_once_as_out_of_range(tmp_path, caplog):
+    # NaN and inf are no share of time either: the rollouter's idle ratio is 0.3 at step 1, NaN at steps
+    # 2 and 4 and 0.4 at step 3; the trainer's 0.1 at step 1 and inf at step 4. Each is read as not logged
+    # (step 3's 0.4 and step 1's 0.1 are served) and named once, with its first such value and step
+    with Recorder(tmp_path / "run", meta={"topology": "fully_async"}) as rec:
+        for s, (rollouter, trainer) in enumerate([(0.3, 0.1), (math.nan, 0.1), (0.4, 0.1), (math.nan, math.inf)], 1):
+            rec.log_step(s, {"timing_s/step": 100.0, "rollouter/idle_ratio": rollouter, "trainer/idle_ratio": trainer})
+    registry, _ = _registry(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.4
+        assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.1
+    said = sorted(r.getMessage() for r in caplog.records if "idle_ratio" in r.getMessage())
+    assert len(said) == 2
+    assert "fully_async/rollouter/idle_ratio logged nan at step 2, outside [0, 1]" in said[0]
+    assert "fully_async/trainer/idle_ratio logged inf at step 4, outside [0, 1]" in said[1]
+
+
 def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_same(tmp_path):
     path = tmp_path / "run"
 

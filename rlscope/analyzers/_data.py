@@ -25,7 +25,14 @@ import pyarrow.compute as pc
 
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers.gpus import peak_flops
-from rlscope.collectors.verl_metrics import STEP_TIMER, canonical_metric, is_validation_key, makes_step
+from rlscope.collectors.verl_metrics import (
+    SHARE_KEYS,
+    STEP_TIMER,
+    canonical_metric,
+    in_share_range,
+    is_validation_key,
+    makes_step,
+)
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader, SegmentInfo
 from rlscope.trace.schema import TABLES
@@ -56,10 +63,14 @@ __all__ = [
     "last_attempt_table",
     "load",
     "numbers",
+    "out_of_range_of",
+    "out_of_range_shares",
     "pipeline_fills",
     "pivot_placed",
     "placed_step_rows",
+    "readings_of",
     "recent",
+    "share_readings",
     "timer_finiteness",
     "topology_kind",
     "training_attempts",
@@ -108,9 +119,11 @@ def topology_kind(wording: str) -> str:
 
 def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """The rows of the long ``steps`` table that say something, keys canonicalised: text values,
-    non-finite numbers and negative stage timers are dropped; keys (and values whose unit
-    changed with the name) are canonicalised by ``rlscope.collectors.verl_metrics``; a missing
-    attempt is 0. What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
+    non-finite numbers, negative stage timers and shares of time outside [0, 1] (verl's idle
+    ratios and occupancy share, ``SHARE_KEYS``; :func:`out_of_range_shares`) are dropped, shares
+    within rounding of it (``SHARE_SLACK``) clipped into it; keys (and values whose unit changed
+    with the name) are canonicalised by ``rlscope.collectors.verl_metrics``; a missing attempt
+    is 0. What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
     df = df[np.isfinite(df["value"].astype(float))]  # NaN or inf (a timer verl logged as inf) says nothing
     if df.empty:
@@ -124,7 +137,69 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
         value=[v for _, v in renamed],
     )
     # a stage that took negative seconds is a clock's fault: as unknown as a NaN one
-    return df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
+    df = df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
+    share = df["key"].isin(SHARE_KEYS).to_numpy()
+    if not share.any():
+        return df
+    value = df["value"].to_numpy(dtype=float)
+    read = ~share | in_share_range(value)  # a share of time outside [0, 1] is no measurement
+    return df[read].assign(value=np.where(share, np.clip(value, 0.0, 1.0), value)[read])
+
+
+def out_of_range_shares(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[tuple[int, float], ...]]:
+    """Per share of time (canonical key of ``SHARE_KEYS``), the steps whose latest record of it
+    logged no value in [0, 1] (up to ``SHARE_SLACK``; inf and NaN neither), each with the last
+    value it logged (a number rather than NaN where it logged both), by step.
+    :func:`usable_step_rows` reads them as not logged: these are the values the reports must say
+    they set aside (an idle ratio of 1.1 would leave the rollout pool negative busy time)."""
+    return out_of_range_of(share_readings(steps))
+
+
+def share_readings(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """Of the long ``steps`` table's shares of time, per ``step``, canonical ``key`` and ``attempt``:
+    whether any value logged was in [0, 1] (``ok``), and the last ``value`` logged (NaN only where
+    all were). The live dashboard keeps these for its window, not the rows."""
+    empty = pd.DataFrame({"step": [], "key": [], "attempt": [], "ok": [], "value": []})
+    keys = steps.column("key") if isinstance(steps, pa.Table) else pa.array(steps["key"].astype(str))
+    names = {k: canonical_metric(k, 1.0)[0] for k in pc.unique(keys).to_pylist() if k is not None}
+    raw = [k for k, name in names.items() if name in SHARE_KEYS]
+    if not raw:
+        return empty
+    text = keys.type.value_type if pa.types.is_dictionary(keys.type) else keys.type
+    chosen = pc.is_in(keys.cast(text), value_set=pa.array(raw, text)).to_numpy(zero_copy_only=False)
+    df = steps.filter(chosen).to_pandas() if isinstance(steps, pa.Table) else steps[chosen]
+    if df.empty:
+        return empty
+    value = df["value"].astype(float)
+    df = pd.DataFrame(
+        {
+            "step": df["step"].astype("int64"),
+            "key": df["key"].astype(str).map(names),
+            "attempt": df["attempt"].fillna(0) if "attempt" in df else 0,
+            "ok": in_share_range(value),
+            "value": value,
+        }
+    )
+    return readings_of(df)
+
+
+def readings_of(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of :func:`share_readings` (or their raw rows, in the order logged) grouped again per
+    step, key and attempt: a reader that gets a step's rows in parts adds each part this way."""
+    by = rows.groupby(["step", "key", "attempt"], sort=False)
+    return by.agg(ok=("ok", "any"), value=("value", "last")).reset_index()
+
+
+def out_of_range_of(readings: pd.DataFrame) -> dict[str, tuple[tuple[int, float], ...]]:
+    """:func:`out_of_range_shares` of rows of :func:`share_readings`: a share's latest attempt decides."""
+    if readings.empty:
+        return {}
+    latest = readings[readings["attempt"] == readings.groupby(["step", "key"])["attempt"].transform("max")]
+    bad = latest[~latest["ok"].astype(bool)].sort_values("step", kind="stable")
+    return {
+        key: tuple((int(s), float(v)) for s, v in zip(rows["step"], rows["value"], strict=True))
+        for key, rows in bad.groupby("key")
+    }
 
 
 def unfinite_timers(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[int, ...]]:
@@ -860,6 +935,7 @@ class RunFrames:
     meta: dict[str, Any] = field(default_factory=dict)
     reader: RunReader | None = None  # for analyzers that read other tables (gpu, spans, logprob)
     unfinite: dict[str, tuple[int, ...]] = field(default_factory=dict)  # see unfinite_timers
+    out_of_range: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # see out_of_range_shares
     # the steps that filled an async pipeline: the run's first training step and each job's
     # (pipeline_fills); None: the frames' own first step alone, for frames of the whole run
     fills: frozenset[int] | None = None
@@ -879,7 +955,8 @@ class RunFrames:
         starts = reader.read("jobs", ["time"]).column("time").to_pylist()
         wide = pivot_placed(placed_step_rows(usable))
         fills = pipeline_fills(training_records(usable), starts, imported_job_firsts(reader.meta))
-        return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite_timers(table), fills)
+        unfinite = unfinite_timers(table)
+        return cls(wide, Trajectories(reader), dict(reader.meta), reader, unfinite, out_of_range_shares(table), fills)
 
 
 def load(run: RunReader | RunFrames | str | os.PathLike[str]) -> RunFrames:

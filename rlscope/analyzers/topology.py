@@ -257,7 +257,10 @@ class TopologyResult:
     an upper bound (:func:`async_busy_bounded`), which leans the best split towards rollout.
     ``tail_unknown``: the model has no tail, its estimate from response lengths being unknown;
     ``async_speedup`` is then a lower bound and ``async_speedup_max`` its value with the tail at
-    its bound (NaN otherwise).
+    its bound (NaN otherwise). ``out_of_range``: per verl share of time the run logged outside
+    [0, 1] (its idle ratios, its occupancy share), the steps and values read as not logged
+    (``RunFrames.out_of_range``): such a step's busy time is its neighbours', as for a step
+    that logged none.
     """
 
     model: StepModel | None
@@ -275,6 +278,7 @@ class TopologyResult:
     busy_upper_bound: bool = False
     tail_unknown: bool = False
     async_speedup_max: float = math.nan
+    out_of_range: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     @property
     def step_now_s(self) -> float:
@@ -331,7 +335,7 @@ def async_busy_share(steps: pd.DataFrame) -> pd.Series:
         share = steps[ROLLOUT_UTILIZATION].astype(float)
     if ROLLOUTER_IDLE in steps:
         share = share.fillna(1.0 - steps[ROLLOUTER_IDLE].astype(float))
-    # a step with neither takes its neighbours' (the last one logged, else the next)
+    # a step with neither (one outside [0, 1] is not read) takes its neighbours' (the last one logged, else the next)
     return share.ffill().bfill().fillna(1.0)
 
 
@@ -504,6 +508,7 @@ def analyze(
             math.nan,
             shared=facts.shares_gpus,
             missing=missing,
+            out_of_range=frames.out_of_range,
         )
         result.findings.extend(_idle_findings(frames.steps))
         return result
@@ -532,6 +537,7 @@ def analyze(
         busy_upper_bound=facts.kind == "async_streaming" and not facts.shares_gpus and async_busy_bounded(frames.steps),
         tail_unknown=tail_unknown,
         async_speedup_max=most,
+        out_of_range=frames.out_of_range,
     )
     what_if["speedup"] = result.step_now_s / what_if["step_s"]
     result.findings.extend(_findings(result, longtail.tail_share, tail_estimated=longtail.estimated))

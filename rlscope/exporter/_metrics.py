@@ -134,7 +134,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "rlscope_idle_ratio",
         "gauge",
         "Share of time the async trainer or rollouter waited for the other side, as verl last logged it "
-        "(fully_async/<role>/idle_ratio).",
+        "(fully_async/<role>/idle_ratio) within [0, 1]: a value outside is read as not logged.",
         ("role",),
     ),
     MetricSpec(

@@ -45,7 +45,7 @@ from rlscope.analyzers._data import (
     wide_steps,
 )
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SUBSTAGES, TRAINED_FROM_KEY, canonical
+from rlscope.collectors.verl_metrics import SUBSTAGES, TRAINED_FROM_KEY, canonical, in_share_range
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -529,6 +529,9 @@ class RunState:
         for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
             name = names[key_index[i]]
             v = value[i]
+            if name in _IDLE_KEYS and not in_share_range(v):  # NaN and inf too: no share of time, as diagnose reads it
+                self._warn_out_of_range(name, float(v), int(step[i]))
+                continue
             if not math.isfinite(v):
                 continue
             stage = stages[key_index[i]]
@@ -543,6 +546,8 @@ class RunState:
                         self._phases, self._phases_of = {}, source
                     self._phases[self._phase_cap(stage)] = v
             else:  # the latest value of an idle ratio or a score bound
+                if name in _IDLE_KEYS:
+                    v = min(max(v, 0.0), 1.0)  # within rounding of [0, 1]
                 latest, label = (
                     (self._idle, _IDLE_KEYS[name]) if name in _IDLE_KEYS else (self._score, _SCORE_KEYS[name])
                 )
@@ -603,6 +608,19 @@ class RunState:
         forgotten are kept: an earlier job's first record was logged before it, forgotten too."""
         named = imported_job_firsts(self.meta)  # an imported log's resumed jobs, where it gave no times
         return pipeline_fills(self._trainings, self._fill_starts, named, first=self._first_trained)
+
+    def _warn_out_of_range(self, key: str, value: float, step: int) -> None:
+        """Say once per key that a share of time was logged outside [0, 1] and is not served."""
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(
+                "exporter: run %s: %s logged %r at step %d, outside [0, 1]: "
+                "read as not logged, and so is any such value after it",
+                self.run,
+                key,
+                value,
+                step,
+            )
 
     def _late(self, order: np.ndarray, step: np.ndarray, trains: np.ndarray, holds: np.ndarray) -> np.ndarray:
         """Which rows are of a fully async trainer's late training record: one holding

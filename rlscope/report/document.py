@@ -104,7 +104,7 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "first_step": int(steps.min()) if len(steps) else None,
         "last_step": int(steps.max()) if len(steps) else None,
         # what was read in part or not at all: a report saved to a file says so as the terminal did
-        "warnings": read_warnings(meta, d.anatomy.unfinite, reader.warnings),
+        "warnings": read_warnings(meta, d.anatomy.unfinite, reader.warnings, out_of_range=d.topology.out_of_range),
     }
 
 
@@ -113,20 +113,44 @@ def read_warnings(
     unfinite: Mapping[str, Sequence[int]],
     unreadable: list[str],
     counts: Mapping[str, int] | None = None,
+    *,
+    out_of_range: Mapping[str, Sequence[tuple[int, float]]] | None = None,
 ) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
-    meta.json values, what its import left out, timers logged as inf or NaN, and unreadable segments
-    (the dashboard's notices list the same, so the two never disagree about what was read).
+    meta.json values, what its import left out, timers logged as inf or NaN, shares of time logged
+    outside [0, 1], and unreadable segments (the dashboard's notices list the same, so the two never
+    disagree about what was read).
 
     ``unfinite``: per timer, its steps logged so in order (the first :data:`NAMED_STEPS` are named);
-    ``counts``: per timer, how many such steps there are where ``unfinite`` lists only the first
-    of them (the live dashboard keeps no more of the steps that left its window)."""
+    ``out_of_range``: per share, its steps logged so in order, each with its value (the first is
+    named, as ``RunFrames.out_of_range``); ``counts``: per timer or share, how many such steps there
+    are where ``unfinite`` or ``out_of_range`` lists only the first of them (the live dashboard keeps
+    no more of the steps that left its window)."""
+    counts = counts or {}
     return (
         [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
         + _import_warnings(meta)
-        + _unfinite_warnings(unfinite, counts or {})
+        + _unfinite_warnings(unfinite, counts)
+        + _out_of_range_warnings(out_of_range or {}, counts)
         + list(unreadable)
     )
+
+
+def _out_of_range_warnings(
+    out_of_range: Mapping[str, Sequence[tuple[int, float]]], counts: Mapping[str, int]
+) -> list[str]:
+    """One warning per share of time (verl's idle ratios, its occupancy share) logged outside [0, 1]
+    in some steps: read as not logged there, which would otherwise go unseen (an idle ratio of 1.1
+    leaves the rollout pool negative busy time)."""
+    out = []
+    for key, logged in sorted(out_of_range.items()):
+        n = counts.get(key, len(logged))
+        where = f"{n} step{'s' if n > 1 else ''}"
+        if logged:  # else the dashboard knows how many, not which
+            step, value = logged[0]
+            where += f" ({'step' if n == 1 else 'first step'} {step}: {value!r})"
+        out.append(f"{key}, a share, was logged outside [0, 1] in {where}: read as not logged there")
+    return out
 
 
 def _unfinite_warnings(unfinite: Mapping[str, Sequence[int]], counts: Mapping[str, int]) -> list[str]:
