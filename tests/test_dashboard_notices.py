@@ -31,6 +31,13 @@ def _record(gen: float = 10.0, step: float = 30.0) -> dict[str, float]:
     return {"timing_s/gen": gen, "timing_s/update_actor": 10.0, "timing_s/step": step}
 
 
+def _logged(rec: Recorder, live: LiveRun, step: int, record: dict[str, float], attempt: int = 0) -> None:
+    """Log one record and let the live view read it, as its refresh after the flush would."""
+    rec.log_step(step, record, attempt=attempt)
+    rec.flush()
+    live.refresh(force=True)
+
+
 def _is_timer(warning: str) -> bool:
     return warning.startswith("timing_s/")
 
@@ -57,9 +64,7 @@ def test_a_timer_s_step_that_left_the_window_is_still_named(tmp_path):
     live = LiveRun(0, str(path), "run", window=3)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in range(1, 9):
-            rec.log_step(step, _record(gen=math.inf if step == 2 else 10.0))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(gen=math.inf if step == 2 else 10.0))
     live.refresh(force=True)
     opened = LiveRun(0, str(path), "run", window=3)
     opened.refresh(force=True)
@@ -76,9 +81,7 @@ def test_the_notice_counts_every_step_as_diagnose_past_the_five_it_names(tmp_pat
     live = LiveRun(0, str(path), "run", window=3)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in range(1, 13):
-            rec.log_step(step, _record(step=math.nan if step in (1, 3, 4, 6, 7, 9, 11) else 30.0))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(step=math.nan if step in (1, 3, 4, 6, 7, 9, 11) else 30.0))
     if bulk_rows is not None:
         monkeypatch.setattr(live_module, "_BULK_ROWS", bulk_rows)  # 3 rows per step: chunks of 3 steps
     opened = LiveRun(0, str(path), "run", window=3)
@@ -96,14 +99,10 @@ def test_a_resumed_job_that_redoes_a_named_step_finite_clears_it_as_diagnose(tmp
     live = LiveRun(0, str(path), "run", window=4)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in range(1, 11):
-            rec.log_step(step, _record(gen=math.inf if step in (2, 5, 7) else 10.0))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(gen=math.inf if step in (2, 5, 7) else 10.0))
         assert _noticed(live) == [GEN_UNTIMED.format("steps 2, 5, 7")]
         for step in (2, 3, 7):
-            rec.log_step(step, _record(), attempt=1)
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(), attempt=1)
     expected = [GEN_UNTIMED.format("step 5")]
     assert _diagnosed(path, tmp_path) == expected
     assert _noticed(live) == expected
@@ -116,9 +115,7 @@ def test_a_step_first_read_after_the_window_passed_it_is_counted(tmp_path):
     live = LiveRun(0, str(path), "run", window=3)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 8):
-            rec.log_step(step, _record(gen=math.inf if step <= 6 or step == 8 else 10.0))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(gen=math.inf if step <= 6 or step == 8 else 10.0))
     expected = [GEN_UNTIMED.format("steps 1, 2, 3, 4, 5 and 2 more")]
     assert _diagnosed(path, tmp_path) == expected
     assert _noticed(live) == expected
@@ -132,13 +129,9 @@ def test_late_rows_of_a_step_that_left_the_window_count_it_once(tmp_path):
     live = LiveRun(0, str(path), "run", window=3)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in range(1, 13):
-            rec.log_step(step, _record(gen=math.inf if step <= 7 else 10.0))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(gen=math.inf if step <= 7 else 10.0))
         for step in (2, 7):
-            rec.log_step(step, {"actor/entropy": 0.5})
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, {"actor/entropy": 0.5})
     expected = [GEN_UNTIMED.format("steps 1, 2, 3, 4, 5 and 2 more")]
     assert _diagnosed(path, tmp_path) == expected
     assert _noticed(live) == expected
@@ -152,20 +145,14 @@ def test_a_redo_past_the_named_steps_after_they_left_the_window_keeps_its_first_
     live = LiveRun(0, str(path), "run", window=3)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in range(1, 13):
-            rec.log_step(step, _record(gen=math.inf if step <= 7 else 10.0))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(gen=math.inf if step <= 7 else 10.0))
         for step in (7, 2):
-            rec.log_step(step, _record(), attempt=1)
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(), attempt=1)
         assert _diagnosed(path, tmp_path) == [GEN_UNTIMED.format("steps 1, 3, 4, 5, 6")]
         # the notice names the four it still knows, and counts the two it cannot name
         assert _noticed(live) == [GEN_UNTIMED.format("steps 1, 3, 4, 5 and 2 more")]
         for step in (1, 3, 4, 5):
-            rec.log_step(step, _record(), attempt=1)
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _record(), attempt=1)
     assert _diagnosed(path, tmp_path) == [GEN_UNTIMED.format("step 6")]
     assert _noticed(live) == [GEN_UNTIMED.format("2 steps")]  # 6 and 7, neither named
 
@@ -194,9 +181,7 @@ def test_a_share_outside_zero_to_one_is_named_after_its_steps_left_the_window(tm
                 record[TRAINER_IDLE] = math.nan
             if step == 9:
                 record[OCCUPANCY] = -0.2
-            rec.log_step(step, record)
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, record)
     if bulk_rows is not None:
         monkeypatch.setattr(live_module, "_BULK_ROWS", bulk_rows)  # 5 rows per step: chunks of 2 steps
     opened = LiveRun(0, str(path), "run", window=3)
@@ -218,14 +203,10 @@ def test_a_resumed_job_that_redoes_a_share_s_first_step_in_range_names_the_next_
     live = LiveRun(0, str(path), "run", window=3)
     with Recorder(path, meta=META, flush_interval=3600) as rec:
         for step in range(1, 11):
-            rec.log_step(step, _async_record(rollouter_idle={2: 1.1, 4: 1.1, 8: 1.5}.get(step, 0.3)))
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _async_record(rollouter_idle={2: 1.1, 4: 1.1, 8: 1.5}.get(step, 0.3)))
         assert _noticed(live, _is_share) == [SHARE_OUT.format(ROLLOUTER_IDLE, "3 steps (first step 2: 1.1)")]
         for step, idle in ((2, 0.4), (4, 1.2)):
-            rec.log_step(step, _async_record(rollouter_idle=idle), attempt=1)
-            rec.flush()
-            live.refresh(force=True)
+            _logged(rec, live, step, _async_record(rollouter_idle=idle), attempt=1)
     expected = [SHARE_OUT.format(ROLLOUTER_IDLE, "2 steps (first step 4: 1.2)")]
     assert _diagnosed(path, tmp_path, _is_share) == expected
     assert _noticed(live, _is_share) == expected
