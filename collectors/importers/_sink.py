@@ -255,15 +255,16 @@ class StepSink:
 
     # -- records -------------------------------------------------------------------------
 
-    def add(self, step: int, metrics: Mapping[str, float], *, when: float | None = None) -> None:
-        """One record: ``step``'s metrics (raw keys, float values), logged at ``when`` if known."""
+    def add(self, step: int, metrics: Mapping[str, float], *, when: float | None = None, where: str = "") -> None:
+        """One record: ``step``'s metrics (raw keys, float values), logged at ``when`` if known, read
+        at ``where`` ("FILE:LINE"), which a skip of one of its values names."""
         named: dict[str, float] = {}
         for raw, value in metrics.items():
             key, value = canonical_metric(raw, value)
             if key != raw:
                 self.summary.renamed.setdefault(raw, key)
             if key in named:
-                self.skip("duplicate_key", "", key, bad=False)
+                self.skip("duplicate_key", where, key, bad=False)
             else:
                 named[key] = value
         if not named:
