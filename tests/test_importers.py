@@ -597,6 +597,12 @@ def test_fully_async_final_window_after_the_last_update_is_no_restart_and_replac
     df = steps(tmp_path / "run")
     assert summary.restarts == 0 and df.attempt.eq(0).all() and summary.steps == last
     assert summary.skipped == {"fully_async_final_window": 1}
+    # where the window left out was read: the line before the last (the export's a line per record)
+    source = tmp_path / ("metrics.jsonl" if logger == "jsonl" else "console.log")
+    place = f"{source}:{len(records) - 1}"
+    if logger == "tensorboard":
+        place = str(tmp_path / "tensorboard_log" / "proj" / "exp" / "events.out.tfevents.1700000000.host.1.0")
+    assert summary.skipped_first == {"fully_async_final_window": place}
     wide = wide_steps(df)
     for step in range(1, last + 1):  # each step keeps the rollouter's window of its own update
         idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]
