@@ -339,7 +339,8 @@ class LiveRun:
         segments), in its words.
 
         Timers and shares so logged are of the whole run: the window's steps from their rows, the
-        steps that left it from ``_PastSteps`` (which may name fewer than diagnose, see there)."""
+        steps that left it from ``_PastSteps`` (which may name fewer than diagnose, or still count a
+        step redone since it left, see there)."""
         with self._lock:  # one view: a refresh on another thread replaces these frames
             reader, meta, finiteness, past = self._reader, self.meta, self._finiteness, self._past_unfinite
             readings, past_shares = self._share_readings, self._past_out_of_range

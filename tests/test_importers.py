@@ -173,6 +173,28 @@ def test_a_skip_names_where_it_first_happened(tmp_path):
     assert RunReader(tmp_path / "run").meta["importer"]["skipped_first"] == {"duplicate_key": first}
 
 
+@pytest.mark.parametrize("logger", ["jsonl", "log", "tensorboard", "wandb"])
+def test_two_names_of_one_metric_in_a_record_name_the_record_s_place(tmp_path, logger):
+    # verl's old and current name of the generation timer in one record (a logger that kept both):
+    # one value is lost, and the skip says where, in the place format of every other skip, not the
+    # key alone, which names no place
+    records = [
+        (1, {"timing/gen": 5.0, "timing_s/gen": 6.0, "timing_s/step": 10.0}),
+        (2, {"timing_s/gen": 5.0, "timing_s/step": 10.0}),
+    ]
+    source = _fully_async_export(tmp_path, records, logger)
+    importer = {"jsonl": import_verl_jsonl, "log": import_verl_log, "tensorboard": import_tensorboard}
+    summary = importer.get(logger, import_wandb_csv)([source], tmp_path / "run")
+    place = {  # the record's line (a W&B export's first row is line 2, under its header); an event file
+        "jsonl": f"{source}:1",
+        "log": f"{source}:1",
+        "tensorboard": f"{source / 'proj' / 'exp' / 'events.out.tfevents.1700000000.host.1.0'}",
+        "wandb": f"{source}:2",
+    }[logger]
+    assert summary.skipped == {"duplicate_key": 1}
+    assert summary.skipped_first == {"duplicate_key": f"{place}: timing_s/gen"}
+
+
 def test_real_charcount_log_states_batch_gpus_and_model_size(tmp_path):
     # the source notes: 1 GPU, train_batch_size 128, rollout.n 8, max response 128, SmolLM2-135M
     summary = import_verl_log([real_log("12_charcount_grpo_smollm135m_1gpu")], tmp_path / "run")
@@ -575,6 +597,12 @@ def test_fully_async_final_window_after_the_last_update_is_no_restart_and_replac
     df = steps(tmp_path / "run")
     assert summary.restarts == 0 and df.attempt.eq(0).all() and summary.steps == last
     assert summary.skipped == {"fully_async_final_window": 1}
+    # where the window left out was read: the line before the last (the export's a line per record)
+    source = tmp_path / ("metrics.jsonl" if logger == "jsonl" else "console.log")
+    place = f"{source}:{len(records) - 1}"
+    if logger == "tensorboard":
+        place = str(tmp_path / "tensorboard_log" / "proj" / "exp" / "events.out.tfevents.1700000000.host.1.0")
+    assert summary.skipped_first == {"fully_async_final_window": place}
     wide = wide_steps(df)
     for step in range(1, last + 1):  # each step keeps the rollouter's window of its own update
         idle = rollouter_window(step)["fully_async/rollouter/idle_ratio"]

@@ -224,6 +224,7 @@ class StepSink:
         self._pending: tuple[int, dict[str, float], float | None] | None = None
         # a rollouter window logged again at the last step: verl's final one, or a restart (_final_window)
         self._window: tuple[int, dict[str, float], float | None] | None = None
+        self._window_where = ""  # where that window was read, which its skip names
         self._global_step: float | None = None  # the highest training/global_step read
         self._final_step: int | None = None  # the step whose final window was left out
         self._cols: dict[str, list[Any]] = {name: [] for name in ("step", "attempt", "time", "key", "value")}
@@ -255,21 +256,22 @@ class StepSink:
 
     # -- records -------------------------------------------------------------------------
 
-    def add(self, step: int, metrics: Mapping[str, float], *, when: float | None = None) -> None:
-        """One record: ``step``'s metrics (raw keys, float values), logged at ``when`` if known."""
+    def add(self, step: int, metrics: Mapping[str, float], *, when: float | None = None, where: str = "") -> None:
+        """One record: ``step``'s metrics (raw keys, float values), logged at ``when`` if known, read
+        at ``where`` ("FILE:LINE"), which a skip of one of its values names."""
         named: dict[str, float] = {}
         for raw, value in metrics.items():
             key, value = canonical_metric(raw, value)
             if key != raw:
                 self.summary.renamed.setdefault(raw, key)
             if key in named:
-                self.skip("duplicate_key", "", key, bad=False)
+                self.skip("duplicate_key", where, key, bad=False)
             else:
                 named[key] = value
         if not named:
             return
         self.summary.records += 1
-        final = self._final_window(step, named)
+        final = self._final_window(step, named, where)
         at_last = step == self._attempts.last
         # verl's fully async trainer logs its training record after the window of the step it is
         # logged under, repeating that window's rollout utilization: never a restart's first record.
@@ -285,13 +287,13 @@ class StepSink:
             self._global_step = global_step if self._global_step is None else max(self._global_step, global_step)
         for described, part in split_record(step, named):
             if described == step and not (final or trainer):
-                self._place(step, part, when)
+                self._place(step, part, when, where)
             else:  # an update's metrics filed under its own step, or the rest of the step logged last
                 # (the last update's after a final window too): they join the attempt that step is on
                 self._rows(described, self._attempts.attempt(described), part, when)
 
-    def _final_window(self, step: int, named: dict[str, float]) -> bool:
-        """Whether ``named`` (canonical keys) is verl's fully async record of its last update,
+    def _final_window(self, step: int, named: dict[str, float], where: str) -> bool:
+        """Whether ``named`` (canonical keys, read at ``where``) is verl's fully async record of its last update,
         after the rollouter window of the final sync: then that window, held or in ``named``
         (TensorBoard merges the two when the record does not repeat the window's utilization,
         else splits the record before it into the held one), is counted as skipped; else a
@@ -318,15 +320,16 @@ class StepSink:
         if held is not None and not final:
             self._write(*held, restart=True)
         if final:
-            self.skip("fully_async_final_window", "", bad=False)
+            self.skip("fully_async_final_window", self._window_where if held else where, bad=False)
             self._final_step = step
             rest = {k: v for k, v in held[1].items() if not is_rollouter_window_key(k)} if held else {}
             if rest:  # TensorBoard's split of the record before it, merged with the window
                 self._rows(step, self._attempts.attempt(step), rest, held[2])
         return final
 
-    def _place(self, step: int, named: dict[str, float], when: float | None) -> None:
-        """Write a record of ``step`` (canonical keys), or hold it till the next tells its attempt."""
+    def _place(self, step: int, named: dict[str, float], when: float | None, where: str) -> None:
+        """Write a record of ``step`` (canonical keys, read at ``where``), or hold it till the next
+        tells its attempt."""
         pending = self._pending
         if pending is not None:
             if pending[0] == step and not named.keys() & pending[1].keys():
@@ -337,6 +340,7 @@ class StepSink:
         again = named.keys() & self._attempts.last_keys if step == last else set()
         if TRAINED_FROM_KEY not in named and any(k.startswith(ROLLOUTER_PREFIX) for k in again):
             self._window = (step, named, when)  # the rollouter's window of the last step again: see the next
+            self._window_where = where
             return
         if last is not None and step < last and not any(makes_step(k, v) for k, v in named.items()):
             # validation (with its timer, say) of an earlier step: logged late (async trainers)

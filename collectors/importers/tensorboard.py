@@ -71,6 +71,7 @@ class _Reader:
         self.sink, self._event_pb2, self._tensor_util = sink, event_pb2, tensor_util
         self.step: int | None = None
         self.when: float | None = None
+        self.where = ""  # the event file of the record's first event
         self.metrics: dict[str, float] = {}
 
     def event(self, where: str, record: bytes) -> None:
@@ -89,7 +90,7 @@ class _Reader:
                 continue
             if event.step != self.step or value.tag in self.metrics:
                 self.flush()
-                self.step, self.when = event.step, event.wall_time or None
+                self.step, self.when, self.where = event.step, event.wall_time or None, where
             self.metrics[value.tag] = number
 
     def _scalar(self, value: Any) -> float | None:
@@ -108,7 +109,7 @@ class _Reader:
 
     def flush(self) -> None:
         if self.metrics and self.step is not None:
-            self.sink.add(self.step, self.metrics, when=self.when)
+            self.sink.add(self.step, self.metrics, when=self.when, where=self.where)
         self.metrics = {}
 
 

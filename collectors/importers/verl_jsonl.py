@@ -96,7 +96,7 @@ def _read_line(sink: StepSink, where: str, line: str, when: float | None, *, cut
             sink.skip("non_numeric_value", where, str(key), bad=False)
         else:
             metrics[str(key)] = number
-    sink.add(step, metrics, when=when)
+    sink.add(step, metrics, when=when, where=where)
 
 
 def import_verl_jsonl(

@@ -425,7 +425,7 @@ class _Parser:
             return
         if self.waiting is not None:
             self._settle_waiting(line)
-        self.sink.add(step, line.metrics, when=when)
+        self.sink.add(step, line.metrics, when=when, where=where)
         self.last_line = line
 
     # -- metric dicts --------------------------------------------------------------------
@@ -482,7 +482,7 @@ class _Parser:
             if last is not None and step == last.step:
                 metrics = last.unseen(metrics)
             if metrics:
-                self.sink.add(step, metrics)
+                self.sink.add(step, metrics, where=block.where)
             else:
                 self.sink.skip("duplicate_of_step_line", block.where, bad=False)
             return
@@ -565,7 +565,7 @@ class _Parser:
             if record_trains(after):
                 step = max(step - 1, 0)  # validation before a training step: of the weights before it
         if metrics:
-            self.sink.add(step, metrics)
+            self.sink.add(step, metrics, where=where)
         else:
             self.sink.skip("duplicate_of_step_line", where, bad=False)
 

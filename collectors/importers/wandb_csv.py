@@ -92,7 +92,7 @@ def _import_file(sink: StepSink, rows: _Rows) -> None:
                 sink.skip("non_numeric_value", where, name, bad=False)
             else:
                 metrics[name] = value
-        sink.add(step, metrics, when=when)
+        sink.add(step, metrics, when=when, where=where)
 
 
 def _without_cut_cell(sink: StepSink, where: str, header: list[str], row: list[str], step_col: int) -> list[str] | None:

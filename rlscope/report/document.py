@@ -118,8 +118,8 @@ def read_warnings(
 ) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
     meta.json values, what its import left out, timers logged as inf or NaN, shares of time logged
-    outside [0, 1], and unreadable segments (the dashboard's notices list the same, so the two never
-    disagree about what was read).
+    outside [0, 1], and unreadable segments (the dashboard's notices list the same, in the same words;
+    of the steps that left its window they keep only a count and the first steps, see ``counts``).
 
     ``unfinite``: per timer, its steps logged so in order (the first :data:`NAMED_STEPS` are named);
     ``out_of_range``: per share, its steps logged so in order, each with its value (the first is
