@@ -371,7 +371,8 @@ def analyze(
     if tail_unknown:
         # the unknown steps' tail at its bound, the known steps' as charged: the difference is the bound's part
         bound = waterfall([e for s in window for e in at_bound.get(s, ledgers[s])], budget).lost
-        tail_max = min(float(bound["long_tail"] - lost["long_tail"]), float(lost["decode_long_tail"]))
+        held = float(bound["long_tail"] - lost["long_tail"])  # NaN where an unknown step has no bound
+        tail_max = held if math.isnan(held) else min(held, float(lost["decode_long_tail"]))
         if len(unknown_steps) == len(window):  # no step of the window has its generation split
             lost["decode"] = lost["long_tail"] = math.nan
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
