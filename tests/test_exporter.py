@@ -204,8 +204,132 @@ def test_an_idle_ratio_logged_as_nan_or_inf_is_warned_about_once_as_out_of_range
         assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.1
     said = sorted(r.getMessage() for r in caplog.records if "idle_ratio" in r.getMessage())
     assert len(said) == 2
-    assert "fully_async/rollouter/idle_ratio logged nan at step 2, outside [0, 1]" in said[0]
-    assert "fully_async/trainer/idle_ratio logged inf at step 4, outside [0, 1]" in said[1]
+    assert "fully_async/rollouter/idle_ratio logged nan at step 2 (attempt 0), outside [0, 1]" in said[0]
+    assert "fully_async/trainer/idle_ratio logged inf at step 4 (attempt 0), outside [0, 1]" in said[1]
+
+
+def _share_warnings(caplog, key: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if key in r.getMessage()]
+
+
+def test_an_occupancy_share_outside_zero_to_one_is_not_used_and_is_warned_about_once(tmp_path, caplog):
+    # async 8:8 on 16 GPUs, 100 s steps, forward + training 50 s on the 8 training GPUs, the rollout pool's
+    # busy time from verl's occupancy share alone: 0.5, 0.8 at step 8, -0.2 at step 5 and 1.3 at step 9 (no
+    # share of a version's time). The split: the recent steps 8 and 9 both busy 0.8 x 100 = 80 s (step 9
+    # takes step 8's), T_thr 40 s on all 16 GPUs, T_t 25 s: max(40 x 16/r, 25 x 16/(16 - r)) is 66.7 s at
+    # 10:6 against 80 s at 8:8 (1.3 read would make step 9 busy 130 s, T_thr 52.5 s and the split 11:5).
+    # The share is named once, by its first value outside [0, 1], as the idle ratios are
+    meta = {"gpu": {"type": "H100", "count": 16}, "topology": "fully_async", "split": "8:8"}
+    step = {"timing_s/gen": 5.0, "timing_s/old_log_prob": 10.0, "timing_s/update_actor": 40.0, "timing_s/step": 100.0}
+    share = {s: 0.5 for s in range(1, 10)} | {5: -0.2, 8: 0.8, 9: 1.3}
+    key = "dynamic_resource/rollout_resource_utilization"
+    with Recorder(tmp_path / "run", meta=meta) as rec:
+        for s in range(1, 10):
+            rec.log_step(s, {**step, key: share[s]})
+    registry, _ = _registry(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_recommended_gpus", role="rollout") == 10.0
+        assert _value(registry, "rlscope_recommended_gpus", role="train") == 6.0
+    (said,) = _share_warnings(caplog, key)
+    assert f"{key} logged -0.2 at step 5 (attempt 0), outside [0, 1]" in said
+    assert analyze_run(str(tmp_path / "run")).topology.out_of_range == {key: ((5, -0.2), (9, 1.3))}
+
+
+def test_an_out_of_range_share_that_a_later_attempt_redid_is_not_warned_about(tmp_path, caplog):
+    # attempt 0 logs the rollouter's idle ratio 0.5 up to step 8 (0.2 there) and 1.1 at step 9, then crashes;
+    # resumed from step 8's checkpoint, attempt 1 of step 9 logs 0.4, and step 10 (attempt 0, new) 0.3, then
+    # step 11 1.2. Diagnose counts step 11 alone: a step's latest attempt decides. An exporter that read
+    # attempt 0 before the resume warned about step 9, naming the attempt: the redo in range withdraws that
+    # warning, and step 11's is warned about anew. One that reads the run at once warns about step 11 alone
+    key = "fully_async/rollouter/idle_ratio"
+    path = tmp_path / "run"
+    registry, _ = _registry(path)
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        with Recorder(path, meta={"topology": "fully_async"}) as rec:
+            for s in range(1, 10):
+                rec.log_step(s, {"timing_s/step": 100.0, key: {8: 0.2, 9: 1.1}.get(s, 0.5)})
+        assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.2
+        (said,) = _share_warnings(caplog, key)
+        assert f"{key} logged 1.1 at step 9 (attempt 0), outside [0, 1]" in said
+        with Recorder(path) as rec:
+            rec.log_step(9, {"timing_s/step": 100.0, key: 0.4}, attempt=1)
+            rec.log_step(10, {"timing_s/step": 100.0, key: 0.3})
+        assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.3
+        said = _share_warnings(caplog, key)
+        assert len(said) == 2
+        assert f"{key} at step 9 was logged in [0, 1] by attempt 1" in said[1]
+        assert "attempt 0's 1.1" in said[1]
+        with Recorder(path) as rec:
+            rec.log_step(11, {"timing_s/step": 100.0, key: 1.2})
+        assert _value(registry, "rlscope_idle_ratio", role="rollouter") == 0.3
+        said = _share_warnings(caplog, key)
+        assert len(said) == 3
+        assert f"{key} logged 1.2 at step 11 (attempt 0), outside [0, 1]" in said[2]
+        caplog.clear()
+        fresh, _ = _registry(path)
+        assert _value(fresh, "rlscope_idle_ratio", role="rollouter") == 0.3
+    (said,) = _share_warnings(caplog, key)
+    assert f"{key} logged 1.2 at step 11 (attempt 0), outside [0, 1]" in said
+    assert analyze_run(str(path)).topology.out_of_range == {key: ((11, 1.2),)}
+
+
+def test_a_crashed_attempts_share_read_after_its_redo_is_not_warned_about(tmp_path, caplog):
+    # the crashed process's last flush (step 9, attempt 0: the trainer's idle ratio 1.1, logged at t=900)
+    # lands after the resumed one's (step 9, attempt 1: 0.4 at t=1000): the redo stands, served and read
+    # by diagnose, and the crashed attempt's value is no warning, read before or after it
+    key = "fully_async/trainer/idle_ratio"
+    path = tmp_path / "run"
+    Recorder(path, meta={"topology": "fully_async"}).close()
+    _write_steps(path, [(8, 0, 800.0, "timing_s/step", 100.0), (8, 0, 800.0, key, 0.2)], seq=0)
+    _write_steps(path, [(9, 1, 1000.0, "timing_s/step", 100.0), (9, 1, 1000.0, key, 0.4)], seq=1)
+    registry, _ = _registry(path)
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.4
+        write_segment(  # another writer's segment, read at the next scrape
+            path,
+            "steps",
+            pa.table(
+                {
+                    "step": [9, 9],
+                    "attempt": pa.array([0, 0], pa.int32()),
+                    "time": [900.0, 900.0],
+                    "key": ["timing_s/step", key],
+                    "value": [100.0, 1.1],
+                }
+            ),
+            writer_id="crashed",
+            seq=0,
+        )
+        assert _value(registry, "rlscope_idle_ratio", role="trainer") == 0.4
+        fresh, _ = _registry(path)
+        assert _value(fresh, "rlscope_idle_ratio", role="trainer") == 0.4
+    assert _share_warnings(caplog, key) == []
+    assert analyze_run(str(path)).topology.out_of_range == {}
+
+
+def test_a_share_its_attempt_also_logged_in_range_is_not_warned_about(tmp_path, caplog):
+    # step 3 logged the occupancy share twice under one attempt, 1.4 and then 0.6: diagnose reads 0.6 and
+    # counts no value outside [0, 1], nor does the exporter (read at once, or 1.4 first and 0.6 at the
+    # next scrape: its warning is then withdrawn)
+    key = "dynamic_resource/rollout_resource_utilization"
+    path = tmp_path / "run"
+    Recorder(path, meta={"topology": "fully_async"}).close()
+    _write_steps(path, [(3, 0, 300.0, "timing_s/step", 100.0), (3, 0, 300.0, key, 1.4)], seq=0)
+    _write_steps(path, [(3, 0, 301.0, key, 0.6)], seq=1)
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(_registry(path)[0], "rlscope_run_up") == 1.0
+    assert _share_warnings(caplog, key) == []
+    assert analyze_run(str(path)).topology.out_of_range == {}
+    shutil.rmtree(path / "steps")
+    _write_steps(path, [(3, 0, 300.0, "timing_s/step", 100.0), (3, 0, 300.0, key, 1.4)], seq=0)
+    registry, _ = _registry(path)
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_run_up") == 1.0
+        _write_steps(path, [(3, 0, 301.0, key, 0.6)], seq=1)
+        assert _value(registry, "rlscope_run_up") == 1.0
+    first, withdrawn = _share_warnings(caplog, key)
+    assert f"{key} logged 1.4 at step 3 (attempt 0), outside [0, 1]" in first
+    assert f"{key} at step 3 was logged in [0, 1] by attempt 0" in withdrawn
 
 
 def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_same(tmp_path):

@@ -40,12 +40,13 @@ from rlscope.analyzers._data import (
     RunFrames,
     imported_job_firsts,
     pipeline_fills,
+    readings_of,
     training_records,
     unfinite_timers,
     wide_steps,
 )
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SUBSTAGES, TRAINED_FROM_KEY, canonical, in_share_range
+from rlscope.collectors.verl_metrics import SHARE_KEYS, SUBSTAGES, TRAINED_FROM_KEY, canonical, in_share_range
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -280,6 +281,10 @@ class RunState:
         self._phases_of: tuple[int, int] | None = None  # (attempt, step) whose timers _phases holds
         self._phase_cap = LabelCap(MAX_PHASES)
         self._idle: dict[str, tuple[float, int, int, float]] = {}  # role -> (time, attempt, step, value)
+        # per share of time (SHARE_KEYS), its last MEDIAN_STEPS steps read: (attempt, ok, value) of the
+        # highest attempt, as diagnose's share_readings; and the one warned about: (step, attempt, value)
+        self._shares: dict[str, dict[int, tuple[int, bool, float]]] = {}
+        self._share_warned: dict[str, tuple[int, int, float]] = {}
         self._score: dict[str, tuple[float, int, int, float]] = {}  # max / min -> (time, attempt, step, value)
         self._scores: dict[int, dict[str, tuple[tuple[int, float], float]]] = {}  # step -> stat -> (order, value)
         self._durations: dict[int, float] = {}  # step -> timing_s/step
@@ -530,7 +535,6 @@ class RunState:
             name = names[key_index[i]]
             v = value[i]
             if name in _IDLE_KEYS and not in_share_range(v):  # NaN and inf too: no share of time, as diagnose reads it
-                self._warn_out_of_range(name, float(v), int(step[i]))
                 continue
             if not math.isfinite(v):
                 continue
@@ -559,6 +563,9 @@ class RunState:
                     rank = (int(attempt[i]), float(when[i]))
                     if label not in by_stat or rank >= by_stat[label][0]:
                         by_stat[label] = (rank, v)
+        shares = [i for i, name in enumerate(names) if name in SHARE_KEYS]
+        if shares:
+            self._read_shares(names, order[np.isin(key_index[order], shares)], step, attempt, key_index, value)
         logged = pd.Series(when[current]).groupby(step[current]).max()
         for s, t in logged.items():
             self._log_times[int(s)] = max(float(t), self._log_times.get(int(s), -math.inf))
@@ -609,18 +616,72 @@ class RunState:
         named = imported_job_firsts(self.meta)  # an imported log's resumed jobs, where it gave no times
         return pipeline_fills(self._trainings, self._fill_starts, named, first=self._first_trained)
 
-    def _warn_out_of_range(self, key: str, value: float, step: int) -> None:
-        """Say once per key that a share of time was logged outside [0, 1] and is not served."""
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning(
-                "exporter: run %s: %s logged %r at step %d, outside [0, 1]: "
-                "read as not logged, and so is any such value after it",
-                self.run,
-                key,
-                value,
-                step,
+    def _read_shares(
+        self,
+        names: list[str],
+        rows: np.ndarray,
+        step: np.ndarray,
+        attempt: np.ndarray,
+        key_index: np.ndarray,
+        value: np.ndarray,
+    ) -> None:
+        """Keep the share-of-time ``rows`` just read (indices, in the order logged) as diagnose
+        reads them, and say once per share that one was logged outside [0, 1] (not served, not
+        used). Only a value that counts is named: its step's highest attempt read so far that
+        logged the share, with no value in [0, 1]. A crashed attempt's value read after its redo
+        is no warning; one read before it is named with its attempt, and a redo in [0, 1] read
+        later withdraws that warning: the next value outside [0, 1] is named instead."""
+        new = readings_of(
+            pd.DataFrame(
+                {
+                    "step": step[rows].astype(np.int64),
+                    "key": [names[k] for k in key_index[rows]],
+                    "attempt": attempt[rows].astype(np.int64),
+                    "ok": in_share_range(value[rows]),
+                    "value": value[rows],
+                }
             )
+        )
+        touched: dict[str, set[int]] = {}
+        for key, s, a, ok, v in zip(new["key"], new["step"], new["attempt"], new["ok"], new["value"], strict=True):
+            held = self._shares.setdefault(key, {}).get(int(s))
+            if held is not None and a < held[0]:  # a crashed attempt's, read after its redo
+                continue
+            if held is not None and a == held[0]:  # the same attempt logged it again: any value in range reads
+                ok, v = ok or held[1], held[2] if math.isnan(v) else v
+            self._shares[key][int(s)] = (int(a), bool(ok), float(v))
+            touched.setdefault(key, set()).add(int(s))
+        for key, steps in sorted(touched.items()):
+            by_step = self._shares[key]
+            warned = self._share_warned.get(key)
+            if warned is not None and warned[0] in steps and by_step[warned[0]][1]:
+                del self._share_warned[key]
+                self._warned.discard(key)
+                log.warning(
+                    "exporter: run %s: %s at step %d was logged in [0, 1] by attempt %d, which counts for the "
+                    "step, not attempt %d's %r warned about; the next value outside [0, 1] is warned about",
+                    self.run,
+                    key,
+                    warned[0],
+                    by_step[warned[0]][0],
+                    warned[1],
+                    warned[2],
+                )
+            out = sorted(s for s in steps if not by_step[s][1])
+            if out and key not in self._warned:
+                self._warned.add(key)
+                a, _, v = by_step[out[0]]
+                self._share_warned[key] = (out[0], a, v)
+                log.warning(
+                    "exporter: run %s: %s logged %r at step %d (attempt %d), outside [0, 1]: read as not logged, and "
+                    "so is any such value after it (should a later attempt redo the step, its value counts instead)",
+                    self.run,
+                    key,
+                    v,
+                    out[0],
+                    a,
+                )
+            _keep_last(by_step, MEDIAN_STEPS)
 
     def _late(self, order: np.ndarray, step: np.ndarray, trains: np.ndarray, holds: np.ndarray) -> np.ndarray:
         """Which rows are of a fully async trainer's late training record: one holding
