@@ -45,8 +45,10 @@ but the model-engine workers log ``actor/entropy_loss`` again since f1d5e0e27 (2
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
+
+import numpy as np
 
 _V = TypeVar("_V")
 
@@ -65,16 +67,20 @@ __all__ = [
     "TRAINED_FROM_KEY",
     "canonical",
     "canonical_metric",
+    "holds_training",
     "in_share_range",
     "is_rollouter_window_key",
     "is_substage",
     "is_validation_key",
     "makes_step",
+    "read_rows",
     "record_trains",
     "split_record",
+    "step_rows",
     "timer_stage",
     "timing_phase",
     "timing_stage",
+    "training_rows",
 ]
 
 # old prefix -> (canonical prefix, factor that turns an old value into the canonical unit)
@@ -293,6 +299,59 @@ def in_share_range(value: Any) -> Any:
     """Whether a value of a :data:`SHARE_KEYS` key (a number or an array of them) is a share:
     in [0, 1] up to :data:`SHARE_SLACK`; NaN and inf are not."""
     return (value >= -SHARE_SLACK) & (value <= 1 + SHARE_SLACK)
+
+
+def read_rows(keys: Sequence[str], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+    """Which step rows say something, as every reader reads them (``docs/run-directory.md``): a
+    finite value (verl logs a timer it lost as inf), no stage timer (``timing_s/``) below zero (a
+    clock's fault), no share of time (:data:`SHARE_KEYS`) outside [0, 1] beyond
+    :data:`SHARE_SLACK` (a corrupted log, a unit mix-up). Row i is ``keys[index[i]]`` (any spelling: the
+    names are canonicalised once each) logged as ``values[i]`` (in that spelling's unit); without
+    ``index``, row i is ``keys[i]``. Judged in the canonical unit: 1e306 s per token is inf ms."""
+    names, index, values = _canonical_rows(keys, values, index)
+    timer = np.array([name.startswith("timing_s/") for name in names], dtype=bool)[index]
+    share = np.array([name in SHARE_KEYS for name in names], dtype=bool)[index]
+    return np.isfinite(values) & ~(timer & (values < 0)) & (~share | in_share_range(values))
+
+
+def step_rows(keys: Sequence[str], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+    """Which step rows (as :func:`read_rows` takes them) hold a metric that makes a step
+    (:func:`makes_step`), whether or not their value says something: a record with one shows
+    that the trainer logged a step."""
+    names, index, values = _canonical_rows(keys, values, index)
+    shows = np.array([name != STEP_TIMER and makes_step(name, 1.0) for name in names], dtype=bool)[index]
+    timer = np.array([name == STEP_TIMER for name in names], dtype=bool)[index]
+    shows[timer] = makes_step(STEP_TIMER, values[timer])  # the step timer: by its value
+    return shows
+
+
+def training_rows(keys: Sequence[str], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+    """Which step rows (as :func:`read_rows` takes them) train: a value that says something
+    (:func:`read_rows`) of a metric that makes a step (:func:`step_rows`). A step's training
+    attempt, a job's first training record and the run's first training step are the rows'
+    that train, alike in ``diagnose``, the dashboard, the exporter and the importers."""
+    return read_rows(keys, values, index) & step_rows(keys, values, index)
+
+
+def holds_training(metrics: Mapping[str, float]) -> bool:
+    """Whether one record (keys and float values) holds a row that trains (:func:`training_rows`)."""
+    values = np.fromiter(metrics.values(), dtype=float, count=len(metrics))
+    return bool(training_rows(list(metrics), values).any())
+
+
+def _canonical_rows(
+    keys: Sequence[str], values: np.ndarray, index: np.ndarray | None
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``keys`` canonicalised, the row index (``index`` or one row per key) and the rows' values
+    in their canonical units."""
+    resolved = [_resolve(str(key)) for key in keys]
+    index = np.arange(len(resolved)) if index is None else np.asarray(index)
+    values = np.asarray(values, dtype=float)
+    factor = np.array([scale for _, scale in resolved], dtype=float)
+    if (factor != 1.0).any():
+        with np.errstate(over="ignore", under="ignore"):  # a value beyond float64 in its unit is inf
+            values = values * factor[index]
+    return [name for name, _ in resolved], index, values
 
 
 # verl's count of updates (the fully async trainer's aggregate holds its last update's)

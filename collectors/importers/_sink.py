@@ -31,6 +31,7 @@ from rlscope.collectors.verl_metrics import (
     ROLLOUTER_PREFIX,
     TRAINED_FROM_KEY,
     canonical_metric,
+    holds_training,
     is_rollouter_window_key,
     makes_step,
     split_record,
@@ -390,7 +391,7 @@ class StepSink:
         self._untimed_job = not timed
 
     def _rows(self, step: int, attempt: int, named: dict[str, float], when: float | None) -> None:
-        if self._untimed_job and _trains(named):
+        if self._untimed_job and holds_training(named):  # as diagnose places its records
             self._untimed_job = False
             self._job_first_steps.append([step, attempt])
         cols, count = self._cols, len(named)
@@ -584,15 +585,6 @@ class StepSink:
             raise self._cannot_write(exc) from None
         self._meta_written = True
         return meta
-
-
-def _trains(named: Mapping[str, float]) -> bool:
-    """Whether a record (canonical keys) holds a row the analyzers count as training: a finite
-    value that makes a step, not a stage timer below zero (``analyzers._data.usable_step_rows``)."""
-    return any(
-        math.isfinite(value) and not (key.startswith("timing_s/") and value < 0) and makes_step(key, value)
-        for key, value in named.items()
-    )
 
 
 def _flat(meta: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

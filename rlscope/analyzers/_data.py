@@ -31,7 +31,8 @@ from rlscope.collectors.verl_metrics import (
     canonical_metric,
     in_share_range,
     is_validation_key,
-    makes_step,
+    read_rows,
+    training_rows,
 )
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader, SegmentInfo
@@ -120,12 +121,14 @@ def topology_kind(wording: str) -> str:
 def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """The rows of the long ``steps`` table that say something, keys canonicalised: text values,
     non-finite numbers, negative stage timers and shares of time outside [0, 1] (verl's idle
-    ratios and occupancy share, ``SHARE_KEYS``; :func:`out_of_range_shares`) are dropped, shares
-    within rounding of it (``SHARE_SLACK``) clipped into it; keys (and values whose unit changed
-    with the name) are canonicalised by ``rlscope.collectors.verl_metrics``; a missing attempt
-    is 0. What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
+    ratios and occupancy share, ``SHARE_KEYS``; :func:`out_of_range_shares`) are dropped
+    (``verl_metrics.read_rows``, as the exporter and the importers read them), shares within
+    rounding of it (``SHARE_SLACK``) clipped into it; keys (and values whose unit changed with
+    the name) are canonicalised by ``rlscope.collectors.verl_metrics``; a missing attempt is 0.
+    What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
-    df = df[np.isfinite(df["value"].astype(float))]  # NaN or inf (a timer verl logged as inf) says nothing
+    codes, keys = pd.factorize(df["key"].astype(str))
+    df = df[read_rows(keys.tolist(), df["value"].astype(float).to_numpy(), codes)]
     if df.empty:
         return df
     # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...)
@@ -136,14 +139,11 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
         key=[k for k, _ in renamed],
         value=[v for _, v in renamed],
     )
-    # a stage that took negative seconds is a clock's fault: as unknown as a NaN one
-    df = df[~(df["key"].str.startswith("timing_s/") & (df["value"] < 0))]
     share = df["key"].isin(SHARE_KEYS).to_numpy()
     if not share.any():
         return df
     value = df["value"].to_numpy(dtype=float)
-    read = ~share | in_share_range(value)  # a share of time outside [0, 1] is no measurement
-    return df[read].assign(value=np.where(share, np.clip(value, 0.0, 1.0), value)[read])
+    return df.assign(value=np.where(share, np.clip(value, 0.0, 1.0), value))  # within rounding of [0, 1]
 
 
 def out_of_range_shares(steps: pa.Table | pd.DataFrame) -> dict[str, tuple[tuple[int, float], ...]]:
@@ -264,13 +264,9 @@ def training_attempts(usable: pd.DataFrame) -> pd.Series:
 
 
 def _trains(usable: pd.DataFrame) -> np.ndarray:
-    """Which rows of :func:`usable_step_rows` hold a metric that makes a step."""
-    keys = usable["key"]
-    # by name, but for the step timer, whose value decides
-    trains = np.array(keys.map({k: k != STEP_TIMER and makes_step(k, 1.0) for k in keys.unique()}), dtype=bool)
-    timer = (keys == STEP_TIMER).to_numpy()
-    trains[timer] = makes_step(STEP_TIMER, usable["value"].to_numpy()[timer])
-    return trains
+    """Which rows of :func:`usable_step_rows` train (``verl_metrics.training_rows``)."""
+    codes, keys = pd.factorize(usable["key"])
+    return training_rows(keys.tolist(), usable["value"].to_numpy(dtype=float), codes)
 
 
 def training_records(usable: pd.DataFrame) -> pd.DataFrame:

@@ -46,7 +46,15 @@ from rlscope.analyzers._data import (
     wide_steps,
 )
 from rlscope.analyzers.mismatch import abs_quantile
-from rlscope.collectors.verl_metrics import SHARE_KEYS, SUBSTAGES, TRAINED_FROM_KEY, canonical, in_share_range
+from rlscope.collectors.verl_metrics import (
+    SHARE_KEYS,
+    SUBSTAGES,
+    TRAINED_FROM_KEY,
+    canonical,
+    in_share_range,
+    step_rows,
+    training_rows,
+)
 from rlscope.errors import RLScopeError
 from rlscope.exporter._labels import OTHER, LabelCap, sanitize_label
 from rlscope.exporter._metrics import LOGPROB_ABS_QUANTILES, STALENESS_QUANTILES, logprob_limit
@@ -492,19 +500,17 @@ class RunState:
         when[~np.isfinite(when)] = -math.inf  # no time (null, NaN): before every other record, never the newest
         value = rows.column("value").to_numpy(zero_copy_only=False).astype(float)
         uniq = pc.unique(rows.column("key"))
-        names = [canonical(k) if k is not None else "" for k in uniq.to_pylist()]
+        keys = [k if k is not None else "" for k in uniq.to_pylist()]  # as logged: the rules read their units
+        names = [canonical(k) for k in keys]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         self._run_clock = max(self._run_clock, float(when.max()))
         # a record (one log call: step, attempt, time) that shows no training step by the step
         # anatomy's rule (validation metrics, validation, checkpoint or profiling timers alone) is none: verl's
         # val_before_train logs one before the first step (and on a resume), so it neither moves
-        # the last step and its time nor makes an interval of the median
-        shows = np.array([anatomy.makes_step(name, 1.0) for name in names], dtype=bool)[key_index]  # step timer: below
+        # the last step and its time nor makes an interval of the median; whatever its values say
+        # (``step_rows``): a NaN timer logged is the trainer's progress all the same
+        shows = step_rows(keys, value, key_index)
         timer = np.array([name == anatomy.STEP_TIMER for name in names], dtype=bool)[key_index]
-        shows[timer] = anatomy.makes_step(anatomy.STEP_TIMER, value[timer])
-        # the rows diagnose reads (usable_step_rows): a finite value, no stage timer below zero
-        stage_timer = np.array([name.startswith(_TIMING) for name in names], dtype=bool)[key_index]
-        usable = np.isfinite(value) & ~(stage_timer & (value < 0))
         record = pd.DataFrame({"step": step, "attempt": attempt, "when": when, "trains": shows})
         trains = record.groupby(["step", "attempt", "when"], dropna=False)["trains"].transform("any").to_numpy()
         if not trains.all():
@@ -575,7 +581,8 @@ class RunState:
         records = record[~late].drop_duplicates(["when", "step", "attempt"]).sort_values("when").tail(_RECORDS)
         new = zip(records["when"].tolist(), records["step"].tolist(), records["attempt"].tolist(), strict=True)
         self._records = sorted([*self._records, *((float(t), int(s), int(a)) for t, s, a in new)])[-_RECORDS:]
-        self._keep_trainings(step[shows & usable], attempt[shows & usable], when[shows & usable])
+        trained = training_rows(keys, value, key_index)  # the rows that train, as diagnose places them
+        self._keep_trainings(step[trained], attempt[trained], when[trained])
         gone = self._drop_superseded()
         if gone and not self._traj_attempts:  # trajectories without attempts: told by the step records
             self._forget_trajectories(gone)
