@@ -332,15 +332,22 @@ def finish_cdf(runs: Mapping[str, np.ndarray], step: int | None) -> go.Figure:
     return fig
 
 
-def tail_shares(runs: Mapping[str, pd.Series], bounds: Mapping[str, pd.Series] | None = None) -> go.Figure:
+def tail_shares(
+    runs: Mapping[str, pd.Series],
+    bounds: Mapping[str, pd.Series] | None = None,
+    capped: Mapping[str, pd.Series] | None = None,
+) -> go.Figure:
     """Per step, the share of rollout time spent waiting for the slowest 10% of trajectories.
     ``bounds``: per run, the most the share can be in the steps whose estimate from response lengths
-    is unknown, drawn dotted and named a bound, so such a run shows what is known, never a value."""
+    is unknown, drawn dotted and named a bound, so such a run shows what is known, never a value.
+    ``capped``: per run, the steps whose estimate is 0 because over 10% of responses hit the length
+    cap, drawn as markers apart from the line, which is the trend diagnose judges without them."""
     colors = _run_colors(runs)
     bounds = {k: v.dropna() for k, v in (bounds or {}).items() if k in colors and not v.dropna().empty}
+    capped = {k: v.dropna() for k, v in (capped or {}).items() if k in colors and not v.dropna().empty}
     runs = {k: v.dropna() for k, v in runs.items() if not v.dropna().empty}
     title = "Slowest 10%: share of rollout time"
-    if not runs and not bounds:
+    if not runs and not bounds and not capped:
         return placeholder("no rollout timing yet (trajectories or response lengths)", title)
     fig = _figure(title, "step", "tail share (T_tail / rollout)")
     for label, series in runs.items():
@@ -355,7 +362,16 @@ def tail_shares(runs: Mapping[str, pd.Series], bounds: Mapping[str, pd.Series] |
             mode="lines+markers",
             line={"color": colors[label], "dash": "dot"},
         )
-    if bounds:  # a lone trace hides the legend, and with it the name that says the line is a bound
+    for label, series in capped.items():
+        shown = thin(series.to_frame("f"))["f"]
+        fig.add_scatter(
+            x=shown.index,
+            y=shown,
+            name=text(label) + ": 0 at the length cap (tail cut short)",
+            mode="markers",
+            marker={"color": colors[label], "symbol": "x"},
+        )
+    if bounds or capped:  # a lone trace hides the legend, and with it the name that says what the points are
         fig.update_layout(showlegend=True)
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")

@@ -1381,3 +1381,69 @@ def test_findings_on_a_tail_with_no_estimate_and_no_bound_give_no_number_for_it(
     (f,) = [f for f in r.findings if f.id == "async-recommended"]
     assert "nan" not in f.recommendation and "a lower bound" in f.recommendation
     assert "no bound on the tail either" in f.recommendation
+
+
+def _capped_run(path, lengths):
+    """Steps of 100 s generation with response lengths ``(mean, clip ratio)`` of max 256 tokens."""
+    steps = {
+        s: {
+            "response_length/mean": mean,
+            "response_length/max": 256,
+            "response_length/clip_ratio": clip,
+            "timing_s/gen": 100,
+        }
+        for s, (mean, clip) in enumerate(lengths)
+    }
+    return make_run(path, {}, steps)
+
+
+def test_a_tail_growth_is_judged_from_the_steps_below_the_length_cap(tmp_path):
+    # steps 0-1: 30% of responses at the 256-token cap, so the slowest 10% all stop there together: f = 0,
+    # which is the cap, not no tail. Below it f = 1 - mean ln 10 / 256: mean 80 -> 0.2804 (steps 2-3),
+    # 70 (4-5), 50 -> 0.5503 (6-7). Over the six steps below the cap the first quarter is steps 2-3 and
+    # the last steps 6-7: 28% -> 55%, not 0% -> 55%
+    low, high = 1 - 80 * math.log(10) / 256, 1 - 50 * math.log(10) / 256
+    lengths = [(180, 0.3), (175, 0.25)] + [(80, 0.02)] * 2 + [(70, 0.02)] * 2 + [(50, 0.0)] * 2
+    r = longtail.analyze(_capped_run(tmp_path / "r", lengths))
+    assert r.per_step.loc[[0, 1], "tail_share"].tolist() == [0, 0]  # true to the definition
+    assert r.capped_steps == (0, 1) and r.growth_judged
+    assert (r.trend.first, r.trend.last) == (pytest.approx(low), pytest.approx(high))
+    (f,) = [f for f in r.findings if f.id == "long-tail-growing"]
+    assert (f.evidence["first"], f.evidence["last"]) == (pytest.approx(low), pytest.approx(high))
+    assert f.evidence["capped_steps"] == [0, 1]
+    assert f.title.startswith("tail share grew from 28% to 55% of rollout time")
+    assert "steps 0-1 at the length cap left out" in f.title
+    assert (
+        "25-30% of their responses hit the length cap" in f.recommendation
+        and "not that there was none" in f.recommendation
+    )
+    # the recent share (steps 6-7) is below the cap: long-tail-dominates is as before
+    assert r.tail_share == pytest.approx(high) and "long-tail-dominates" in ids(r)
+
+
+def test_a_tail_growth_is_not_judged_when_recent_steps_are_at_the_length_cap(tmp_path):
+    # steps 0-5 at f = 1 - 100 ln 10 / 256 = 0.1006, step 6 at 1 - 20 ln 10 / 256 = 0.8201, step 7 at the
+    # cap (f = 0 there). The recent quarter (6-7) holds 0.82 and a 0 set by the cap: the recent share,
+    # (0.8201 x 100 s + 0) / 200 s = 0.41, is true to the definition, but a growth up to now is not known
+    mid = 1 - 20 * math.log(10) / 256
+    lengths = [(100, 0.0)] * 6 + [(20, 0.0), (200, 0.4)]
+    r = longtail.analyze(_capped_run(tmp_path / "r", lengths))
+    assert r.tail_share == pytest.approx(mid / 2) and r.capped_steps == (7,) and r.recent_capped_steps == (7,)
+    assert not r.growth_judged and "long-tail-growing" not in ids(r)
+    (f,) = [f for f in r.findings if f.id == "long-tail-dominates"]
+    assert "step 7 at the length cap counts 0" in f.evidence["basis"]
+
+
+def test_a_run_with_one_step_below_the_length_cap_has_no_growth_to_judge(tmp_path):
+    lengths = [(180, 0.3)] * 3 + [(50, 0.0)]
+    r = longtail.analyze(_capped_run(tmp_path / "r", lengths))
+    assert r.capped_steps == (0, 1, 2) and r.recent_capped_steps == () and not r.growth_judged
+    assert r.tail_share == pytest.approx(1 - 50 * math.log(10) / 256)
+
+
+def test_a_run_below_the_length_cap_judges_its_growth_as_before(tmp_path):
+    lengths = [(100, 0.0)] * 2 + [(20, 0.05)] * 2
+    r = longtail.analyze(_capped_run(tmp_path / "r", lengths))
+    assert r.capped_steps == () and r.growth_judged
+    (f,) = [f for f in r.findings if f.id == "long-tail-growing"]
+    assert "length cap" not in f.title + f.recommendation and "capped_steps" not in f.evidence

@@ -941,3 +941,29 @@ def test_long_tail_growing_is_judged_only_where_the_recent_tail_is_known_as_comp
     assert not any(e.startswith("only B") for e in out["explanations"])
     assert main(["diagnose", b, "--format", "json"]) == 0
     assert "long-tail-growing" not in {f["id"] for f in json.loads(capsys.readouterr().out)["findings"]}
+
+
+def _clipped_run(tmp_path: Path, name: str, lengths: list[tuple[float, float]]) -> str:
+    """Steps of 100 s gen and 30 s update with response lengths ``(mean, clip ratio)`` of max 256."""
+    run = str(tmp_path / name)
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step, (mean, clip) in enumerate(lengths):
+            rec.log_step(step, {"timing_s/gen": 100.0, "timing_s/update_actor": 30.0, "timing_s/step": 130.0})
+            rec.log_step(
+                step,
+                {"response_length/mean": mean, "response_length/max": 256.0, "response_length/clip_ratio": clip},
+            )
+    return run
+
+
+def test_a_tail_growth_hidden_by_the_length_cap_is_not_evaluable_in_compare(tmp_path, capsys):
+    # A: steps 0-1 at the cap, then 1 - mean ln 10 / 256 from 28% (mean 80) to 55% (mean 50): growing below
+    # the cap. B: the same below the cap, but its recent step 7 at the cap: its growth up to now is not known,
+    # so compare says B could not evaluate long-tail-growing, not that B is clean of it
+    below = [(80.0, 0.02)] * 2 + [(70.0, 0.02)] * 2 + [(50.0, 0.0)] * 2
+    a = _clipped_run(tmp_path, "a", [(180.0, 0.3)] * 2 + below)
+    b = _clipped_run(tmp_path, "b", [*below, (50.0, 0.0), (200.0, 0.4)])
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    said = _said(out["explanations"], "only A, as B could not evaluate")
+    assert "long-tail-growing (no tail growth to judge: recent step 7 at the length cap)" in said

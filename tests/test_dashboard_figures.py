@@ -1711,6 +1711,26 @@ def test_the_tail_share_chart_draws_the_bound_where_the_estimate_is_unknown(tmp_
     np.testing.assert_allclose(tails.data[0].y, [17 / (0.9 * 256)] * 3)
 
 
+def test_the_tail_share_chart_draws_steps_at_the_length_cap_apart(tmp_path, client):  # client: app
+    from rlscope.dashboards.pages import rollout
+
+    # steps 1-2: 30% of responses at the 256-token cap, whose estimate 0 is the cap's, not a missing tail;
+    # steps 3-4 below it at 1 - mean ln 10 / 256. The line is the trend diagnose judges: steps 3-4 only
+    path = tmp_path / "run"
+    with Recorder(path, flush_interval=3600) as rec:
+        for step, mean, clip in ((1, 180.0, 0.3), (2, 180.0, 0.3), (3, 80.0, 0.02), (4, 50.0, 0.0)):
+            lengths = {"response_length/mean": mean, "response_length/max": 256.0, "response_length/clip_ratio": clip}
+            rec.log_step(step, lengths | {"timing_s/gen": 40.0, "timing_s/step": 50.0})
+    run = LiveRun(0, str(path), "run")
+    run.refresh(force=True)
+    _, _, tails, _, _ = rollout._render([run], rollout._steps(None, [run]))
+    line, capped = tails.data
+    assert line.name == "run" and list(line.x) == [3, 4]
+    np.testing.assert_allclose(line.y, [1 - 80 * math.log(10) / 256, 1 - 50 * math.log(10) / 256])
+    assert capped.name == "run: 0 at the length cap (tail cut short)" and capped.mode == "markers"
+    assert list(capped.x) == [1, 2] and list(capped.y) == [0, 0] and tails.layout.showlegend is True
+
+
 def test_a_waterfall_whose_long_tail_is_unknown_draws_one_bar_for_decode_and_tail():
     # every step's tail unknown: decode and the long tail NaN, one bar holding both, every point still charged
     lost = pd.Series(

@@ -1372,3 +1372,50 @@ def test_generation_beside_a_much_longer_step_is_said_as_a_part_of_its_length():
     # 40 s step stays 5.0x (as a share it would read 500%)
     assert generation_beside(12.5 / 750) == "beside the step (2% of its length)"
     assert generation_beside(200 / 40) == "beside the step (5.0x its length)"
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
+def test_a_real_tail_growth_leaves_out_the_steps_at_the_length_cap(capsys):
+    # TinyZero, max response 256: steps 2 and 52 have 37.5% and 28.1% of responses at the cap (estimate 0:
+    # the slowest 10% stop there together), steps 92 and 122 3.1% at most. Below the cap f = 1 - mean ln 10 /
+    # max: step 92 mean 57.969 of max 199, step 122 mean 61.094 of 256: 33% -> 45%, not 0% -> 45%
+    first, last = 1 - 57.969 * math.log(10) / 199, 1 - 61.094 * math.log(10) / 256
+    _, doc = _run_json(capsys, str(REAL_LOGS / "15_tinyzero_countdown_ppo_4090.log"))
+    tail = doc["long_tail"]
+    assert [r["clip_ratio"] for r in tail["per_step"]] == [0.375, 0.281, 0.0, 0.031]
+    assert [r["tail_share"] for r in tail["per_step"]][:2] == [0, 0]
+    assert tail["capped_steps"] == [2, 52] and tail["growth_judged"] is True
+    assert doc["headline"]["tail_capped_steps"] == [] and doc["headline"]["tail_share"] == pytest.approx(last)
+    (f,) = [f for f in doc["findings"] if f["id"] == "long-tail-growing"]
+    assert (f["evidence"]["first"], f["evidence"]["last"]) == (pytest.approx(first), pytest.approx(last))
+    assert f["evidence"]["capped_steps"] == [2, 52]
+    assert f["title"] == (
+        "tail share grew from 33% to 45% of rollout time "
+        "(estimated from response lengths; steps 2, 52 at the length cap left out)"
+    )
+    assert "28-38% of their responses hit the length cap" in f["recommendation"]
+
+
+def test_a_recent_share_with_steps_at_the_length_cap_says_they_count_zero(tmp_path, capsys):
+    # 8 steps of 100 s generation, max 256: the recent quarter is steps 6-7, step 6 at 1 - 20 ln 10 / 256 and
+    # step 7 at the cap (40% of responses), whose estimate is 0 by the cap. The recent share is their mean,
+    # and the headline names the step whose 0 is the cap's
+    run = tmp_path / "run"
+    with Recorder(run) as rec:
+        for s in range(8):
+            mean, clip = (200, 0.4) if s == 7 else (20, 0.0) if s == 6 else (100, 0.0)
+            rec.log_step(
+                s,
+                {
+                    "timing_s/gen": 100.0,
+                    "response_length/mean": mean,
+                    "response_length/max": 256.0,
+                    "response_length/clip_ratio": clip,
+                },
+            )
+    _, doc = _run_json(capsys, str(run))
+    assert doc["headline"]["tail_capped_steps"] == [7] and doc["long_tail"]["growth_judged"] is False
+    assert doc["headline"]["tail_share"] == pytest.approx((1 - 20 * math.log(10) / 256) / 2)
+    assert main(["diagnose", str(run)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # as wrapped to any width
+    assert "[estimated; step 7 at the length cap counts 0: over 10% of its responses hit it" in out

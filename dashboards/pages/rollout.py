@@ -15,6 +15,7 @@ import pandas as pd
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
+from rlscope.analyzers import longtail
 from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun
 from rlscope.dashboards.pages import _common as common
@@ -58,6 +59,15 @@ def _steps(value: object, runs: Sequence[LiveRun]) -> list[int | None]:
     return [r.last_step for r in runs]
 
 
+def _tail_shares(tails: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Each step's tail share, and apart the steps whose estimate is the length cap's 0: diagnose
+    judges the tail's trend without them."""
+    if "tail_share" not in tails:
+        return pd.Series(dtype=float), pd.Series(dtype=float)
+    capped = longtail.at_length_cap(tails)
+    return tails["tail_share"].where(~capped), tails["tail_share"].where(capped)
+
+
 def _tail_bound(tails: pd.DataFrame) -> pd.Series:
     """The bound on each step's tail share where its estimate from response lengths is unknown."""
     if "tail_share_max" not in tails or "tail_share" not in tails:
@@ -79,12 +89,14 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
         finish[label] = done["finish_time"].dropna().to_numpy(dtype=float)
         loads = run.engines  # one snapshot: a refresh may replace the attribute meanwhile
         engines[label] = loads[loads.index == step] if not loads.empty else loads
+    tails = [(run, run.tails) for run in runs]  # one snapshot each: a refresh may replace the attribute
     return (
         common.notices(runs),
         figures.finish_cdf(finish, one),
         figures.tail_shares(
-            {r.label: r.tails.get("tail_share", pd.Series(dtype=float)) for r in runs},
-            {r.label: _tail_bound(r.tails) for r in runs},
+            {r.label: _tail_shares(t)[0] for r, t in tails},
+            {r.label: _tail_bound(t) for r, t in tails},
+            {r.label: _tail_shares(t)[1] for r, t in tails},
         ),
         figures.response_lengths({r.label: r.lengths for r in runs}),
         figures.engine_load(engines, one),

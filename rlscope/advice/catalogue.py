@@ -75,7 +75,11 @@ _ENTRIES = (
         "from async streaming grows with the tail (under async streaming, so does the staleness of the "
         "longest answers); re-run the topology what-if with recent steps. Judged only where the recent "
         "tail share is known (steps whose estimate is unknown are left out of the trend): a run whose "
-        "recent estimate is unknown is not evaluated, as rlscope compare says.",
+        "recent estimate is unknown is not evaluated, as rlscope compare says. An estimate from response "
+        "lengths reads 0 in a step where over 10% of responses hit the length cap (its slowest 10% stop "
+        "there together): that is the cap cutting the tail short, not no tail, so such steps are left out "
+        "of the trend and named, and a run whose recent steps are at the cap, or with one step below it, "
+        "is not evaluated.",
     ),
     Entry(
         "mfu-waterfall",

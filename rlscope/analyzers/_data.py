@@ -13,7 +13,7 @@ import functools
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +72,7 @@ __all__ = [
     "readings_of",
     "recent",
     "share_readings",
+    "steps_text",
     "timer_finiteness",
     "topology_kind",
     "training_attempts",
@@ -1086,6 +1087,18 @@ class Trend:
     @property
     def change(self) -> float:
         return self.last - self.first
+
+
+def steps_text(steps: Sequence[int]) -> str:
+    """Steps as runs of consecutive numbers, as every message names them: "step 4", "steps 3, 5-7"."""
+    runs: list[list[int]] = []
+    for step in sorted(steps):
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+    return f"step {text}" if len(steps) == 1 else f"steps {text}"
 
 
 def trend(series: pd.Series) -> Trend:

@@ -25,7 +25,11 @@ A batch that shrinks decodes faster per token, which only shortens the tail, so 
 most it can be. The four statistics do not give L90; what they do give:
 
 - more than 10% of responses at the length cap (clip ratio > 0.1): the slowest 10% all have the
-  cap length and finish together, so f = 0 (at exactly 0.1 the 90th percentile can sit below it);
+  cap length and finish together, so f = 0 (at exactly 0.1 the 90th percentile can sit below it).
+  That 0 is the cap cutting the tail short, not a run without one: such a step is "capped", and
+  the trend that ``long-tail-growing`` judges leaves it out (a run capped early and not later would
+  else read as a tail grown from 0%). Growth is judged only where no recent step is capped and,
+  where some step is, at least two are not;
 - a bound, whatever the lengths' shape: the fastest 90% are no longer than L90 and the rest no
   longer than L_max, so mean <= 0.9 L90 + 0.1 L_max, and L90 >= min; f <= min((L_max - mean) /
   (0.9 L_max), 1 - min / L_max) (``tail_share_max``; mean 239, max 256 gives at most 7.4%);
@@ -43,7 +47,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,12 +56,34 @@ import pandas as pd
 from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
-from rlscope.analyzers._data import RunFacts, RunFrames, Trajectories, Trend, kept, load, recent, trend
+from rlscope.analyzers._data import (
+    RunFacts,
+    RunFrames,
+    Trajectories,
+    Trend,
+    kept,
+    load,
+    recent,
+    steps_text,
+    trend,
+)
 from rlscope.trace.reader import RunReader
 
-__all__ = ["LongTailResult", "TailSplit", "analyze", "estimate_tail_share", "tail_share_bound", "tail_split"]
+__all__ = [
+    "LongTailResult",
+    "TailSplit",
+    "analyze",
+    "at_length_cap",
+    "capped_note",
+    "estimate_tail_share",
+    "tail_share_bound",
+    "tail_split",
+]
 
 _COLUMNS = ["n", "rollout_s", "t_thr_s", "t_tail_s", "tail_share"]
+_ESTIMATED_COLUMNS = [*_COLUMNS, "tail_share_max", "clip_ratio"]
+# more than this share of responses at the length cap puts the slowest 10% all at the cap
+_CAPPED_CLIP_RATIO = 0.1
 
 
 @dataclass(frozen=True)
@@ -108,7 +134,7 @@ def estimate_tail_share(mean_len: float, max_len: float, clip_ratio: float | Non
     docstring for the model)."""
     if not (mean_len > 0 and max_len > 0):
         return math.nan
-    if clip_ratio is not None and clip_ratio > 0.1:  # the slowest 10% all stop at the cap together
+    if clip_ratio is not None and clip_ratio > _CAPPED_CLIP_RATIO:  # the slowest 10% all stop at the cap together
         return 0.0
     l90 = mean_len * math.log(10)
     if l90 >= max_len:  # lengths bunched near the max: not the exponential spread assumed
@@ -135,7 +161,10 @@ class LongTailResult:
     ``t_tail_s``, ``tail_share``: means over the last quarter of steps (share = mean tail /
     mean rollout; all NaN when any of those steps' estimate is unknown). ``estimated``:
     True when derived from response lengths rather than trajectories; ``per_step`` then also has
-    ``tail_share_max``, and ``tail_share_max`` is the most the recent share can be (NaN when measured).
+    ``tail_share_max`` and ``clip_ratio``, and ``tail_share_max`` is the most the recent share can be
+    (NaN when measured). ``capped_steps``: the steps whose estimate of 0 is set by the length cap
+    (clip ratio > 0.1), ``recent_capped_steps`` those of the last quarter; ``trend`` leaves them out,
+    and ``growth_judged`` says whether it is up to now (see the module docstring).
     """
 
     per_step: pd.DataFrame
@@ -146,6 +175,9 @@ class LongTailResult:
     tail_share: float
     findings: list[Finding] = field(default_factory=list)
     tail_share_max: float = math.nan
+    capped_steps: tuple[int, ...] = ()
+    recent_capped_steps: tuple[int, ...] = ()
+    growth_judged: bool = False
 
 
 def _measured(trajectories: Trajectories) -> pd.DataFrame:
@@ -170,7 +202,7 @@ def _measured(trajectories: Trajectories) -> pd.DataFrame:
 def _estimated(steps: pd.DataFrame) -> pd.DataFrame:
     need = ["response_length/mean", "response_length/max", "timing_s/gen"]
     if not set(need) <= set(steps.columns):
-        return pd.DataFrame(columns=[*_COLUMNS, "tail_share_max"], index=pd.Index([], name="step"))
+        return pd.DataFrame(columns=_ESTIMATED_COLUMNS, index=pd.Index([], name="step"))
     df = steps.dropna(subset=need)
     nan = pd.Series(np.nan, df.index)
     clip = df["response_length/clip_ratio"] if "response_length/clip_ratio" in df else nan
@@ -182,7 +214,25 @@ def _estimated(steps: pd.DataFrame) -> pd.DataFrame:
     out["t_tail_s"] = out["rollout_s"] * out["tail_share"]
     out["t_thr_s"] = out["rollout_s"] - out["t_tail_s"]
     out["tail_share_max"] = bound
-    return out[[*_COLUMNS, "tail_share_max"]].rename_axis("step")
+    out["clip_ratio"] = clip
+    return out[_ESTIMATED_COLUMNS].rename_axis("step")
+
+
+def at_length_cap(per_step: pd.DataFrame) -> pd.Series:
+    """Per step of a ``per_step`` frame, whether its estimate is the length cap's 0 (an unknown
+    estimate is not the cap's); all False when measured."""
+    if "clip_ratio" not in per_step:
+        return pd.Series(False, per_step.index)
+    return (per_step["clip_ratio"] > _CAPPED_CLIP_RATIO) & per_step["tail_share"].notna()
+
+
+def capped_note(steps: Sequence[int]) -> str:
+    """How every report says that steps' estimated share of 0 is the length cap's, not a missing tail."""
+    one = len(steps) == 1
+    return (
+        f"{steps_text(steps)} at the length cap count{'s' if one else ''} 0: over 10% of "
+        f"{'its' if one else 'their'} responses hit it and finish together"
+    )
 
 
 def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResult:
@@ -205,8 +255,23 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
         most = (
             float((now["tail_share_max"] * now["rollout_s"]).sum(skipna=False)) / rollout if rollout > 0 else math.nan
         )
+    capped = at_length_cap(per_step)
+    capped_steps = tuple(int(s) for s in per_step.index[capped])
+    recent_capped = tuple(int(s) for s in now.index[capped.loc[now.index]])
+    below = per_step["tail_share"].where(~capped)  # a capped 0 is the cap, not the tail: no point of its trend
+    # growth up to now: the recent share known, none of it the cap's, and two steps below the cap to compare
+    judged = not math.isnan(share) and not recent_capped and (not capped_steps or below.notna().sum() >= 2)
     result = LongTailResult(
-        per_step, estimated, trend(per_step["tail_share"]), t_thr, t_tail, share, tail_share_max=most
+        per_step,
+        estimated,
+        trend(below),
+        t_thr,
+        t_tail,
+        share,
+        tail_share_max=most,
+        capped_steps=capped_steps,
+        recent_capped_steps=recent_capped,
+        growth_judged=judged,
     )
     result.findings.extend(_findings(result, frames.facts))
     return result
@@ -247,6 +312,7 @@ def _findings(r: LongTailResult, facts: RunFacts | None = None) -> list[Finding]
     few = few[few >= 2]  # a step of one trajectory has no tail, and none in the share
     if few.notna().any() and few.min() < 10:  # the slowest 10% is less than one trajectory
         basis += f"; as few as {few.min():.0f} trajectories a step: the tail is read off the last two finishes"
+    recent_basis = basis + (f"; {capped_note(r.recent_capped_steps)}" if r.recent_capped_steps else "")
     if r.tail_share >= LONG_TAIL_WARN:
         severity = Severity.CRITICAL if r.tail_share >= LONG_TAIL_CRITICAL and not r.estimated else Severity.WARN
         rollout = r.t_thr_s + r.t_tail_s
@@ -260,34 +326,56 @@ def _findings(r: LongTailResult, facts: RunFacts | None = None) -> list[Finding]
                     "t_thr_s": r.t_thr_s,
                     "rollout_s": rollout,
                     "estimated": r.estimated,
-                    "basis": basis,
+                    "basis": recent_basis,
                 },
                 f"the slowest 10% of trajectories hold the rollout for {fmt_seconds(r.t_tail_s)} s of {fmt_seconds(rollout)} s{how}; "
                 f"more GPUs shrink only the other {fmt_seconds(r.t_thr_s)} s. {_levers(facts)}",
             )
         )
-    # growth is up to the run as it is now: with the recent share unknown there is none to judge, as compare says
-    if r.trend.change >= LONG_TAIL_GROWTH_WARN and not math.isnan(r.tail_share):
+    # growth is up to the run as it is now: with the recent share unknown, or the cap's, there is none to judge,
+    # as compare says
+    if r.growth_judged and r.trend.change >= LONG_TAIL_GROWTH_WARN:
+        evidence = {
+            "first": r.trend.first,
+            "last": r.trend.last,
+            "slope_per_step": r.trend.slope_per_step,
+            "estimated": r.estimated,
+            "basis": basis,
+        }
+        over, left_out = "the run", ""
+        if r.capped_steps:
+            evidence["basis"] += f"; {steps_text(r.capped_steps)} at the length cap left out"
+            evidence["capped_steps"] = list(r.capped_steps)
+            over, left_out = "the steps below the length cap", _left_out(r)
         # an estimate moves with the length spread and the clip ratio, not only with the tail: information
         out.append(
             finding(
                 "long-tail-growing",
                 Severity.INFO if r.estimated else Severity.WARN,
-                {
-                    "first": r.trend.first,
-                    "last": r.trend.last,
-                    "slope_per_step": r.trend.slope_per_step,
-                    "estimated": r.estimated,
-                    "basis": basis,
-                },
-                f"the tail share rose {r.trend.change * 100:.0f} points over the run "
+                evidence,
+                f"the tail share rose {r.trend.change * 100:.0f} points over {over} "
                 f"({r.trend.first:.0%} -> {r.trend.last:.0%}): "
                 + (
                     "the longest answers, the stalest samples, are growing"
                     if facts.kind == "async_streaming" and not facts.shares_gpus
                     else "the gain from partial rollout or async streaming is growing"
                 )
-                + how,
+                + how
+                + left_out,
             )
         )
     return out
+
+
+def _left_out(r: LongTailResult) -> str:
+    """Which steps the growth leaves out for the length cap, and why their 0% is no missing tail."""
+    clip = r.per_step.loc[list(r.capped_steps), "clip_ratio"]
+    low, high = f"{clip.min():.0%}", f"{clip.max():.0%}"
+    share = low if low == high else f"{low[:-1]}-{high}"
+    steps = steps_text(r.capped_steps)
+    are, their = ("is", "its") if len(r.capped_steps) == 1 else ("are", "their")
+    return (
+        f". {steps[0].upper()}{steps[1:]} {are} left out: {share} of {their} responses hit the length cap, so "
+        f"{their} slowest 10% all stop at it together and {their} estimate of 0% says the cap cut the tail short, "
+        "not that there was none"
+    )

@@ -69,7 +69,7 @@ from rlscope.advice.finding import Finding, Severity
 from rlscope.advice.thresholds import MFU_CROSSCHECK_RATIO
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
-from rlscope.analyzers._data import RunFacts, RunFrames, load, recent
+from rlscope.analyzers._data import RunFacts, RunFrames, load, recent, steps_text
 from rlscope.analyzers.topology import BUSY_BOUND_NOTE, async_busy_bounded, async_busy_share, unmodelled
 from rlscope.trace.reader import RunReader
 
@@ -149,21 +149,9 @@ def unknown_tail_note(steps: Sequence[int], points_max: float | None) -> str:
         else "the lengths give no bound on the tail's part either"
     )
     return (
-        f"no long tail is known in {_steps_text(steps)}, which have no finish times and no estimate from "
+        f"no long tail is known in {steps_text(steps)}, which have no finish times and no estimate from "
         f"response lengths, so their generation's points are one bar, decode + long tail, not split; {most}"
     )
-
-
-def _steps_text(steps: Sequence[int]) -> str:
-    """Steps as runs of consecutive numbers: "step 4", "steps 3, 5-7"."""
-    runs: list[list[int]] = []
-    for step in sorted(steps):
-        if runs and step == runs[-1][-1] + 1:
-            runs[-1].append(step)
-        else:
-            runs.append([step])
-    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
-    return f"step {text}" if len(steps) == 1 else f"steps {text}"
 
 
 def uncounted_note(stages: Iterable[str]) -> str:

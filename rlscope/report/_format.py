@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlscope.advice.finding import fmt_seconds
+from rlscope.analyzers.longtail import capped_note
 from rlscope.analyzers.mfu import uncounted_note, unknown_tail_note
 
 __all__ = [
@@ -150,6 +151,8 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         estimated = (
             " [estimated: over 10% of responses hit the length cap and finish together, if all decode in one wave]"
         )
+    elif head.get("tail_capped_steps") and head["tail_share"] is not None:  # the cap's 0s in a recent mean
+        estimated = f" [estimated; {capped_note(head['tail_capped_steps'])}, if all decode in one wave]"
     if head["tail_share"] is None and head.get("tail_share_max") is not None:
         tail = (
             f"at most {pct(head['tail_share_max'])} of rollout (if all decode in one wave; no estimate: mean x ln 10 "

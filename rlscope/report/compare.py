@@ -13,6 +13,7 @@ from typing import Any
 
 from rlscope.advice.finding import Severity
 from rlscope.advice.thresholds import RECENT_FRACTION
+from rlscope.analyzers._data import steps_text
 from rlscope.analyzers.anatomy import STEP_TIMERS_WANTED
 from rlscope.analyzers.gpus import gpu_model
 from rlscope.report._format import (
@@ -400,6 +401,23 @@ def _pooled_what_if(kinds: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
     return judged
 
 
+def _no_tail(doc: dict[str, Any]) -> str:
+    """Why a run has no recent tail share."""
+    if not _tail_unknown(doc["headline"]):
+        return "no tail: no trajectories or response lengths"
+    if doc["headline"].get("tail_share_max") is not None:
+        return "no tail estimate: response lengths bunched near the max give only a bound"
+    return "no tail estimate: its response lengths give neither an estimate nor a bound"
+
+
+def _no_tail_growth(doc: dict[str, Any]) -> str:
+    """Why a run with a recent tail share has no growth of it to judge: the length cap's steps."""
+    capped = _get(doc, "headline", "tail_capped_steps")
+    if capped:
+        return f"no tail growth to judge: recent {steps_text(capped)} at the length cap"
+    return "no tail growth to judge: one step below the length cap"
+
+
 # what a finding is judged from, as the diagnose document shows it: a run without it could not have
 # raised the finding, so its absence there is no clean bill (why, in brackets)
 _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str | Callable[[dict[str, Any]], str]]] = {
@@ -413,15 +431,14 @@ _EVIDENCE: dict[str, tuple[Callable[[dict[str, Any]], bool], str | Callable[[dic
         "no timing_s/step in its recent steps",
     ),
     "switching": (_has_timer("switching"), "no switching timer in its recent steps"),
-    "tail": (
-        lambda doc: _get(doc, "headline", "tail_share") is not None,
+    "tail": (lambda doc: _get(doc, "headline", "tail_share") is not None, lambda doc: _no_tail(doc)),
+    # a growth up to now: the recent share known and not the length cap's (a document without
+    # `growth_judged` is judged as its tail is)
+    "tail growth": (
         lambda doc: (
-            "no tail: no trajectories or response lengths"
-            if not _tail_unknown(doc["headline"])
-            else "no tail estimate: response lengths bunched near the max give only a bound"
-            if doc["headline"].get("tail_share_max") is not None
-            else "no tail estimate: its response lengths give neither an estimate nor a bound"
+            _get(doc, "headline", "tail_share") is not None and _get(doc, "long_tail", "growth_judged") is not False
         ),
+        lambda doc: _no_tail(doc) if _get(doc, "headline", "tail_share") is None else _no_tail_growth(doc),
     ),
     "mfu": (lambda doc: _get(doc, "mfu", "mfu") is not None, "no MFU"),
     # an MFU above 100% (mfu-impossible) stops the analyzer before it judges verl's phase MFUs
@@ -470,7 +487,7 @@ _JUDGED_FROM = {
     "stage-timers-overlap": "timing_s/step",
     "switching-costly": "switching",
     "long-tail-dominates": "tail",
-    "long-tail-growing": "tail",
+    "long-tail-growing": "tail growth",
     "mfu-waterfall": "mfu",
     "mfu-impossible": "mfu",
     "mfu-cross-check-mismatch": "verl mfu",

@@ -256,6 +256,7 @@ def _headline(d: Diagnosis) -> dict[str, Any]:
         "tail_share": _num(d.longtail.tail_share),
         "tail_estimated": bool(d.longtail.estimated),
         "tail_share_max": _num(d.longtail.tail_share_max),
+        "tail_capped_steps": list(d.longtail.recent_capped_steps),
         "t_thr_s": _num(d.longtail.t_thr_s),
         "t_tail_s": _num(d.longtail.t_tail_s),
         "mfu": _num(d.mfu.mfu),
@@ -291,7 +292,12 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "step_timed": int(d.anatomy.timed.sum()),
             "step_timed_recent": int(recent(d.anatomy.timed).sum()),
         },
-        "long_tail": {"estimated": d.longtail.estimated, "per_step": d.longtail.per_step},
+        "long_tail": {
+            "estimated": d.longtail.estimated,
+            "per_step": d.longtail.per_step,
+            "capped_steps": list(d.longtail.capped_steps),
+            "growth_judged": d.longtail.growth_judged,
+        },
         "mfu": {
             "mfu": d.mfu.mfu,
             "waterfall_points": d.mfu.waterfall,
