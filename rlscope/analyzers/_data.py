@@ -129,16 +129,21 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
     codes, keys = pd.factorize(df["key"].astype(str))
-    df = df[read_rows(keys.tolist(), df["value"].astype(float).to_numpy(), codes)]
+    value = df["value"].astype(float).to_numpy()
+    said = read_rows(keys.tolist(), value, codes)
+    df, codes, value = df[said], codes[said], value[said]
     if df.empty:
         return df
-    # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...)
-    renamed = [canonical_metric(k, v) for k, v in zip(df["key"].astype(str), df["value"], strict=True)]
+    # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...),
+    # resolved once per distinct key: a long run logs the same few hundred keys every step
+    resolved = [canonical_metric(k, 1.0) for k in keys]
+    names = np.array([name for name, _ in resolved], dtype=object)
+    factors = np.array([factor for _, factor in resolved], dtype=float)
     df = df.assign(
         attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
         time=df["time"].fillna(-math.inf) if "time" in df else 0.0,
-        key=[k for k, _ in renamed],
-        value=[v for _, v in renamed],
+        key=names[codes],
+        value=value * factors[codes],
     )
     share = df["key"].isin(SHARE_KEYS).to_numpy()
     if not share.any():
