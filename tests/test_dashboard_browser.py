@@ -14,6 +14,7 @@ own browser download is never used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -129,20 +130,27 @@ def growing_run(tmp_path_factory) -> Iterator[tuple[Path, threading.Event]]:
     rec.close()
 
 
-def _serve(command: list[str]) -> Iterator[str]:
-    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the test is done; yields its base URL."""
+@contextlib.contextmanager
+def _started(command: list[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the block ends; yields the first line
+    it printed, and the process."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert match, f"no address printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield match.group(0)
+        yield proc.stdout.readline(), proc
     finally:
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _serve(command: list[str]) -> Iterator[str]:
+    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the test is done; yields its base URL."""
+    with _started(command) as (line, proc):
+        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert match, f"no address printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        yield match.group(0)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +185,13 @@ def slow_server(growing_run) -> Iterator[str]:
         [sys.executable, "-c", _SLOW_DASHBOARD, str(SLOW_RENDER_S), str(growing_run[0]),
          "--port", "0", "--refresh", str(SLOW_TICK_S)]
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("samples, runs", [(SAMPLES[:1], "1 run"), (SAMPLES[:2], "2 runs")])
+def test_the_start_line_counts_the_runs_it_serves(samples, runs):
+    dirs = [str(ROOT / "sample_traces" / s) for s in samples]
+    with _started([sys.executable, "-m", "rlscope", "dashboard", *dirs, "--port", "0"]) as (line, _):
+        assert re.fullmatch(rf"serving http://127\.0\.0\.1:\d+/ for {runs}; Ctrl-C stops\n", line), line
 
 
 @pytest.fixture(scope="module")
