@@ -2,29 +2,60 @@
 
 ``create_app(run_dirs)`` builds the app; ``rlscope dashboard`` serves it. The header holds
 the page links, the run selector (one run, or several to overlay) and the refresh tick
-(``dcc.Interval``). The pages hear a tick only while none of their renders is in flight
-(``app-busy`` counts them): asked again while one runs, Dash drops its answer for the newer
-request, so renders slower than the tick would never be shown. Runs are chosen by their
-index in the fixed list given here, so nothing a browser sends can name another path. The
-pages' callbacks are global (Dash Pages' ``dash.callback``) and bind to the first app that
-serves a request, so a process builds one app.
+(``dcc.Interval``). The pages hear a tick only while none of the renders it drives is in
+flight (the page itself tracks their requests, ``_TRACK_RENDERS``): asked again while one
+runs, Dash drops its answer for the newer request, so renders slower than the tick would
+never be shown. Runs are chosen by their index in the fixed list given here, so nothing a
+browser sends can name another path. The pages' callbacks are global (Dash Pages'
+``dash.callback``) and bind to the first app that serves a request, so a process builds one app.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
 from collections.abc import Sequence
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, dcc, html
 
 from rlscope.dashboards.live import WINDOW_STEPS, LiveRuns
 
 __all__ = ["create_app"]
 
 STUCK_TICKS = 20
-"""Ticks held back while renders are in flight after which one passes anyway (see ``create_app``)."""
+"""Ticks a render's request holds the refresh back at most: one unanswered that long is taken as lost."""
+
+_TRACK_RENDERS = """
+// rlscope: the requests of the renders the refresh drives (those with REFRESH among their inputs)
+// that are in flight, each with the ticks it has held back; see dashboards/app.py
+(() => {
+    const renders = window.__rlscope_renders = new Map();
+    const send = window.fetch;
+    const drivenByRefresh = (resource, init) => {
+        if (!String(resource).includes("_dash-update-component") || typeof (init && init.body) !== "string") {
+            return false;
+        }
+        try {
+            const inputs = JSON.parse(init.body).inputs || [];
+            return inputs.some((i) => i && i.id === REFRESH_ID && i.property === REFRESH_PROPERTY);
+        } catch (e) {
+            return false;
+        }
+    };
+    window.fetch = (resource, init) => {
+        const answer = send(resource, init);
+        if (drivenByRefresh(resource, init)) {
+            const render = {};
+            const done = () => renders.delete(render);
+            renders.set(render, 0);
+            answer.then(done, done);
+        }
+        return answer;
+    };
+})();
+"""
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #222; background: #fafafa; }
@@ -101,39 +132,43 @@ def create_app(
 
     runs = LiveRuns(run_dirs, window)
     app.server.config[_common.RUNS_KEY] = runs
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}\n        <style>" + _CSS + "</style>")
+    tracker = _TRACK_RENDERS.replace("REFRESH_ID", json.dumps(_common.REFRESH.component_id)).replace(
+        "REFRESH_PROPERTY", json.dumps(_common.REFRESH.component_property)
+    )
+    app.index_string = app.index_string.replace(
+        "{%css%}", "{%css%}\n        <style>" + _CSS + "</style>\n        <script>" + tracker + "</script>"
+    )
     app.layout = html.Div(
         [
             dcc.Location(id="app-url"),
             _header(runs),
             html.Div(dash.page_container, className="rls-page"),
             dcc.Interval(id="app-tick", interval=max(refresh_s, 0.5) * 1000, disabled=refresh_s <= 0),
-            dcc.Store(id="app-busy", data=0),
             dcc.Store(id="app-refresh"),
         ]
     )
-    # A tick passes while a render is in flight too once STUCK_TICKS have gone by since the last one
-    # passed: an answer lost to the network (a dropped tunnel, a restarted server) never takes its
-    # render off the count, and the pages would otherwise stop refreshing until reloaded.
+    # The tick passes once no render it drives is in flight. A request leaves the tracker when its
+    # answer arrives or its connection fails (a restarted server, a closed tunnel), so a lost answer
+    # costs nothing; one unanswered for STUCK_TICKS ticks (a tunnel that drops packets) is taken as
+    # lost too, so it holds the refresh back once, that long, and not until the page is reloaded.
     app.clientside_callback(
-        f"""(tick, busy) => {{
-            const held = window.__rlscope_held = busy > 0 ? (window.__rlscope_held || 0) + 1 : 0;
-            if (held > 0 && held < {STUCK_TICKS}) return window.dash_clientside.no_update;
-            window.__rlscope_held = 0;
-            return tick;
+        f"""(tick) => {{
+            const renders = window.__rlscope_renders;
+            for (const [render, held] of renders) {{
+                if (held + 1 >= {STUCK_TICKS}) renders.delete(render);
+                else renders.set(render, held + 1);
+            }}
+            return renders.size > 0 ? window.dash_clientside.no_update : tick;
         }}""",
         Output("app-refresh", "data"),
         Input("app-tick", "n_intervals"),
-        State("app-busy", "data"),
         prevent_initial_call=True,
     )
     app.callback(Output("app-runs", "value"), Input("app-url", "search"))(
         lambda search: _runs_from_url(search, len(runs))
     )
 
-    @app.callback(
-        Output("app-status", "children"), Input("app-runs", "value"), _common.REFRESH, running=_common.IN_FLIGHT
-    )
+    @app.callback(Output("app-status", "children"), Input("app-runs", "value"), _common.REFRESH)
     def _status(values: object, _tick: int | None) -> str:
         parts = []
         for run in _common.select(values):

@@ -12,10 +12,12 @@ all the same: as steps leave the window, each key's are summed up (how many, and
 diagnose names).
 
 A run directory that is empty, lacks ``meta.json`` or some tables is not an error: the view
-says what is missing and picks the data up once it appears. Rows that arrive for a step that
-already left the window (a slow writer's flush, a worker's last samples, a late validation
-record) come with all of that step's rows, read again from disk for that step alone, so its
-aggregates are what a fresh load computes; a refresh without such rows reads nothing more.
+says what is missing and picks the data up once it appears. A meta.json rewritten while the
+run is shown (an import that follows a log adds each job start it finds) is read again. Rows
+that arrive for a step that already left the window (a slow writer's flush, a worker's last
+samples, a late validation record) come with all of that step's rows, read again from disk for
+that step alone, so its aggregates are what a fresh load computes; a refresh without such rows
+reads nothing more.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.report.document import NAMED_STEPS, read_warnings
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
 from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
-from rlscope.trace.store import read_meta, require_directory
+from rlscope.trace.store import META_FILE, read_meta, require_directory
 
 __all__ = ["WINDOW_STEPS", "LiveRun", "LiveRuns", "UnknownRun"]
 
@@ -111,7 +113,7 @@ def _empty(table: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class _Watch:
-    """A table folder's mtime, and when it was listed: lets an idle refresh skip the listing."""
+    """A table folder's (or meta.json's) mtime, and when it was listed (read): lets an idle refresh skip it."""
 
     mtime_ns: int
     listed_at: float
@@ -268,6 +270,7 @@ class LiveRun:
         """Forget everything read: the next refresh reads the run from the start."""
         self.meta: dict = {}
         self.meta_missing = False
+        self._meta_unread: str | None = None  # why a rewritten meta.json did not read (logged once)
         self._reader: RunReader | None = None
         self._cursor = Cursor()
         self._watch: dict[str, _Watch] = {}
@@ -363,7 +366,8 @@ class LiveRun:
     # -- reading ------------------------------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> bool:
-        """Fold in the rows added since the last refresh; True if there were any.
+        """Fold in the rows added since the last refresh, and meta.json if it was rewritten; True if
+        anything changed.
 
         Calls within ``_MIN_REFRESH_S`` of the previous one return at once, so the callbacks
         of one tick share a read. A failing read leaves the cached view as it was and is
@@ -397,6 +401,7 @@ class LiveRun:
             self._reset()  # the facts (GPUs, topology) changed: rebuild every aggregate with them
         if self._reader is not None and self._deleted():
             return False
+        rewritten = self._reader is not None and self._meta_rewritten()
         if self._reader is None and not self._open():
             return False
         reader = self._reader
@@ -410,25 +415,51 @@ class LiveRun:
             if changed:
                 self._absorb(self._whole_late_steps(batch))
         self.problem = None if self._steps or self._gpu_parts else "no steps recorded yet"
-        if changed:
+        if changed or rewritten:
             self.version += 1
-        return changed
+        return changed or rewritten
 
     def _open(self) -> bool:
         try:
-            self._reader = RunReader(self.path)
-            self.meta = dict(self._reader.meta)
-        except MetaError as exc:
-            try:
-                self._reader = RunReader(self.path, require_meta=False)
-            except RLScopeError as inner:
-                self.problem = f"waiting for data: {inner}"
-                return False
-            self.meta_missing = True
-            log.info("dashboard: %s", exc)
+            self._reader = RunReader(self.path, require_meta=False)
         except RLScopeError as exc:
             self.problem = f"waiting for data: {exc}"
             return False
+        self._changed(META_FILE)  # its mtime noted before it is read: a rewrite from now on is read again
+        try:
+            self._reader.meta = read_meta(self._reader.location)
+        except MetaError as exc:
+            self.meta_missing = True
+            log.info("dashboard: %s", exc)
+        self.meta = dict(self._reader.meta)
+        return True
+
+    def _meta_rewritten(self) -> bool:
+        """Whether meta.json was rewritten with other values since it was read, and those are taken in
+        (an import that follows a log adds each job start it finds to ``importer.job_first_steps``).
+
+        Read again only when its mtime changed (``_changed``). The importer's record changes only
+        what is derived on request (pipeline fills, warnings); other values are the run's facts
+        (GPUs, topology, model), which every aggregate depends on, so the run is read again with them.
+        A rewrite that does not read keeps the values read before, with one warning in the log."""
+        assert self._reader is not None
+        if self.meta_missing or not self._changed(META_FILE):
+            return False
+        try:
+            meta = read_meta(self._reader.location)
+        except RLScopeError as exc:
+            if str(exc) != self._meta_unread:
+                log.warning("dashboard: %s: %s; keeping the meta.json read before", self.label, exc)
+            self._meta_unread = str(exc)
+            return False
+        self._meta_unread = None
+        if meta == self.meta:
+            return False
+        if _facts_of(meta) != _facts_of(self.meta):
+            self._reset()  # read again from the start (``_open``) with the new facts
+        else:
+            self._reader.meta = meta
+            self.meta = dict(meta)
         return True
 
     def _deleted(self) -> bool:
@@ -455,19 +486,20 @@ class LiveRun:
             return False
         return True
 
-    def _changed(self, table: str) -> bool:
-        """Whether ``table``'s folder may hold new segments (always, unless it is local and settled)."""
+    def _changed(self, name: str) -> bool:
+        """Whether the table folder (or meta.json) ``name`` may have changed since it was last looked
+        at here (always, unless it is local and settled)."""
         assert self._reader is not None
         loc = self._reader.location
         if not loc.is_local:
             return True
         try:
-            mtime = os.stat(loc.join(table)).st_mtime_ns
+            mtime = os.stat(loc.join(name)).st_mtime_ns
         except OSError:
-            return table in self._watch  # a folder that vanished: let the reader say so
+            return name in self._watch  # one that vanished: let the reader say so
         now = time.time()
-        seen = self._watch.get(table)
-        self._watch[table] = _Watch(mtime, now)
+        seen = self._watch.get(name)
+        self._watch[name] = _Watch(mtime, now)
         if seen is None or seen.mtime_ns != mtime:
             return True
         return seen.listed_at - mtime / 1e9 < _SETTLE_S
@@ -850,6 +882,11 @@ def _chunks(counts: pd.Series) -> list[tuple[int, int]]:
         out.append((int(steps[first]), int(steps[last - 1])))
         first = last
     return out
+
+
+def _facts_of(meta: dict) -> dict:
+    """meta.json less the importer's record: the values the run's aggregates are computed with."""
+    return {key: value for key, value in meta.items() if key != "importer"}
 
 
 def _last_attempt(rows: pd.DataFrame) -> pd.DataFrame:

@@ -3,8 +3,8 @@
 One server (a subprocess on a free 127.0.0.1 port) shows a run that a Recorder keeps
 growing in a thread, plus three sample traces. Every page must render with no browser
 console error; the growing run must show its new steps after a refresh, also from a second
-server whose every render outlasts its refresh tick; the compare view must overlay two runs;
-data strings must stay text. Screenshots go to test-artifacts/dashboard/
+server whose every render outlasts its refresh tick, and keep the pace of a render and a tick
+after an answer is lost; the compare view must overlay two runs; data strings must stay text. Screenshots go to test-artifacts/dashboard/
 (and, with RLSCOPE_DOCS_SCREENSHOTS=1, the README's two to docs/img/). The HTTP tests need
 no browser and also run where Chromium is missing.
 
@@ -14,6 +14,7 @@ own browser download is never used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import numpy as np
 import pytest
 
 from rlscope import Recorder
+from rlscope.dashboards.app import STUCK_TICKS
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ["healthy-colocated", "agentic-failing-reward", "separated-8b"]
@@ -129,20 +131,27 @@ def growing_run(tmp_path_factory) -> Iterator[tuple[Path, threading.Event]]:
     rec.close()
 
 
-def _serve(command: list[str]) -> Iterator[str]:
-    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the test is done; yields its base URL."""
+@contextlib.contextmanager
+def _started(command: list[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the block ends; yields the first line
+    it printed, and the process."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert match, f"no address printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield match.group(0)
+        yield proc.stdout.readline(), proc
     finally:
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _serve(command: list[str]) -> Iterator[str]:
+    """Run ``command`` (an ``rlscope dashboard`` on port 0) until the test is done; yields its base URL."""
+    with _started(command) as (line, proc):
+        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert match, f"no address printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        yield match.group(0)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +186,13 @@ def slow_server(growing_run) -> Iterator[str]:
         [sys.executable, "-c", _SLOW_DASHBOARD, str(SLOW_RENDER_S), str(growing_run[0]),
          "--port", "0", "--refresh", str(SLOW_TICK_S)]
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("samples, runs", [(SAMPLES[:1], "1 run"), (SAMPLES[:2], "2 runs")])
+def test_the_start_line_counts_the_runs_it_serves(samples, runs):
+    dirs = [str(ROOT / "sample_traces" / s) for s in samples]
+    with _started([sys.executable, "-m", "rlscope", "dashboard", *dirs, "--port", "0"]) as (line, _):
+        assert re.fullmatch(rf"serving http://127\.0\.0\.1:\d+/ for {runs}; Ctrl-C stops\n", line), line
 
 
 @pytest.fixture(scope="module")
@@ -285,9 +301,51 @@ def test_a_render_slower_than_the_refresh_is_shown_and_refreshed(slow_server, pa
     assert page.errors == []
 
 
-def test_a_lost_answer_holds_the_refresh_for_a_bounded_number_of_ticks(slow_server, page):
-    """An Overview request whose answer never arrives (the connection fails) leaves its render counted
-    in flight: the page must still refresh, after STUCK_TICKS ticks held back, not stop for good."""
+# Counts the slow server's refresh ticks (dcc.Interval's setInterval) and records each Overview request the
+# page sends: the tick it was sent at, whether another was in flight then, and whether its connection
+# failed; ``window.__rlscope_hold_next`` makes the next one a request whose answer never arrives.
+_WATCH_OVERVIEW = """
+(() => {
+    window.__rlscope_ticks = 0;
+    window.__rlscope_overview = [];
+    const setInterval = window.setInterval;
+    window.setInterval = (fn, ms, ...rest) =>
+        setInterval(ms === TICK_MS ? () => { window.__rlscope_ticks += 1; fn(); } : fn, ms, ...rest);
+    const fetch = window.fetch;
+    let inFlight = 0;
+    window.fetch = (resource, init) => {
+        const body = init && typeof init.body === "string" ? init.body : "";
+        if (!String(resource).includes("/_dash-update-component") || !body.includes("overview-notices")) {
+            return fetch(resource, init);
+        }
+        const sent = {tick: window.__rlscope_ticks, overlapped: inFlight > 0, lost: false};
+        window.__rlscope_overview.push(sent);
+        if (window.__rlscope_hold_next) {
+            window.__rlscope_hold_next = false;
+            sent.held = true;
+            return new Promise(() => {});
+        }
+        inFlight += 1;
+        const answer = fetch(resource, init);
+        answer.then(() => { inFlight -= 1; }, () => { inFlight -= 1; sent.lost = true; });
+        return answer;
+    };
+})();
+""".replace("TICK_MS", str(round(SLOW_TICK_S * 1000)))
+
+
+def _sent_in(page, first: int, last: int) -> list[dict]:
+    """The Overview requests sent from tick ``first`` to ``last``, once the page has counted ``last``."""
+    page.wait_for_function(f"() => window.__rlscope_ticks >= {last}", timeout=(last + 60) * SLOW_TICK_S * 1000)
+    sent = page.evaluate("() => window.__rlscope_overview")
+    return [s for s in sent if first <= s["tick"] <= last]
+
+
+def test_after_an_answer_lost_to_a_failed_connection_the_refresh_keeps_its_pace(slow_server, page):
+    """An Overview request whose connection fails takes no answer back: the page must go on refreshing
+    at its own pace (a render and a tick), not hold the tick for STUCK_TICKS ticks after it, each time
+    with nothing else in flight, and show the steps that arrive."""
+    page.add_init_script(_WATCH_OVERVIEW)
     page.goto(slow_server + "?runs=0")
     _rendered(page)
     lost = []
@@ -300,12 +358,27 @@ def test_a_lost_answer_holds_the_refresh_for_a_bounded_number_of_ticks(slow_serv
             route.continue_()
 
     page.route(re.compile(r"/_dash-update-component"), lose_one)
-    for _ in range(300):  # the next Overview request is sent within a render and a tick (bounded: 30 s)
-        if lost:
-            break
-        page.wait_for_timeout(100)
-    assert lost
+    page.wait_for_function("() => window.__rlscope_overview.some(s => s.lost)", timeout=60_000)
+    (tick,) = [s["tick"] for s in page.evaluate("() => window.__rlscope_overview") if s["lost"]]
+    after = _sent_in(page, tick + 1, tick + STUCK_TICKS - 1)
+    assert len(after) >= 2 and not any(s["overlapped"] or s["lost"] for s in after), after
     _wait_for_step_after(page, _latest_step(page))  # only a request sent after the lost one shows it
+
+
+def test_after_an_answer_that_never_arrives_one_bounded_wait_and_the_refresh_keeps_its_pace(slow_server, page):
+    """An Overview request whose answer never arrives (a tunnel that drops packets) holds the tick for
+    STUCK_TICKS ticks at most; after that the page refreshes at its own pace again, not once every
+    STUCK_TICKS ticks."""
+    page.add_init_script(_WATCH_OVERVIEW)
+    page.goto(slow_server + "?runs=0")
+    _rendered(page)
+    page.evaluate("() => { window.__rlscope_hold_next = true; }")
+    page.wait_for_function("() => window.__rlscope_overview.some(s => s.held)", timeout=60_000)
+    (tick,) = [s["tick"] for s in page.evaluate("() => window.__rlscope_overview") if s.get("held")]
+    assert _sent_in(page, tick + 1, tick + STUCK_TICKS - 1) == []  # the wait: the tick held back
+    after = _sent_in(page, tick + STUCK_TICKS + 1, tick + 2 * STUCK_TICKS - 1)
+    assert len(after) >= 2, after
+    _wait_for_step_after(page, _latest_step(page))
 
 
 def test_data_strings_are_shown_as_text_not_markup(server, page):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import socket
 import time
@@ -31,6 +32,7 @@ from rlscope.dashboards import figures
 from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
 from rlscope.trace.compact import RunReader, compact_run
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
+from rlscope.trace.store import write_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -842,24 +844,16 @@ def test_every_page_renders_full_early_and_partial_runs(client, prefix):
     assert "waiting for data" in empty
 
 
-def test_every_callback_the_refresh_drives_counts_itself_in_flight(client):
-    """The tick reaches the pages only while app-busy is 0, so each render it drives must add 1 to it when
-    asked and take 1 away when answered; one left out could be asked again mid-render and never shown."""
+def test_every_page_s_render_and_the_status_are_driven_by_the_held_back_tick(client):
+    """The page holds the tick back while a request with app-refresh among its inputs is in flight, so
+    every page's render and the header's status must take it as an input (the interval itself, never)."""
     _, deps = client
     driven = [d for d in deps if {"id": "app-refresh", "property": "data"} in d["inputs"]]
     pages = {prefix.strip(".-") for prefix in PAGE_CALLBACKS}
     assert sorted(d["output"].strip(".").split("-")[0] for d in driven) == sorted([*pages, "app"])  # and the status
-    for dep in driven:
-        (on,) = dep["running"]["running"]["app-busy.data"]["operations"]
-        (off,) = dep["running"]["runningOff"]["app-busy.data"]["operations"]
-        assert (on["operation"], on["params"]["value"], off["operation"], off["params"]["value"]) == (
-            "Add",
-            1,
-            "Add",
-            -1,
-        )
-    (gate,) = [d for d in deps if d["output"] == "app-refresh.data"]
-    assert gate["inputs"] == [{"id": "app-tick", "property": "n_intervals"}] and gate["clientside_function"]
+    ticked = [d for d in deps if {"id": "app-tick", "property": "n_intervals"} in d["inputs"]]
+    (gate,) = ticked
+    assert gate["output"] == "app-refresh.data" and gate["clientside_function"]
 
 
 def test_pages_refuse_a_run_that_is_not_on_the_command_line(client):
@@ -1559,6 +1553,68 @@ def test_a_fill_step_whose_job_start_is_read_after_it_leaves_the_live_drift(tmp_
         rec.flush()
         live.refresh(force=True)
         assert list(live.splits().index) == [2, 3, 4, 5]
+
+
+def test_a_job_start_an_import_writes_to_meta_json_later_leaves_the_live_drift(tmp_path, monkeypatch):
+    # a console log followed by `rlscope import --follow`: no times, so the importer names job 2's first
+    # training record (step 4, attempt 1: a fill, 24:8 were it a step) in meta.json once it reads it, after
+    # the dashboard opened the run. The fills are then steps 1 and 4, as diagnose says; a refresh while
+    # meta.json is unchanged does not read it
+    from rlscope.dashboards import live as live_module
+    from rlscope.trace.store import read_meta
+
+    meta = {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}}
+    path = tmp_path / "run"
+    with Recorder(path, meta=meta, flush_interval=3600) as rec:
+        for step, attempt, kind in [*RESUMED_JOBS[0], *RESUMED_JOBS[1]]:
+            rec.log_step(step, resumed_record(kind), attempt=attempt)
+    settled = time.time() - 10  # written long enough ago for any filesystem clock
+    os.utime(path / "meta.json", (settled, settled))
+    live = LiveRun(0, str(path), "run")
+    live.refresh(force=True)
+    assert list(live.splits().index) == [2, 3, 4, 5, 6, 7]
+    reads: list[object] = []
+    monkeypatch.setattr(live_module, "read_meta", lambda where: reads.append(where) or read_meta(where))
+    assert not live.refresh(force=True) and reads == []
+    version = live.version
+    write_meta(path, {**read_meta(path), "importer": {"name": "verl-log", "job_first_steps": [[4, 1]]}})
+    assert live.refresh(force=True) and reads and live.version > version
+    assert list(live.splits().index) == [2, 3, 5, 6, 7] and set(live.splits()["best_rollout"]) == {16}
+    assert list(live.analysis().drift.per_step.index) == [2, 3, 5, 6, 7]
+    assert list(drift.analyze(str(path)).per_step.index) == [2, 3, 5, 6, 7]
+
+
+def test_a_meta_json_whose_facts_change_rebuilds_the_live_run_with_them(tmp_path):
+    # meta.json said 1 GPU (no split to balance), then 32 on separate pools 16:16: the steady steps'
+    # balanced split is 16:16 (resumed_record), as a dashboard opened after the change computes it
+    path = tmp_path / "run"
+    with Recorder(path, meta={"gpu": {"count": 1}}, flush_interval=3600) as rec:
+        for step, attempt, kind in RESUMED_JOBS[0]:
+            rec.log_step(step, resumed_record(kind), attempt=attempt)
+    live = LiveRun(0, str(path), "run")
+    live.refresh(force=True)
+    assert live.splits().empty
+    write_meta(path, {"gpu": {"count": 32}, "topology": "fully_async", "split": {"rollout": 16, "train": 16}})
+    live.refresh(force=True)
+    assert list(live.splits().index) == [2, 3, 4, 5] and set(live.splits()["best_rollout"]) == {16}
+    assert live.facts.n_gpus == 32
+
+
+def test_a_meta_json_rewritten_as_no_json_keeps_the_values_read_before_and_is_said_once(tmp_path, caplog):
+    path = tmp_path / "run"
+    with Recorder(path, meta={"gpu": {"count": 8}}, flush_interval=3600) as rec:
+        rec.log_step(1, {"timing_s/step": 10.0})
+    live = LiveRun(0, str(path), "run")
+    live.refresh(force=True)
+    (path / "meta.json").write_text('{"gpu": {"count": 16')  # a hand edit cut short
+    with caplog.at_level("WARNING", logger="rlscope"):
+        for _ in range(3):
+            assert not live.refresh(force=True)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and f"{path / 'meta.json'}: not valid JSON" in said[0], said
+    assert said[0].endswith("keeping the meta.json read before") and live.facts.n_gpus == 8 and live.n_steps == 1
+    write_meta(path, {"gpu": {"count": 16}})
+    assert live.refresh(force=True) and live.facts.n_gpus == 16 and live.n_steps == 1
 
 
 def test_a_step_timer_logged_as_infinity_is_no_step_live_as_in_diagnose(tmp_path):

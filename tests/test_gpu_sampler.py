@@ -157,15 +157,18 @@ def test_collect_cli_without_a_gpu_exits_4_with_one_line(tmp_path, capsys, monke
     assert main(["collect", "gpu", "--run-dir", str(tmp_path / "run"), "--interval", "0"]) == 2
 
 
-def test_collect_cli_samples_for_a_duration(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=2))
+@pytest.mark.parametrize("count, gpus", [(2, "2 GPUs"), (1, "1 GPU")])
+def test_collect_cli_samples_for_a_duration(tmp_path, capsys, monkeypatch, count, gpus):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=count))
     run = str(tmp_path / "run")
     assert (
         main(["collect", "gpu", "--run-dir", run, "--interval", "0.05", "--duration", "0.5", "--role", "rollout"]) == 0
     )
     rows = RunReader(run).read("gpu").to_pylist()
-    assert len(rows) >= 4 and {r["role"] for r in rows} == {"rollout"} and {r["gpu"] for r in rows} == {0, 1}
-    assert f"{len(rows)} of {len(rows)} samples written, 0 read errors" in capsys.readouterr().out
+    assert len(rows) >= 4 and {r["role"] for r in rows} == {"rollout"} and {r["gpu"] for r in rows} == set(range(count))
+    out = capsys.readouterr().out
+    assert out.startswith(f"sampling {gpus} every 0.05 s into {run}; Ctrl-C stops\n")
+    assert f"{len(rows)} of {len(rows)} samples written, 0 read errors" in out
 
 
 def test_collect_cli_refuses_a_run_directory_it_cannot_write(tmp_path, capsys, monkeypatch):

@@ -1,7 +1,7 @@
 """What every page shares: this app's live runs, the run selection, and the page chrome.
 
-Page callbacks are global (``dash.callback``, through ``live_callback``), so they find the
-runs through the app that serves the request. The selection arrives from the browser;
+Page callbacks are global (``dash.callback``), so they find the runs through the app that
+serves the request. The selection arrives from the browser;
 ``select`` accepts only indices into the fixed list of run directories and refuses anything
 else with ``PreventUpdate`` (an empty 204 answer), so no request can make the dashboard open
 another path.
@@ -15,7 +15,7 @@ from typing import Any
 
 import dash
 import plotly.graph_objects as go
-from dash import Input, Output, Patch, State, dcc, html
+from dash import Input, dcc, html
 from dash.exceptions import PreventUpdate
 
 from rlscope.advice.finding import Finding, Severity
@@ -23,13 +23,11 @@ from rlscope.dashboards.figures import placeholder
 from rlscope.dashboards.live import LiveRun, LiveRuns, UnknownRun
 
 __all__ = [
-    "IN_FLIGHT",
     "REFRESH",
     "RUNS_KEY",
     "failed",
     "findings_list",
     "graph",
-    "live_callback",
     "live_runs",
     "notices",
     "render_safely",
@@ -44,20 +42,8 @@ RUNS_KEY = "rlscope.live_runs"
 """Key of the app's ``LiveRuns`` in ``app.server.config``."""
 
 REFRESH = Input("app-refresh", "data")
-"""The refresh tick as the pages hear it: the app passes a tick on only while no render is in flight."""
-
-
-def _add(n: int) -> Patch:
-    patch = Patch()
-    patch += n
-    return patch
-
-
-IN_FLIGHT = [(Output("app-busy", "data"), _add(1), _add(-1))]
-"""``running=`` of a callback the refresh drives: counted in ``app-busy`` from its request to its answer.
-
-A count, not a flag: two renders can be in flight at once (a control changed during one, a page
-left during one), and the first to finish must not let the tick through while the other runs."""
+"""The refresh tick as the pages hear it. A callback with it among its inputs is a render the refresh
+drives: the app passes a tick on only while none of those is in flight (``rlscope.dashboards.app``)."""
 
 _SEVERITY_COLORS = {Severity.CRITICAL: "#B71C1C", Severity.WARN: "#E65100", Severity.INFO: "#1565C0"}
 _CELL = {"padding": "4px 10px", "borderBottom": "1px solid #ddd", "textAlign": "left"}
@@ -66,13 +52,6 @@ _CELL = {"padding": "4px 10px", "borderBottom": "1px solid #ddd", "textAlign": "
 def live_runs() -> LiveRuns:
     """The runs of the app serving the current request."""
     return dash.get_app().server.config[RUNS_KEY]
-
-
-def live_callback(*dependencies: Output | Input | State) -> Callable:
-    """``dash.callback`` for a render the refresh drives, counted in flight (``IN_FLIGHT``) so that the
-    next tick waits for it: asked again while it runs, Dash drops its answer for the newer request, so
-    a render slower than the tick would never be shown."""
-    return dash.callback(*dependencies, running=IN_FLIGHT)
 
 
 def select(values: object) -> list[LiveRun]:

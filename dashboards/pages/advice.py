@@ -112,7 +112,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return common.notices(runs), table, [*notes, common.findings_list(advice)], curve, drift
 
 
-@common.live_callback(
+@dash.callback(
     Output("advice-notices", "children"),
     Output("advice-table", "children"),
     Output("advice-recommendation", "children"),

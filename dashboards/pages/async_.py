@@ -42,7 +42,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     )
 
 
-@common.live_callback(
+@dash.callback(
     Output("async-notices", "children"),
     Output("async-idle", "figure"),
     Output("async-staleness", "figure"),

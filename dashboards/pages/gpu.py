@@ -51,7 +51,7 @@ def _render(runs: Sequence[LiveRun], steps: int) -> tuple:
     return common.notices(runs), figures.gpu_timeline({r.label: r.gpu_window(steps) for r in runs})
 
 
-@common.live_callback(
+@dash.callback(
     Output("gpu-notices", "children"),
     Output("gpu-timeline", "figure"),
     Output("gpu-seen", "data"),

@@ -48,7 +48,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return common.notices(runs), heatmap, quantiles
 
 
-@common.live_callback(
+@dash.callback(
     Output("mismatch-notices", "children"),
     Output("mismatch-heatmap", "figure"),
     Output("mismatch-quantiles", "figure"),

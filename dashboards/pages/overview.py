@@ -174,7 +174,7 @@ def _render(runs: Sequence[LiveRun], full: bool) -> tuple:
     return common.notices(runs), headline, phases, waterfall, found, whole
 
 
-@common.live_callback(
+@dash.callback(
     Output("overview-notices", "children"),
     Output("overview-headline", "children"),
     Output("overview-phases", "figure"),

@@ -60,7 +60,7 @@ def _render(runs: Sequence[LiveRun]) -> tuple:
     return common.notices(runs), figures.reward_by_source(steps), figures.zero_vs_error(steps), _errors(runs)
 
 
-@common.live_callback(
+@dash.callback(
     Output("rewards-notices", "children"),
     Output("rewards-by-source", "figure"),
     Output("rewards-zero-error", "figure"),

@@ -103,7 +103,7 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
     )
 
 
-@common.live_callback(
+@dash.callback(
     Output("rollout-notices", "children"),
     Output("rollout-cdf", "figure"),
     Output("rollout-tail", "figure"),

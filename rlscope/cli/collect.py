@@ -40,7 +40,10 @@ def main(argv: Sequence[str]) -> int:
     with Recorder(args.run_dir, flush_interval=max(1.0, args.interval * 4)) as rec:
         sampler = GpuSampler(rec, interval=args.interval, role=args.role, backend=lambda: backend)
         sampler.start()
-        print(f"sampling {backend.device_count()} GPU(s) every {args.interval} s into {args.run_dir}; Ctrl-C stops")
+        n_gpus = backend.device_count()
+        print(
+            f"sampling {n_gpus} GPU{'' if n_gpus == 1 else 's'} every {args.interval} s into {args.run_dir}; Ctrl-C stops"
+        )
         deadline = None if args.duration is None else time.monotonic() + args.duration
         try:
             while deadline is None or time.monotonic() < deadline:

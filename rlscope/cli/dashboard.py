@@ -74,7 +74,8 @@ def main(argv: Sequence[str]) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host or "0.0.0.0"  # "": every interface
     if args.host not in _LOOPBACK:
         log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", host)
-    print(f"serving http://{host}:{port}/ for {len(args.run_dirs)} run(s); Ctrl-C stops", flush=True)
+    n_runs = len(args.run_dirs)
+    print(f"serving http://{host}:{port}/ for {n_runs} run{'' if n_runs == 1 else 's'}; Ctrl-C stops", flush=True)
 
     stopped: list[int] = []  # appended to by the handler: no lock a second SIGTERM could deadlock on
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
