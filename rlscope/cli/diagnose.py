@@ -62,10 +62,11 @@ FINDINGS_EXIT = 3
 _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
-def _looks_like_jsonl(path: str, piped_from: str | None = None) -> bool:
+def _looks_like_jsonl(path: str, piped_from: str | None, pipe_into: str) -> bool:
     from rlscope.collectors.importers import check_text_file
 
-    check_text_file(path, piped_from=piped_from)  # a one-line error for a file that cannot be read or is not text
+    # a one-line error for a file that cannot be read or is not text
+    check_text_file(path, piped_from=piped_from, pipe_into=pipe_into)
     if path.lower().endswith((".jsonl", ".ndjson")):
         return True
     with open(path, "rb") as fh:
@@ -144,9 +145,10 @@ def _holds_event_files(path: str, depth: int = 2) -> bool:
 
 
 @contextmanager
-def open_run(path: str) -> Iterator[str]:
+def open_run(path: str, pipe_into: str = "rlscope diagnose -") -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file
-    (``-``: standard input, read once into a file as a pipe is)."""
+    (``-``: standard input, read once into a file as a pipe is). ``pipe_into``: the command that
+    would read the log on standard input, which a compressed log is told to be decompressed into."""
     stdin = path == "-"
     if stdin and sys.stdin is None:  # started with it closed (``<&-``)
         raise RunDirError("standard input: closed, nothing to read")
@@ -168,7 +170,7 @@ def open_run(path: str) -> Iterator[str]:
             with nullcontext(sys.stdin.buffer) if stdin else open(path, "rb") as pipe, open(source, "wb") as copy:
                 shutil.copyfileobj(pipe, copy)
         # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
-        looks_jsonl = _looks_like_jsonl(source, path if piped else None)
+        looks_jsonl = _looks_like_jsonl(source, path if piped else None, pipe_into)
         kinds = ("verl-jsonl", "verl-log") if looks_jsonl else ("verl-log", "verl-jsonl")
         for kind in kinds:
             run_dir = os.path.join(tmp, kind)
