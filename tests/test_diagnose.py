@@ -1212,6 +1212,19 @@ def test_a_folder_around_or_inside_run_directories_points_at_them(tmp_path, caps
     assert capsys.readouterr().err == said
 
 
+def test_a_folder_of_logs_points_at_them(tmp_path, capsys):
+    # rlscope diagnose logs/ where logs/ holds the console logs themselves: name them, not meta.json
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("train-2.log", "train-1.log", "metrics.jsonl", "notes.txt"):
+        (logs / name).write_text("step:1 - timing_s/gen:1.5\n")
+    assert main(["diagnose", str(logs)]) == 1
+    said = (
+        f"rlscope: {logs}: not a run directory; it holds 3 logs (metrics.jsonl, train-1.log, train-2.log): give one\n"
+    )
+    assert capsys.readouterr().err == said
+
+
 def test_the_progress_bar_is_drawn_on_stderr_not_into_the_report(capsys, monkeypatch):
     # `rlscope diagnose RUN --format json > report.json` at a terminal: stderr is one, stdout a file
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)

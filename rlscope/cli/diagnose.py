@@ -110,25 +110,37 @@ def _refuse_report(source: str, path: str) -> None:
 
 def _refuse_folder_near_runs(path: str) -> None:
     """A one-line error naming the run directories for a folder without meta.json that holds
-    some (``runs/``) or lies in one (``run/steps``), or the importer for one of TensorBoard
-    event files, rather than "meta.json: missing"."""
+    some (``runs/``) or lies in one (``run/steps``), the logs it holds (``logs/``, which
+    ``diagnose`` takes one at a time), or the importer for one of TensorBoard event files, rather
+    than "meta.json: missing"."""
     if os.path.isfile(os.path.join(path, "meta.json")):
         return
     parent = os.path.dirname(os.path.normpath(path))
     if os.path.isfile(os.path.join(parent or ".", "meta.json")):
         raise RunDirError(f"{path}: a folder of the run directory {parent or '.'}: give the directory")
     try:
-        runs = sorted(e for e in os.listdir(path) if os.path.isfile(os.path.join(path, e, "meta.json")))
+        entries = sorted(os.listdir(path))
     except OSError:
         return  # the reader says what is wrong with it
+    runs = [e for e in entries if os.path.isfile(os.path.join(path, e, "meta.json"))]
     if runs:
-        named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
-        raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({named}): give one")
+        raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({_some(runs)}): give one")
+    logs = [e for e in entries if e.lower().endswith(_LOG_SUFFIXES) and os.path.isfile(os.path.join(path, e))]
+    if logs:
+        raise RunDirError(f"{path}: not a run directory; it holds {len(logs)} logs ({_some(logs)}): give one")
     if _holds_event_files(path):
         raise RunDirError(
             f"{path}: TensorBoard event files, not a run directory: "
             f"rlscope import tensorboard {path} --out RUN_DIR, then diagnose RUN_DIR"
         )
+
+
+_LOG_SUFFIXES = (".log", ".jsonl", ".ndjson")
+
+
+def _some(names: list[str]) -> str:
+    """The first five ``names``, and "..." for more."""
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 def _holds_event_files(path: str, depth: int = 2) -> bool:
