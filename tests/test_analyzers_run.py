@@ -111,6 +111,23 @@ def test_stage_timers_that_overlap_are_said_to(tmp_path):
     assert "stage-timers-overlap" not in ids(r)
 
 
+@pytest.mark.parametrize("step_s", [100.0, 140.0])
+def test_a_validation_timed_on_a_training_step_is_in_it_only_where_the_step_timer_holds_it(tmp_path, step_s):
+    # verl 0.9.1 closes timing_s/step before it times testing (ray_trainer.fit), older verl after:
+    # gen 60 + old_log_prob 10 + ref 5 + update_actor 20 + update_weights 2 = 97 s of the step,
+    # with testing 40 s on step 4. A 100 s step timer cannot hold the testing (97 + 40 > 100):
+    # it ran after the step, which 3 s of untimed time complete; a 140 s one holds it, 3 s untimed
+    timers = {"gen": 60.0, "old_log_prob": 10.0, "ref": 5.0, "update_actor": 20.0, "update_weights": 2.0}
+    step = {f"timing_s/{k}": v for k, v in timers.items()} | {"timing_s/step": 100.0}
+    steps = dict.fromkeys(range(4), step) | {4: step | {"timing_s/testing": 40.0, "timing_s/step": step_s}}
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, steps))
+    assert "stage-timers-overlap" not in ids(r)
+    assert r.seconds.loc[4, "step"] == step_s and r.seconds.loc[4, "other"] == pytest.approx(3.0)
+    assert r.seconds.loc[4, "validation"] == (40.0 if step_s == 140.0 else 0.0)
+    assert r.shares.loc[4].sum() == pytest.approx(1.0)
+    assert ("validation" in r.logged_recent) == (step_s == 140.0)  # timed after the step: no phase of it
+
+
 def test_a_zero_step_timer_is_as_if_absent(tmp_path):
     timers = {"timing_s/gen": 10.0, "timing_s/update_actor": 5.0}
     steps = {0: {**timers, "timing_s/step": 20.0}, 1: {**timers, "timing_s/step": 0.0}}

@@ -1136,6 +1136,24 @@ def test_gzip_given_to_diagnose_through_a_pipe_names_the_pipe(tmp_path, capsys):
     assert capsys.readouterr().err == f"rlscope: {fifo}: gzip-compressed; decompress it in the pipe: <(zcat FILE.gz)\n"
 
 
+def test_gzip_given_to_diagnose_as_a_file_or_on_standard_input_says_how_to_diagnose_it(tmp_path, capsys, monkeypatch):
+    import gzip
+
+    data = gzip.compress(b"step:1 - timing_s/gen:1.5\n")
+    log = tmp_path / "train.log.gz"
+    log.write_bytes(data)
+    assert main(["diagnose", str(log)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"rlscope: {log}: gzip-compressed; decompress it in the pipe: zcat {log} | rlscope diagnose -\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["diagnose", "-"]) == 1
+    assert capsys.readouterr().err == (
+        "rlscope: standard input: gzip-compressed; decompress it in the pipe: zcat FILE.gz | rlscope diagnose -\n"
+    )
+
+
 def test_report_axes_are_labelled_in_decades_of_delta_and_whole_gpus():
     # four bins a decade: the axis names 1e-07, 1e-06, ..., 1e+02, not every other bin (2e-07, 6e-07)
     from rlscope.report.figures import mismatch_heatmap, split_drift
@@ -1191,6 +1209,19 @@ def test_a_folder_around_or_inside_run_directories_points_at_them(tmp_path, caps
     run = runs / "a"
     assert main(["diagnose", str(run / "steps")]) == 1
     said = f"rlscope: {run / 'steps'}: a folder of the run directory {run}: give the directory\n"
+    assert capsys.readouterr().err == said
+
+
+def test_a_folder_of_logs_points_at_them(tmp_path, capsys):
+    # rlscope diagnose logs/ where logs/ holds the console logs themselves: name them, not meta.json
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("train-2.log", "train-1.log", "metrics.jsonl", "notes.txt"):
+        (logs / name).write_text("step:1 - timing_s/gen:1.5\n")
+    assert main(["diagnose", str(logs)]) == 1
+    said = (
+        f"rlscope: {logs}: not a run directory; it holds 3 logs (metrics.jsonl, train-1.log, train-2.log): give one\n"
+    )
     assert capsys.readouterr().err == said
 
 

@@ -1069,3 +1069,24 @@ def test_a_numpy_flag_into_an_integer_column_and_a_table_naming_a_column_twice_a
         {"traj_id": "a", "group": 1},
         {"traj_id": "b", "group": 3},
     ]
+
+
+@pytest.mark.parametrize("column", ["finish_time", "submit_time"])
+def test_trajectory_times_of_a_clock_are_kept_with_one_warning(tmp_path, caplog, column):
+    # time.time() where seconds since the step's rollout began go: the long tail would read a rollout of
+    # 57 years (t90 1.8e9 s), so the writer says so, once, and keeps the rows as given
+    run = tmp_path / "run"
+    now = time.time()
+    with caplog.at_level("WARNING", logger="rlscope"), Recorder(run) as rec:
+        for step in range(2):
+            rec.log_trajectories(step, [{"traj_id": str(i), column: now + i} for i in range(20)])
+    warned = [r.getMessage() for r in caplog.records if column in r.getMessage()]
+    assert len(warned) == 1 and "seconds since the step's rollout began" in warned[0]
+    assert RunReader(run).read("trajectories").num_rows == 40 and rec.status()["bad_rows"] == 0
+
+
+def test_trajectory_times_since_the_rollout_began_are_not_warned_about(tmp_path, caplog):
+    # an agentic rollout of a day is long, not a clock's reading
+    with caplog.at_level("WARNING", logger="rlscope"), Recorder(tmp_path / "run") as rec:
+        rec.log_trajectories(0, {"traj_id": ["a", "b"], "submit_time": [0.0, 5.0], "finish_time": [30.0, 86400.0]})
+    assert not caplog.records

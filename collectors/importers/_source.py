@@ -98,18 +98,25 @@ class Tail:
         return max(0.0, min(self.poll_interval, self._deadline - time.monotonic()))
 
 
-def check_text_file(path: str, *, piped_from: str | None = None, look: bool = True) -> None:
+def check_text_file(
+    path: str, *, piped_from: str | None = None, look: bool = True, pipe_into: str | None = None
+) -> None:
     """Raise ``ImportInputError`` unless ``path`` is a readable file that looks like text
     (``-``: unless what waits on standard input looks like text). ``piped_from``: ``path`` is a
-    copy of what that pipe (``<(zcat x.gz)``) gave, and messages name the pipe. ``look=False``:
-    standard input is looked at as it is read (a followed pipe may not have written yet, and
-    a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the import), unless
-    it is a file."""
+    copy of what that pipe (``<(zcat x.gz)``, ``-``: standard input) gave, and messages name the
+    pipe. ``look=False``: standard input is looked at as it is read (a followed pipe may not have
+    written yet, and a look would wait for it where Ctrl-C and ``--max-seconds`` cannot end the
+    import), unless it is a file. ``pipe_into``: the command that reads a log on standard input
+    (``rlscope diagnose -``), which a compressed log is told to be decompressed into; without
+    it, ``rlscope import``."""
+    stdin_decompress = (
+        _STDIN_DECOMPRESS if pipe_into is None else f"decompress it in the pipe: zcat FILE.gz | {pipe_into}"
+    )
     if path == "-":
         if sys.stdin is None:  # started with it closed (``<&-``)
             raise ImportInputError("standard input: closed, nothing to read")
         if look or stdin_is_file():  # a file never waits
-            _check_head("standard input", _stdin_head(), _STDIN_DECOMPRESS)
+            _check_head("standard input", _stdin_head(), stdin_decompress)
         return
     if not os.path.exists(path):
         raise ImportInputError(f"{path}: no such file")
@@ -124,8 +131,14 @@ def check_text_file(path: str, *, piped_from: str | None = None, look: bool = Tr
                 head = fh.read(_HOLE_READ_BYTES)
     except OSError as exc:
         raise ImportInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if piped_from == "-":
+        _check_head("standard input", head, stdin_decompress)
+        return
     if piped_from is not None:
         _check_head(piped_from, head, _PIPE_DECOMPRESS)
+        return
+    if pipe_into is not None:
+        _check_head(path, head, f"decompress it in the pipe: zcat {path} | {pipe_into}")
         return
     how = f"gunzip -k {path}" if path.endswith(".gz") else f"zcat {path} > {path}.txt"
     _check_head(path, head, f"decompress it first ({how}) and import that")

@@ -5,8 +5,9 @@ spellings are canonicalised). Stages map to phases (:data:`PHASES`): ``gen`` (wi
 ``gen_max``), ``reward``, ``old_log_prob``, ``ref``, ``values``, ``adv``, ``update_critic``,
 ``update_actor``; ``update_weights`` / ``param_sync`` / ``sync_rollout_weights`` are weight
 sync; ``switch`` / ``switch_to_rollout`` / ``switch_to_trainer`` are switching a pool between
-trainer and engine; ``wait*`` and ``switch_wait`` are waiting; ``testing`` is validation and
-``save_checkpoint`` checkpointing; a record with nothing but those two, validation metrics and
+trainer and engine; ``wait*`` and ``switch_wait`` are waiting; ``testing`` is validation (no
+phase of a step whose step timer cannot hold it: verl 0.9.1 times it after ``timing_s/step``
+closes, older verl inside it) and ``save_checkpoint`` checkpointing; a record with nothing but those two, validation metrics and
 the profiling hooks' timers, and no step timer (a validation logged on its own) is no training
 step and is left out (:func:`makes_step`). ``other`` is
 ``timing_s/step`` minus the named phases (zero when there is no step timer, whose time is
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 _PREFIX = "timing_s/"
+_TESTING = f"{_PREFIX}testing"
 
 # phase -> verl stage timers whose seconds it sums (waiting also takes every ``wait*`` timer)
 PHASES: dict[str, tuple[str, ...]] = {
@@ -115,8 +117,9 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     for name in timers:
         timed |= steps[name].notna() & makes_step(name, steps[name])
     out = out[timed].fillna(0.0)
+    step = steps.loc[out.index, STEP_TIMER] if STEP_TIMER in steps.columns else pd.Series(float("nan"), out.index)
+    out.loc[_validation_after_step(out, step, overlapped), "validation"] = 0.0
     named = out.drop(columns="gen").sum(axis=1) if overlapped else out.sum(axis=1)
-    step = steps.loc[out.index, STEP_TIMER] if STEP_TIMER in steps.columns else named
     step = step.where(step > 0).fillna(named)  # a zero step timer timed nothing: as if absent
     rest = (step - named).clip(lower=0.0)
     if overlapped:  # untimed trainer time up to the rollout's length is waiting for samples
@@ -126,6 +129,22 @@ def phase_seconds(steps: pd.DataFrame, *, overlapped: bool = False) -> pd.DataFr
     out["other"] = rest
     out["step"] = step
     return out
+
+
+def _stage_sum(seconds: pd.DataFrame, overlapped: bool) -> pd.Series:
+    """Per step, the stage timers' seconds that the step timer holds unless they nest or overlap:
+    waits are left out (one timed before the step opens, the first batch's, lies outside it), and so
+    is generation beside the step of an overlapped run."""
+    return seconds.drop(columns=["waiting"] + (["gen"] if overlapped else [])).sum(axis=1)
+
+
+def _validation_after_step(seconds: pd.DataFrame, timer: pd.Series, overlapped: bool) -> pd.Series:
+    """Steps whose ``testing`` ran after their step timer closed: verl 0.9.1 times it once
+    ``timing_s/step`` has stopped, older verl inside it. The step timer cannot hold it where the
+    stage timers exceed it with ``testing`` and fit without it (within the overlap tolerance)."""
+    stages = _stage_sum(seconds, overlapped)
+    room = (1 + OVERLAPPING_TIMERS_TOLERANCE) * timer
+    return (timer > 0) & (seconds["validation"] > 0) & (stages > room) & (stages - seconds["validation"] <= room)
 
 
 def group_seconds(seconds: pd.DataFrame) -> pd.DataFrame:
@@ -190,6 +209,9 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> AnatomyResul
     timer = frames.steps[f"{_PREFIX}step"].reindex(seconds.index) if step_timer else None
     timed = timer > 0 if timer is not None else pd.Series(False, index=seconds.index)  # NaN: not timed
     trained = frames.steps.loc[seconds.index]
+    if _TESTING in trained.columns:  # a validation after the step timer is no phase of the step
+        after = (trained[_TESTING] > 0) & (seconds["validation"] == 0)
+        trained = trained.assign(**{_TESTING: trained[_TESTING].mask(after)})
     logged = tuple(_timed_steps(trained, timed, overlapped))
     last = _timed_steps(recent(trained), recent(timed), overlapped) if len(trained) else {}
     result = AnatomyResult(
@@ -245,10 +267,9 @@ def _share_trend(seconds: pd.DataFrame, shares: pd.Series) -> Trend:
 def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: bool) -> list[Finding]:
     """Steps whose stage timers add up to more than their step timer: nested or overlapping
     timers, whose shares of the (wall-clock) step then add up to more than 1, which the report
-    should say. Waits are left out: a wait timed before the step opens (the first batch) lies outside it."""
+    should say. The stages are :func:`_stage_sum`'s, a validation after the step left out."""
     logged = timer.reindex(seconds.index)
-    stages = seconds.drop(columns=["other", "step", "waiting"] + (["gen"] if overlapped else []))
-    excess = (stages.sum(axis=1) - logged)[logged > 0]
+    excess = (_stage_sum(seconds.drop(columns=["other", "step"]), overlapped) - logged)[logged > 0]
     over = excess[excess > OVERLAPPING_TIMERS_TOLERANCE * logged[excess.index]]
     if over.empty:
         return []

@@ -45,7 +45,7 @@ def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespa
     from rlscope.analyzers import STAGES, analyze_run
     from rlscope.report.document import build_document
 
-    with open_run(path) as run_dir:
+    with open_run(path, "rlscope compare - RUN_B" if name == "A" else "rlscope compare RUN_A -") as run_dir:
         reader = read_with_facts(parser, run_dir, args, path, name)
         with analysis_progress(len(STAGES), f"analysing {name}") as tick:
             diagnosis = analyze_run(reader, on_stage=tick)

@@ -62,10 +62,11 @@ FINDINGS_EXIT = 3
 _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
-def _looks_like_jsonl(path: str, piped_from: str | None = None) -> bool:
+def _looks_like_jsonl(path: str, piped_from: str | None, pipe_into: str) -> bool:
     from rlscope.collectors.importers import check_text_file
 
-    check_text_file(path, piped_from=piped_from)  # a one-line error for a file that cannot be read or is not text
+    # a one-line error for a file that cannot be read or is not text
+    check_text_file(path, piped_from=piped_from, pipe_into=pipe_into)
     if path.lower().endswith((".jsonl", ".ndjson")):
         return True
     with open(path, "rb") as fh:
@@ -109,25 +110,37 @@ def _refuse_report(source: str, path: str) -> None:
 
 def _refuse_folder_near_runs(path: str) -> None:
     """A one-line error naming the run directories for a folder without meta.json that holds
-    some (``runs/``) or lies in one (``run/steps``), or the importer for one of TensorBoard
-    event files, rather than "meta.json: missing"."""
+    some (``runs/``) or lies in one (``run/steps``), the logs it holds (``logs/``, which
+    ``diagnose`` takes one at a time), or the importer for one of TensorBoard event files, rather
+    than "meta.json: missing"."""
     if os.path.isfile(os.path.join(path, "meta.json")):
         return
     parent = os.path.dirname(os.path.normpath(path))
     if os.path.isfile(os.path.join(parent or ".", "meta.json")):
         raise RunDirError(f"{path}: a folder of the run directory {parent or '.'}: give the directory")
     try:
-        runs = sorted(e for e in os.listdir(path) if os.path.isfile(os.path.join(path, e, "meta.json")))
+        entries = sorted(os.listdir(path))
     except OSError:
         return  # the reader says what is wrong with it
+    runs = [e for e in entries if os.path.isfile(os.path.join(path, e, "meta.json"))]
     if runs:
-        named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
-        raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({named}): give one")
+        raise RunDirError(f"{path}: not a run directory; it holds {len(runs)} ({_some(runs)}): give one")
+    logs = [e for e in entries if e.lower().endswith(_LOG_SUFFIXES) and os.path.isfile(os.path.join(path, e))]
+    if logs:
+        raise RunDirError(f"{path}: not a run directory; it holds {len(logs)} logs ({_some(logs)}): give one")
     if _holds_event_files(path):
         raise RunDirError(
             f"{path}: TensorBoard event files, not a run directory: "
             f"rlscope import tensorboard {path} --out RUN_DIR, then diagnose RUN_DIR"
         )
+
+
+_LOG_SUFFIXES = (".log", ".jsonl", ".ndjson")
+
+
+def _some(names: list[str]) -> str:
+    """The first five ``names``, and "..." for more."""
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 def _holds_event_files(path: str, depth: int = 2) -> bool:
@@ -144,9 +157,10 @@ def _holds_event_files(path: str, depth: int = 2) -> bool:
 
 
 @contextmanager
-def open_run(path: str) -> Iterator[str]:
+def open_run(path: str, pipe_into: str = "rlscope diagnose -") -> Iterator[str]:
     """A run directory for ``path``: itself, or a temporary import of a log or JSONL file
-    (``-``: standard input, read once into a file as a pipe is)."""
+    (``-``: standard input, read once into a file as a pipe is). ``pipe_into``: the command that
+    would read the log on standard input, which a compressed log is told to be decompressed into."""
     stdin = path == "-"
     if stdin and sys.stdin is None:  # started with it closed (``<&-``)
         raise RunDirError("standard input: closed, nothing to read")
@@ -168,7 +182,7 @@ def open_run(path: str) -> Iterator[str]:
             with nullcontext(sys.stdin.buffer) if stdin else open(path, "rb") as pipe, open(source, "wb") as copy:
                 shutil.copyfileobj(pipe, copy)
         # the likelier format first, then the other: a log may open with a JSON line, a JSONL with junk
-        looks_jsonl = _looks_like_jsonl(source, path if piped else None)
+        looks_jsonl = _looks_like_jsonl(source, path if piped else None, pipe_into)
         kinds = ("verl-jsonl", "verl-log") if looks_jsonl else ("verl-log", "verl-jsonl")
         for kind in kinds:
             run_dir = os.path.join(tmp, kind)

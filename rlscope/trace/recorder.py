@@ -441,7 +441,9 @@ class Recorder:
         ignored (a dict of columns or a table lets go of them at once; row dicts are weighed
         with them, from a few sampled rows). ``step`` and ``attempt`` (as in :meth:`log_step`:
         1, 2, ... when a restarted run generates the step again) apply to every row, so that
-        the analyzers keep only the last attempt's trajectories of a step.
+        the analyzers keep only the last attempt's trajectories of a step. ``submit_time`` and
+        ``finish_time`` are seconds since the step's rollout began: a clock's time (``time.time()``)
+        is kept, and warned about once, since the long tail would read it as a rollout of years.
         """
         try:
             if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
@@ -808,6 +810,14 @@ class Recorder:
         except OSError:
             pass  # the status file is a convenience; the counters stay in memory
 
+    def _warn_once(self, kind: str, message: str) -> None:
+        """Log ``message`` the first time ``kind`` happens: a value kept as given that is likely a mistake."""
+        with self._lock:
+            first = kind not in self._warned
+            self._warned.add(kind)
+        if first:
+            log.warning("rlscope recorder (%s): %s", self.run_dir, message)
+
     def _fail(self, kind: str, exc: BaseException, *, count: str | None = None, rows: int = 1) -> None:
         message = f"{type(exc).__name__}: {exc}"
         tally = count == "bad_rows" and self._tally is not None and threading.current_thread() is self._thread
@@ -1100,7 +1110,28 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, int, Any]]) -> 
         table = table.set_column(0, "step", pa.array([s] * table.num_rows, pa.int64()))
         table = table.set_column(1, "attempt", pa.array([a] * table.num_rows, pa.int32()))
         parts.append(table)
-    return pa.concat_tables(parts)
+    table = pa.concat_tables(parts)
+    _warn_clock_times(rec, table)
+    return table
+
+
+# No rollout runs for 3 years: a trajectory time this large is a clock's reading (time.time()),
+# not the seconds since the step's rollout began that the long tail reads it as
+_CLOCK_TIME_S = 1e8
+
+
+def _warn_clock_times(rec: Recorder, table: pa.Table) -> None:
+    """Warn once per column of trajectory times that read as a clock's, which diagnose would take
+    for a rollout of decades (t90 1.8e9 s, no tail): the rows are kept as given."""
+    for name in ("submit_time", "finish_time"):
+        times = table.column(name).to_numpy()  # a missing time is NaN
+        clock = times[np.isfinite(times) & (times >= _CLOCK_TIME_S)]
+        if clock.size:
+            rec._warn_once(
+                f"clock-{name}",
+                f"trajectories' {name} of {clock[0]:.0f} s reads as a clock's time, but it is the seconds since the "
+                "step's rollout began (docs/run-directory.md), which the long tail measures from: rows kept as given",
+            )
 
 
 def _build_spans(rec: Recorder, rows: list[dict]) -> pa.Table:
