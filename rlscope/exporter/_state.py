@@ -500,8 +500,8 @@ class RunState:
         when[~np.isfinite(when)] = -math.inf  # no time (null, NaN): before every other record, never the newest
         value = rows.column("value").to_numpy(zero_copy_only=False).astype(float)
         uniq = pc.unique(rows.column("key"))
-        keys = [k if k is not None else "" for k in uniq.to_pylist()]  # as logged: the rules read their units
-        names = [canonical(k) for k in keys]
+        keys = uniq.to_pylist()  # as logged: the rules read their units, and a row without a key says nothing
+        names = [canonical(k) if k is not None else "" for k in keys]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         self._run_clock = max(self._run_clock, float(when.max()))
         # a record (one log call: step, attempt, time) that shows no training step by the step
