@@ -664,14 +664,16 @@ class RunState:
             if warned is not None and warned[0] in steps and by_step[warned[0]][1]:
                 del self._share_warned[key]
                 self._warned.discard(key)
+                redo = by_step[warned[0]][0]
                 log.warning(
-                    "exporter: run %s: %s at step %d was logged in [0, 1] by attempt %d, which counts for the "
-                    "step, not attempt %d's %r warned about; the next value outside [0, 1] is warned about",
+                    "exporter: run %s: %s at step %d was %s %r warned about; the next value outside "
+                    "[0, 1] is warned about",
                     self.run,
                     key,
                     warned[0],
-                    by_step[warned[0]][0],
-                    warned[1],
+                    f"logged in [0, 1] by attempt {redo}, which counts for the step, not attempt {warned[1]}'s"
+                    if redo != warned[1]
+                    else f"also logged in [0, 1] by attempt {redo}, which reads it, not its",
                     warned[2],
                 )
             out = sorted(s for s in steps if not by_step[s][1])
