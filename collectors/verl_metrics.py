@@ -301,31 +301,34 @@ def in_share_range(value: Any) -> Any:
     return (value >= -SHARE_SLACK) & (value <= 1 + SHARE_SLACK)
 
 
-def read_rows(keys: Sequence[str], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+def read_rows(keys: Sequence[str | None], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
     """Which step rows say something, as every reader reads them (``docs/run-directory.md``): a
-    finite value (verl logs a timer it lost as inf), no stage timer (``timing_s/``) below zero (a
-    clock's fault), no share of time (:data:`SHARE_KEYS`) outside [0, 1] beyond
-    :data:`SHARE_SLACK` (a corrupted log, a unit mix-up). Row i is ``keys[index[i]]`` (any spelling: the
-    names are canonicalised once each) logged as ``values[i]`` (in that spelling's unit); without
-    ``index``, row i is ``keys[i]``. Judged in the canonical unit: 1e306 s per token is inf ms."""
+    key (the column is nullable: a row without one names no metric), a finite value (verl logs a
+    timer it lost as inf), no stage timer (``timing_s/``) below zero (a clock's fault), no share of
+    time (:data:`SHARE_KEYS`) outside [0, 1] beyond :data:`SHARE_SLACK` (a corrupted log, a unit
+    mix-up). Row i is ``keys[index[i]]`` (any spelling: the names are canonicalised once each)
+    logged as ``values[i]`` (in that spelling's unit); without ``index``, row i is ``keys[i]``.
+    Judged in the canonical unit: 1e306 s per token is inf ms."""
     names, index, values = _canonical_rows(keys, values, index)
-    timer = np.array([name.startswith("timing_s/") for name in names], dtype=bool)[index]
+    keyed = np.array([name is not None for name in names], dtype=bool)[index]
+    timer = np.array([name is not None and name.startswith("timing_s/") for name in names], dtype=bool)[index]
     share = np.array([name in SHARE_KEYS for name in names], dtype=bool)[index]
-    return np.isfinite(values) & ~(timer & (values < 0)) & (~share | in_share_range(values))
+    return keyed & np.isfinite(values) & ~(timer & (values < 0)) & (~share | in_share_range(values))
 
 
-def step_rows(keys: Sequence[str], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+def step_rows(keys: Sequence[str | None], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
     """Which step rows (as :func:`read_rows` takes them) hold a metric that makes a step
     (:func:`makes_step`), whether or not their value says something: a record with one shows
-    that the trainer logged a step."""
+    that the trainer logged a step. A row without a key holds no metric."""
     names, index, values = _canonical_rows(keys, values, index)
-    shows = np.array([name != STEP_TIMER and makes_step(name, 1.0) for name in names], dtype=bool)[index]
+    by_name = [name is not None and name != STEP_TIMER and makes_step(name, 1.0) for name in names]
+    shows = np.array(by_name, dtype=bool)[index]
     timer = np.array([name == STEP_TIMER for name in names], dtype=bool)[index]
     shows[timer] = makes_step(STEP_TIMER, values[timer])  # the step timer: by its value
     return shows
 
 
-def training_rows(keys: Sequence[str], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+def training_rows(keys: Sequence[str | None], values: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
     """Which step rows (as :func:`read_rows` takes them) train: a value that says something
     (:func:`read_rows`) of a metric that makes a step (:func:`step_rows`). A step's training
     attempt, a job's first training record and the run's first training step are the rows'
@@ -340,11 +343,11 @@ def holds_training(metrics: Mapping[str, float]) -> bool:
 
 
 def _canonical_rows(
-    keys: Sequence[str], values: np.ndarray, index: np.ndarray | None
-) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """``keys`` canonicalised, the row index (``index`` or one row per key) and the rows' values
-    in their canonical units."""
-    resolved = [_resolve(str(key)) for key in keys]
+    keys: Sequence[str | None], values: np.ndarray, index: np.ndarray | None
+) -> tuple[list[str | None], np.ndarray, np.ndarray]:
+    """``keys`` canonicalised (None stays None), the row index (``index`` or one row per key) and
+    the rows' values in their canonical units."""
+    resolved = [_resolve(str(key)) if key is not None else (None, 1.0) for key in keys]
     index = np.arange(len(resolved)) if index is None else np.asarray(index)
     values = np.asarray(values, dtype=float)
     factor = np.array([scale for _, scale in resolved], dtype=float)

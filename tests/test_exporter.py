@@ -329,7 +329,8 @@ def test_a_share_its_attempt_also_logged_in_range_is_not_warned_about(tmp_path, 
         assert _value(registry, "rlscope_run_up") == 1.0
     first, withdrawn = _share_warnings(caplog, key)
     assert f"{key} logged 1.4 at step 3 (attempt 0), outside [0, 1]" in first
-    assert f"{key} at step 3 was logged in [0, 1] by attempt 0" in withdrawn
+    # the same attempt read both: its value in range reads, not "attempt 0, not attempt 0's"
+    assert f"{key} at step 3 was also logged in [0, 1] by attempt 0, which reads it, not its 1.4" in withdrawn
 
 
 def test_flat_steps_count_the_latest_steps_in_a_row_whose_samples_scored_the_same(tmp_path):

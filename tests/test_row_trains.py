@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rlscope import Recorder
-from rlscope.analyzers._data import RunFrames
+from rlscope.analyzers._data import RunFrames, usable_step_rows
 from rlscope.collectors.importers.verl_log import import_verl_log
 from rlscope.collectors.verl_metrics import holds_training, training_rows
 from rlscope.exporter import RLScopeCollector
@@ -135,3 +135,34 @@ def test_the_rule_over_rows_keyed_by_index_is_the_rule_per_record():
     trains = training_rows(keys, np.array([v for _, _, v in rows]), np.array([keys.index(k) for _, k, _ in rows]))
     assert [bool(trains[of_record == i].any()) for i in range(len(CASES))] == [t for _, t in CASES.values()]
     assert [holds_training(record) for record, _ in CASES.values()] == [t for _, t in CASES.values()]
+
+
+def test_a_row_without_a_key_names_no_metric_and_says_nothing():
+    # the steps table's key column is nullable: a row without a key is no metric, whatever its value,
+    # and is neither renamed to another key nor read as one of its own
+    steps = pa.table(
+        {
+            "step": [1, 1, 1],
+            "attempt": pa.array([0, 0, 0], pa.int32()),
+            "time": [_T0, _T0, _T0],
+            "key": pa.array([None, "timing_s/gen", "timing_s/step"]).dictionary_encode(),
+            "value": [0.5, 5.0, 9.0],
+        }
+    )
+    rows = usable_step_rows(steps)
+    assert sorted(zip(rows["key"], rows["value"], strict=True)) == [("timing_s/gen", 5.0), ("timing_s/step", 9.0)]
+    assert usable_step_rows(steps.filter(pa.array([True, False, False]))).empty
+
+
+@pytest.mark.parametrize("reader", ["analyzers", "exporter"])
+def test_a_record_whose_only_row_has_no_key_does_not_train(tmp_path, reader):
+    # job 2's first record holds one row without a key: no training, so its first training record is step 3's
+    _record_live(tmp_path / "run", {None: 2.0})
+    if reader == "analyzers":
+        fills = RunFrames.from_reader(RunReader(tmp_path / "run")).fills
+    else:
+        registry = CollectorRegistry()
+        collector = RLScopeCollector(tmp_path / "run", registry=registry, min_refresh_s=0)
+        assert registry.get_sample_value("rlscope_last_step", {"run": "run"}) == 3.0  # read
+        fills = collector.states[0]._fills()
+    assert fills == _fills(False)

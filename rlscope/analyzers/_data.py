@@ -120,17 +120,18 @@ def topology_kind(wording: str) -> str:
 
 
 def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """The rows of the long ``steps`` table that say something, keys canonicalised: text values,
-    non-finite numbers, negative stage timers and shares of time outside [0, 1] (verl's idle
+    """The rows of the long ``steps`` table that say something, keys canonicalised: rows without a
+    key, text values, non-finite numbers, negative stage timers and shares of time outside [0, 1] (verl's idle
     ratios and occupancy share, ``SHARE_KEYS``; :func:`out_of_range_shares`) are dropped
     (``verl_metrics.read_rows``, as the exporter and the importers read them), shares within
     rounding of it (``SHARE_SLACK``) clipped into it; keys (and values whose unit changed with
     the name) are canonicalised by ``rlscope.collectors.verl_metrics``; a missing attempt is 0.
     What :func:`wide_steps` pivots, and what decides which attempt is the latest."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
-    codes, keys = pd.factorize(df["key"].astype(str))
+    codes, uniques = pd.factorize(df["key"])  # a row without a key: code -1, which names the None after them
+    keys = [str(k) for k in uniques]
     value = df["value"].astype(float).to_numpy()
-    said = read_rows(keys.tolist(), value, codes)
+    said = read_rows([*keys, None], value, codes)
     df, codes, value = df[said], codes[said], value[said]
     if df.empty:
         return df

@@ -500,8 +500,8 @@ class RunState:
         when[~np.isfinite(when)] = -math.inf  # no time (null, NaN): before every other record, never the newest
         value = rows.column("value").to_numpy(zero_copy_only=False).astype(float)
         uniq = pc.unique(rows.column("key"))
-        keys = [k if k is not None else "" for k in uniq.to_pylist()]  # as logged: the rules read their units
-        names = [canonical(k) for k in keys]
+        keys = uniq.to_pylist()  # as logged: the rules read their units, and a row without a key says nothing
+        names = [canonical(k) if k is not None else "" for k in keys]
         key_index = pc.index_in(rows.column("key"), uniq).to_numpy(zero_copy_only=False)
         self._run_clock = max(self._run_clock, float(when.max()))
         # a record (one log call: step, attempt, time) that shows no training step by the step
@@ -664,14 +664,16 @@ class RunState:
             if warned is not None and warned[0] in steps and by_step[warned[0]][1]:
                 del self._share_warned[key]
                 self._warned.discard(key)
+                redo = by_step[warned[0]][0]
                 log.warning(
-                    "exporter: run %s: %s at step %d was logged in [0, 1] by attempt %d, which counts for the "
-                    "step, not attempt %d's %r warned about; the next value outside [0, 1] is warned about",
+                    "exporter: run %s: %s at step %d was %s %r warned about; the next value outside "
+                    "[0, 1] is warned about",
                     self.run,
                     key,
                     warned[0],
-                    by_step[warned[0]][0],
-                    warned[1],
+                    f"logged in [0, 1] by attempt {redo}, which counts for the step, not attempt {warned[1]}'s"
+                    if redo != warned[1]
+                    else f"also logged in [0, 1] by attempt {redo}, which reads it, not its",
                     warned[2],
                 )
             out = sorted(s for s in steps if not by_step[s][1])
