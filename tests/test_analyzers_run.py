@@ -1438,6 +1438,15 @@ def test_a_tail_growth_is_judged_from_the_steps_below_the_length_cap(tmp_path):
     assert r.tail_share == pytest.approx(high) and "long-tail-dominates" in ids(r)
 
 
+def test_a_step_just_over_the_length_cap_rule_reads_over_10_percent(tmp_path):
+    # a clip ratio of 0.1004 is over the 0.1 rule; rounded to a whole percent it would read "10% of its
+    # responses hit the length cap", the rule's own bound, so it shows the decimals that put it above
+    lengths = [(180, 0.1004)] + [(80, 0.02)] * 2 + [(50, 0.0)] * 2
+    r = longtail.analyze(_capped_run(tmp_path / "r", lengths))
+    (f,) = [f for f in r.findings if f.id == "long-tail-growing"]
+    assert r.capped_steps == (0,) and "10.04% of its responses hit the length cap" in f.recommendation
+
+
 def test_a_tail_growth_is_not_judged_when_recent_steps_are_at_the_length_cap(tmp_path):
     # steps 0-5 at f = 1 - 100 ln 10 / 256 = 0.1006, step 6 at 1 - 20 ln 10 / 256 = 0.8201, step 7 at the
     # cap (f = 0 there). The recent quarter (6-7) holds 0.82 and a 0 set by the cap: the recent share,

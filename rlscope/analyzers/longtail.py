@@ -367,10 +367,19 @@ def _findings(r: LongTailResult, facts: RunFacts | None = None) -> list[Finding]
     return out
 
 
+def _over_a_tenth(share: float) -> str:
+    """A clip ratio above 0.1 as a percentage with the decimals that show it above 10% (0.1004: 10.04%)."""
+    for decimals in range(4):
+        text = f"{share:.{decimals}%}"
+        if float(text[:-1]) > 10:
+            return text
+    return text
+
+
 def _left_out(r: LongTailResult) -> str:
     """Which steps the growth leaves out for the length cap, and why their 0% is no missing tail."""
     clip = r.per_step.loc[list(r.capped_steps), "clip_ratio"]
-    low, high = f"{clip.min():.0%}", f"{clip.max():.0%}"
+    low, high = _over_a_tenth(clip.min()), _over_a_tenth(clip.max())
     share = low if low == high else f"{low[:-1]}-{high}"
     steps = steps_text(r.capped_steps)
     are, their = ("is", "its") if len(r.capped_steps) == 1 else ("are", "their")
