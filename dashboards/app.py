@@ -25,7 +25,8 @@ from rlscope.dashboards.live import WINDOW_STEPS, LiveRuns
 __all__ = ["create_app"]
 
 STUCK_TICKS = 20
-"""Ticks a render's request holds the refresh back at most: one unanswered that long is taken as lost."""
+"""Ticks after which a render's unanswered request is taken as lost: the refresh passes at that tick,
+held back at the ones before it."""
 
 _TRACK_RENDERS = """
 // rlscope: the requests of the renders the refresh drives (those with REFRESH among their inputs)
