@@ -671,7 +671,16 @@ def test_verls_stage_mfu_is_shown_where_the_whole_step_mfu_is_not_known(tmp_path
         assert "verl's stage MFU" in out and "update_actor 30.0% (perf/mfu/actor)" in out
         assert "not a whole-step MFU" in out
     # with the whole-step MFU known, verl's is still in the JSON (as the cross-check), not in the headline
-    facts = ["--gpus", "8", "--gpu-type", "H100", "--active-params", "7e9", "--meta", '{"batch_size": 8, "group_size": 4}']
+    facts = [
+        "--gpus",
+        "8",
+        "--gpu-type",
+        "H100",
+        "--active-params",
+        "7e9",
+        "--meta",
+        '{"batch_size": 8, "group_size": 4}',
+    ]
     _, doc = _run_json(capsys, str(log), *facts)
     assert doc["headline"]["mfu"] is not None
     assert doc["mfu"]["verl_stage_mfu"] == [{"key": "perf/mfu/actor", "stage": "update_actor", "mfu": 0.30}]
