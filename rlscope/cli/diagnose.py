@@ -255,7 +255,7 @@ def main(argv: Sequence[str]) -> int:
 def add_fact_options(parser: argparse.ArgumentParser, scope: str) -> None:
     """``--gpus``, ``--gpu-type``, ``--peak-tflops``, ``--active-params`` and ``--meta``: the
     facts MFU and the what-if need that meta.json (or the log) may lack, for ``scope``."""
-    parser.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs the job ran on, in all")
+    parser.add_argument("--gpus", type=_positive(int, "GPUs"), metavar="N", help="GPUs the job ran on, in all")
     parser.add_argument("--gpu-type", metavar="NAME", help="GPU model for its peak FLOP/s, e.g. H100, A100, RTX 4090")
     parser.add_argument(
         "--peak-tflops",
@@ -368,8 +368,9 @@ def _check_not_read(path: str, run: str) -> None:
             raise RLScopeError(f"cannot write {path}: it is part of the run directory {run}")
 
 
-def _positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: a finite number of ``kind`` above 0 (a whole one for int, 1e3 allowed)."""
+def _positive(kind: type, counted: str = "") -> Callable[[str], Any]:
+    """An argparse type: a finite number of ``kind`` above 0 (a whole one for int, 1e3 allowed);
+    ``counted``: what an int counts, named when a value is not a whole number of them."""
 
     def parse(text: str) -> Any:
         try:
@@ -380,7 +381,10 @@ def _positive(kind: type) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
         if kind is int:
             if not number.is_integer() or number >= 2**31:
-                raise argparse.ArgumentTypeError(f"not a whole number below 2^31: {text!r}")
+                bound = " below 2^31" if number.is_integer() else ""
+                raise argparse.ArgumentTypeError(
+                    f"expected a whole number of {counted or 'units'}{bound}, got {text!r}"
+                )
             return int(number)
         return number
 

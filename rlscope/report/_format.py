@@ -117,11 +117,12 @@ def step_range(run: dict[str, Any]) -> str | None:
 
 
 def gpus(run: dict[str, Any]) -> str | None:
-    """ "8 x H100", or "8 (type not stated)" when the count is known but the model is not."""
+    """ "8 x H100", or "8 GPUs (type not stated)" when the count is known but the model is not."""
     if not run.get("gpu_count"):
         return None
     kind = run.get("gpu_type")
-    return f"{run['gpu_count']} x {kind}" if kind else f"{run['gpu_count']} (type not stated)"
+    count = run["gpu_count"]
+    return f"{count} x {kind}" if kind else f"{count} GPU{'' if count == 1 else 's'} (type not stated)"
 
 
 def measured_aside(head: dict[str, Any]) -> str:
