@@ -454,7 +454,7 @@ def test_a_broken_histogram_row_is_left_out_with_a_warning(tmp_path, caplog):
         write_segment(run, "logprob", row, writer_id="other", seq=i)
     with caplog.at_level("WARNING", logger="rlscope"):
         after = mismatch.analyze(RunReader(run))
-    assert "2 log-prob histogram row(s) without one count per bin; left out" in caplog.text
+    assert "2 log-prob histogram rows without one count per bin; left out" in caplog.text
     pd.testing.assert_frame_equal(after.per_step, before.per_step)
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import threading
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -442,7 +443,9 @@ def test_a_run_with_no_reward_signal_is_critical(capsys):
     _, doc = _run_json(capsys, str(REAL_LOGS / "07_rllm54_zero_reward_step4.log"))
     (f,) = [f for f in doc["findings"] if f["id"] == "reward-no-signal"]
     assert f["severity"] == "critical" and f["evidence"]["last_step"] == 4 and f["evidence"]["reward"] == 0.0
-    assert f["title"] == "every sample of the last 1 step got reward 0"  # not "1 step(s)"
+    assert f["title"] == "every sample of the last step got reward 0"  # not "the last 1 step(s)"
+    (overlap,) = [f for f in doc["findings"] if f["id"] == "stage-timers-overlap"]
+    assert overlap["title"] == "stage timers add up to more than the step in 1 of 1 step"  # not "1 of 1 steps"
     for other in (
         "12_charcount_grpo_smollm135m_1gpu",
         "15_tinyzero_countdown_ppo_4090",
@@ -629,7 +632,71 @@ def test_a_log_that_opens_with_verls_config_dump_is_read_as_a_console_log(tmp_pa
     assert code == 0 and doc["run"]["gpu_count"] == 16 and doc["run"]["steps"] == 1
     for fmt in ("text", "markdown", "html"):
         assert main(["diagnose", str(log), "--format", fmt]) == 0
-        assert "16 (type not stated)" in capsys.readouterr().out  # not "16 x None"
+        assert "16 GPUs (type not stated)" in capsys.readouterr().out  # not "16 x None", nor a bare 16
+
+
+def test_a_gpu_count_without_its_type_says_it_counts_gpus(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text("step:1 - timing_s/gen:40.0 - timing_s/step:100.0\n")
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt, "--gpus", "1"]) == 0
+        assert "1 GPU (type not stated)" in capsys.readouterr().out  # not a bare "1"
+
+
+def _verl_mfu_log(tmp_path: Path) -> Path:
+    """Eight steps of verl's own actor-update MFU, the last 0 (verl's unset value)."""
+    log = tmp_path / "train.log"
+    mfu = [0.10, 0.12, 0.14, 0.16, 0.18, 0.20, 0.30, 0.0]
+    log.write_text(
+        "".join(
+            f"step:{s} - timing_s/gen:40.0 - timing_s/update_actor:30.0 - timing_s/step:100.0 - perf/mfu/actor:{m} - "
+            "prompt_length/mean:100.0 - response_length/mean:400.0\n"
+            for s, m in enumerate(mfu, start=1)
+        )
+    )
+    return log
+
+
+def test_verls_stage_mfu_is_shown_where_the_whole_step_mfu_is_not_known(tmp_path, capsys):
+    log = _verl_mfu_log(tmp_path)
+    _, doc = _run_json(capsys, str(log))
+    assert doc["headline"]["mfu"] is None
+    # the recent mean over the last quarter of 8 steps (7 and 8) of verl's own value, its 0 unset: step 7's 0.30
+    assert doc["mfu"]["verl_stage_mfu"] == [{"key": "perf/mfu/actor", "stage": "update_actor", "mfu": 0.30}]
+    for fmt in ("text", "markdown", "html"):
+        assert main(["diagnose", str(log), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        # as a reader sees it: the text report wraps its lines, Markdown escapes _ and HTML the quote
+        out = " ".join(unescape(out.replace("\\_", "_")).split())
+        assert "verl's stage MFU" in out and "update_actor 30.0% (perf/mfu/actor)" in out
+        assert "not a whole-step MFU" in out
+    # with the whole-step MFU known, verl's is still in the JSON (as the cross-check), not in the headline
+    facts = [
+        "--gpus",
+        "8",
+        "--gpu-type",
+        "H100",
+        "--active-params",
+        "7e9",
+        "--meta",
+        '{"batch_size": 8, "group_size": 4}',
+    ]
+    _, doc = _run_json(capsys, str(log), *facts)
+    assert doc["headline"]["mfu"] is not None
+    assert doc["mfu"]["verl_stage_mfu"] == [{"key": "perf/mfu/actor", "stage": "update_actor", "mfu": 0.30}]
+    assert main(["diagnose", str(log), *facts]) == 0
+    assert "verl's stage MFU" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="real logs not found (set RLSCOPE_REAL_LOGS)")
+def test_a_real_logs_verl_actor_mfu_is_shown_without_the_hardware(capsys):
+    # rllm issue 54's step 4 logs perf/mfu/actor:0.387 and states no GPUs or model
+    log = str(REAL_LOGS / "07_rllm54_zero_reward_step4.log")
+    _, doc = _run_json(capsys, log)
+    assert doc["headline"]["mfu"] is None
+    assert doc["mfu"]["verl_stage_mfu"] == [{"key": "perf/mfu/actor", "stage": "update_actor", "mfu": 0.387}]
+    assert main(["diagnose", log]) == 0
+    assert "update_actor 38.7% (perf/mfu/actor)" in capsys.readouterr().out
 
 
 def test_mfu_of_a_console_log_from_the_batch_gpus_and_model_it_states(tmp_path, capsys):
@@ -670,7 +737,7 @@ def test_a_one_gpu_log_with_its_hardware_has_only_colocation_to_offer(capsys):
     [
         (["--gpus", "0"], "--gpus: must be a finite number above 0"),
         (["--gpus", "1e400"], "--gpus: must be a finite number above 0"),
-        (["--gpus", "2.5e0"], "--gpus: not a whole number below 2^31"),
+        (["--gpus", "2.5e0"], "--gpus: expected a whole number of GPUs, got '2.5e0'"),
         (["--active-params", "lots"], "--active-params: not a number"),
         (["--active-params", "inf"], "--active-params: must be a finite number above 0"),
         (["--active-params", "-7e9"], "--active-params: must be a finite number above 0"),  # a value, not an option
@@ -704,12 +771,9 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_analysis(tmp_pat
     monkeypatch.setattr(rlscope.analyzers, "analyze_run", never)
     run = str(SAMPLES / "healthy-colocated")
     missing = tmp_path / "no"
-    # a directory named as the report is the command line's mistake (2); a folder not there, the machine's (1)
-    for output, reason, code in (
-        (missing / "r.txt", f"no such directory {missing}", 1),
-        (tmp_path, "it is a directory", 2),
-    ):
-        assert main(["diagnose", run, "--output", str(output)]) == code
+    # an output that cannot be written is an error (1), whatever the reason: 2 is for options argparse refuses
+    for output, reason in ((missing / "r.txt", f"no such directory {missing}"), (tmp_path, "it is a directory")):
+        assert main(["diagnose", run, "--output", str(output)]) == 1
         assert capsys.readouterr().err == f"rlscope: cannot write {output}: {reason}\n"
 
 
@@ -1193,11 +1257,24 @@ def test_the_report_is_never_written_over_what_it_reads(tmp_path, capsys):
     assert main(["diagnose", str(run), "--output", str(run / "report.txt")]) == 0  # beside its tables is fine
 
 
-def test_an_empty_output_path_is_a_usage_error(capsys):
+def test_a_saved_report_as_its_own_output_is_named_a_report_not_a_log(tmp_path, capsys):
+    report = tmp_path / "r.json"
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "--output", str(report)]) == 0
+    saved = report.read_text()
+    assert main(["diagnose", str(report), "--format", "json", "--output", str(report)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"rlscope: cannot write {report}: it is the input, an rlscope report ({SCHEMA}), "
+        "not a run: give the run directory or log it was made from\n"
+    )
+    assert report.read_text() == saved
+
+
+def test_an_empty_output_path_is_refused_as_other_unwritable_paths_are(capsys):
     # -o "$REPORT" with REPORT unset: the report is not sent to stdout as if no --output were given
-    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "--output", ""]) == 2
+    assert main(["diagnose", str(SAMPLES / "healthy-colocated"), "--format", "json", "--output", ""]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err == "rlscope: diagnose: --output: an empty path\n"
+    assert out == "" and err == "rlscope: cannot write '': an empty path\n"
 
 
 def test_a_folder_around_or_inside_run_directories_points_at_them(tmp_path, capsys):

@@ -74,6 +74,7 @@ def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSu
         with tail.closing():
             summary = sink.close(interrupted=True)
         summary.interrupted_twice = twice
+        summary.signals = tuple(tail.signals)
         if not tail.follow:
             raise
         return summary
@@ -81,6 +82,7 @@ def run_import(sink: StepSink, tail: Tail, body: Callable[[], None]) -> ImportSu
         summary = sink.close()
     # one that came as the input ended, or during the close, waited for it and was not raised: still said
     summary.interrupted = tail.interrupts > 0
+    summary.signals = tuple(tail.signals)
     return summary
 
 

@@ -86,6 +86,7 @@ class ImportSummary:
     meta_problems: list[str] = field(default_factory=list)  # meta.json values the analyzers will ignore
     interrupted: bool = False
     interrupted_twice: bool = False  # a second Ctrl-C or SIGTERM stopped it before all it read was written
+    signals: tuple[str, ...] = ()  # the signals that stopped it, by name, where the CLI's handler saw them
 
     def __str__(self) -> str:
         span = f" ({self.first_step}..{self.last_step}{_validation_only(self.validation_only)})" if self.steps else ""
@@ -112,9 +113,11 @@ class ImportSummary:
         lines += [f"  note: {note}" for note in self.notes]
         lines += [f"  meta.json: {problem}; the analyzers will ignore it" for problem in self.meta_problems]
         if self.interrupted_twice:
-            lines.append("  stopped at once by a second interrupt; the last lines read may be missing")
+            second = f"signal ({self.signals[1]})" if len(self.signals) > 1 else "interrupt"
+            lines.append(f"  stopped at once by a second {second}; the last lines read may be missing")
         elif self.interrupted:
-            lines.append("  stopped by interrupt; everything read so far was written")
+            first = self.signals[0] if self.signals else "interrupt"
+            lines.append(f"  stopped by {first}; everything read so far was written")
         return "\n".join(lines)
 
     def skips(self) -> str:

@@ -49,14 +49,18 @@ class Tail:
     holding: bool = field(default=False, init=False)
     held: bool = field(default=False, init=False)
     interrupts: int = field(default=0, init=False)  # Ctrl-C and SIGTERM the CLI's handler passed to ``hold``
+    signals: list[str] = field(default_factory=list, init=False)  # their names, in order ("SIGTERM")
 
     def __post_init__(self) -> None:
         self._deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
 
-    def hold(self) -> bool:
+    def hold(self, signal_name: str = "") -> bool:
         """Whether an interrupt that just came is to wait (for ``release``); False: raise it now
-        (nothing read is being imported, or one already waits: a second stops at once)."""
+        (nothing read is being imported, or one already waits: a second stops at once).
+        ``signal_name``: the signal that brought it, which the summary names."""
         self.interrupts += 1
+        if signal_name:
+            self.signals.append(signal_name)
         if not self.holding or self.held:
             return False
         self.held = True

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlscope.advice.finding import Finding, Severity, fmt_seconds, fmt_steps
+from rlscope.advice.finding import Finding, Severity, fmt_last_steps, fmt_seconds, fmt_steps
 
 __all__ = ["CATALOGUE", "Entry", "finding"]
 
@@ -92,7 +92,7 @@ _ENTRIES = (
     ),
     Entry(
         "stage-timers-overlap",
-        "stage timers add up to more than the step in {steps} of {of_steps} steps",
+        "stage timers add up to more than the step in {steps} of {of_steps:steps}",
         "verl times each stage on its own; when one timer is nested in another, or two stages run at the same "
         "time, their sum exceeds timing_s/step (the log cannot tell which). The step time stays the wall "
         "clock's, so the phases' shares of it add up to more than 100%; the MFU waterfall charges the stages' "
@@ -188,7 +188,7 @@ _ENTRIES = (
     ),
     Entry(
         "reward-no-signal",
-        "every sample of the last {steps:steps} got reward {reward:g}",
+        "every sample of {steps:last_steps} got reward {reward:g}",
         "Policy-gradient RL learns from differences in reward. When every sample of a step scores the "
         "same (verl's critic/score max equals min), a group-relative advantage is 0 for every token, and "
         "with advantages logged as all 0 no estimator learns anything. A reward stuck at 0 is almost "
@@ -269,13 +269,16 @@ def finding(
 class _TitleFormatter(string.Formatter):
     """``str.format`` plus the specs ``secs``, seconds as recommendations write them
     (:func:`fmt_seconds`), so a title and its recommendation show a time alike, and ``steps``,
-    a count of steps with its noun (:func:`fmt_steps`)."""
+    a count of steps with its noun (:func:`fmt_steps`), and ``last_steps``, the most recent ones
+    (:func:`fmt_last_steps`)."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
         if format_spec == "secs":
             return fmt_seconds(value)
         if format_spec == "steps":
             return fmt_steps(value)
+        if format_spec == "last_steps":
+            return fmt_last_steps(value)
         return super().format_field(value, format_spec)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Finding", "Severity", "fmt_seconds", "fmt_steps"]
+__all__ = ["Finding", "Severity", "fmt_last_steps", "fmt_seconds", "fmt_steps"]
 
 
 def fmt_seconds(value: float) -> str:
@@ -27,6 +27,11 @@ def fmt_seconds(value: float) -> str:
 def fmt_steps(count: float) -> str:
     """A whole count of steps with its noun, "1 step" or "2 steps": never "1 step(s)"."""
     return f"{count:.0f} step" + ("" if round(count) == 1 else "s")
+
+
+def fmt_last_steps(count: float) -> str:
+    """The most recent steps, "the last step" or "the last 2 steps": never "the last 1 step"."""
+    return "the last step" if round(count) == 1 else f"the last {fmt_steps(count)}"
 
 
 class Severity(str, Enum):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity, fmt_seconds
+from rlscope.advice.finding import Finding, Severity, fmt_seconds, fmt_steps
 from rlscope.advice.thresholds import (
     GENERATION_SHARE_GROWTH_WARN,
     GENERATION_SHARE_INFO,
@@ -273,14 +273,17 @@ def _overlapping_timers(seconds: pd.DataFrame, timer: pd.Series, overlapped: boo
     over = excess[excess > OVERLAPPING_TIMERS_TOLERANCE * logged[excess.index]]
     if over.empty:
         return []
+    several = len(over) > 1
     return [
         finding(
             "stage-timers-overlap",
             Severity.INFO,
             {"steps": len(over), "of_steps": len(excess), "mean_excess_s": float(over.mean())},
-            f"in {len(over)} of {len(excess)} steps the stage timers add up to more than timing_s/step "
-            f"(by {fmt_seconds(over.mean())} s on average): some are nested in others or ran at the same time. The step "
-            "time is the wall clock's (timing_s/step), so those steps' phase shares add up to more than 100%",
+            f"in {len(over)} of {fmt_steps(len(excess))} the stage timers add up to more than timing_s/step "
+            f"(by {fmt_seconds(over.mean())} s{' on average' if several else ''}): some are nested in others or "
+            "ran at the same time. The step time is the wall clock's (timing_s/step), so "
+            + ("those steps' phase shares add up" if several else "that step's phase shares add up")
+            + " to more than 100%",
         )
     ]
 

@@ -88,6 +88,7 @@ __all__ = [
     "tokens_per_step",
     "uncounted_note",
     "unknown_tail_note",
+    "verl_stage_mfu",
     "waterfall",
 ]
 
@@ -275,6 +276,8 @@ class MFUResult:
     ``scaled``: the recent ledger held more GPU-seconds than the steps (see the module
     docstring), so its lost points were scaled to fit. ``uncounted``: critic stages timed in
     the recent steps whose FLOPs are left out for want of ``model.critic_params``.
+    ``verl_stage``: verl's own ``perf/mfu/*`` recent means (:func:`verl_stage_mfu`), kept where
+    ``mfu`` is unknown too, so a report without the hardware still shows what verl measured.
     """
 
     per_step: pd.DataFrame
@@ -289,6 +292,7 @@ class MFUResult:
     tail_unknown: bool = False
     tail_points_max: float = math.nan
     tail_unknown_steps: tuple[int, ...] = ()
+    verl_stage: dict[str, float] = field(default_factory=dict)
 
 
 def analyze(
@@ -305,8 +309,15 @@ def analyze(
     steps = anatomy.seconds.index.intersection(tokens.index)
     missing = _missing(frames, tokens, anatomy.seconds)
     if missing or steps.empty:
+        # the headline's window, the last quarter of the timed steps
+        verl = verl_stage_mfu(frames.steps.reindex(recent(anatomy.seconds).index))
         return MFUResult(
-            pd.DataFrame(), math.nan, pd.Series(math.nan, index=list(CAUSES)), pd.DataFrame(), missing=missing
+            pd.DataFrame(),
+            math.nan,
+            pd.Series(math.nan, index=list(CAUSES)),
+            pd.DataFrame(),
+            missing=missing,
+            verl_stage=verl,
         )
     per_token = flops_per_token(facts.active_params, facts.critic_params)
     n_train = facts.train_gpus if facts.is_pooled else facts.n_gpus
@@ -364,7 +375,8 @@ def analyze(
         if len(unknown_steps) == len(window):  # no step of the window has its generation split
             lost["decode"] = lost["long_tail"] = math.nan
     ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
-    check = _cross_check(frames.steps.reindex(window), ours)
+    verl = verl_stage_mfu(frames.steps.reindex(window))
+    check = _cross_check(verl, ours)
     # a timed critic of unknown size: its FLOPs are missing from the MFU, which must say so
     uncounted = tuple(s for s in _CRITIC if s not in per_token and any(seconds[t].get(s, 0.0) > 0 for t in window))
     result = MFUResult(
@@ -378,6 +390,7 @@ def analyze(
         tail_unknown=tail_unknown,
         tail_points_max=tail_max,
         tail_unknown_steps=unknown_steps,
+        verl_stage=verl,
     )
     unknown_split = facts.overlapped and not (facts.is_pooled or facts.shares_gpus)
     # an async rollout pool whose busy time is not logged is charged busy: decode holds its idle time
@@ -471,15 +484,28 @@ def _efficiencies(entries: list[LedgerEntry]) -> dict[str, float]:
     }
 
 
-def _cross_check(steps: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
-    """verl's per-stage MFU against rlscope's stage efficiency (recent means; zeros are unset)."""
+def verl_stage_mfu(steps: pd.DataFrame) -> dict[str, float]:
+    """verl's own MFU of each stage it measures (``perf/mfu/*``, :data:`VERL_MFU_KEYS`), its mean over
+    ``steps``: the MFU of that stage alone, not of the whole step. verl logs 0 where it could not
+    estimate it (a model it has no FLOP counter for), so zeros are unset; a key with none left is absent."""
+    out = {}
+    for key in VERL_MFU_KEYS:
+        if key in steps:
+            mean = float(steps[key].where(steps[key] > 0).mean())
+            if mean > 0:
+                out[key] = mean
+    return out
+
+
+def _cross_check(verl_stage: Mapping[str, float], ours: pd.DataFrame) -> pd.DataFrame:
+    """verl's per-stage MFU (:func:`verl_stage_mfu`) against rlscope's stage efficiency (recent means)."""
     rows = {}
-    for key, stage in VERL_MFU_KEYS.items():
-        if key not in steps or stage not in ours:
+    for key, verl in verl_stage.items():
+        stage = VERL_MFU_KEYS[key]
+        if stage not in ours:
             continue
-        verl = float(steps[key].where(steps[key] > 0).mean())
         mine = float(ours[stage].mean())
-        if verl > 0 and mine > 0:
+        if mine > 0:
             rows[key] = (stage, verl, mine, verl / mine)
     return pd.DataFrame.from_dict(rows, orient="index", columns=["stage", "verl", "rlscope", "ratio"])
 

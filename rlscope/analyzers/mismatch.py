@@ -107,7 +107,8 @@ def analyze(run: RunReader | str | os.PathLike[str], stale_versions: float = 0.0
     rows = reader.read("logprob", ["step", "attempt", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"])
     table, broken = whole_histograms(last_attempt_table(rows))  # a restart's redone steps: their last attempt
     if broken:
-        log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", reader.location, broken)
+        what = f"{broken} log-prob histogram row{'' if broken == 1 else 's'}"
+        log.warning("%s: %s without one count per bin; left out", reader.location, what)
     if table.num_rows:
         return _from_histograms(table.to_pandas(), precision, model_type, level, stale_versions)
     steps = wide_steps(reader.read("steps", ["step", "attempt", "time", "key", "value"]))

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity, fmt_seconds, fmt_steps
+from rlscope.advice.finding import Finding, Severity, fmt_last_steps, fmt_seconds, fmt_steps
 from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers._data import RunFrames, Trajectories, group_counts, kept, load, recent
@@ -155,10 +155,10 @@ def _starved_note(recent_engines: pd.DataFrame) -> str:
     starved = recent_engines["starved"]
     if not (starved > 0).any():
         return ""
-    return (
-        f"up to {starved.max():.0f} engines served nothing in {int((starved > 0).sum())} of the last "
-        f"{len(starved)} steps (dead, or not routed to?). "
-    )
+    most, steps = int(starved.max()), int((starved > 0).sum())
+    who = "1 engine" if most == 1 else f"up to {most} engines"
+    when = fmt_last_steps(1) if len(starved) == 1 else f"{steps} of {fmt_last_steps(len(starved))}"
+    return f"{who} served nothing in {when} (dead, or not routed to?). "
 
 
 def _findings(r: SyncBalanceResult, *, pooled: bool) -> list[Finding]:

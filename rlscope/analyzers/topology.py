@@ -180,7 +180,7 @@ def best_splits(
     if topology not in POOLED:
         raise KeyError(topology)
     if n_gpus < 2:
-        raise ValueError(f"{n_gpus} GPU(s) cannot be split into a rollout and a training pool")
+        raise ValueError(f"{n_gpus} GPU{'' if n_gpus == 1 else 's'} cannot be split into a rollout and a training pool")
 
     def column(values: Any) -> np.ndarray:
         return np.asarray(values, dtype=float)[:, None]

@@ -18,7 +18,8 @@ A meta.json value the analyzers cannot use (a count that is not a whole positive
 say) is ignored with a warning; one given with --meta is a usage error.
 
 Exit codes: 0 clean, 3 when a finding reaches --fail-on, 1 on error (a run with
-no rows yet too), 2 on bad usage (an --output that is a directory too).
+no rows yet, an --output that cannot be written: a directory, a folder not there, an empty
+path), 2 on bad usage (an option or value the command does not take).
 The JSON format is documented in docs/diagnose-json.md.
 """
 
@@ -40,7 +41,7 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from rlscope.cli._args import json_object, parser_for
-from rlscope.errors import RLScopeError, RunDirError, UsageError
+from rlscope.errors import RLScopeError, RunDirError
 
 if TYPE_CHECKING:
     from rlscope.analyzers import Diagnosis
@@ -94,18 +95,29 @@ def _refuse_run_dir_file(path: str) -> None:
         raise RunDirError(f"{path}: a file of the run directory {root or '.'}: give the directory")
 
 
+def _report_schema(path: str) -> str | None:
+    """The schema of the saved rlscope report at ``path`` (``rlscope.diagnose/2``); None for anything else."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)  # the schema is the report's first key, compact or indented
+    except OSError:
+        return None
+    found = re.match(rb'\s*\{\s*"schema"\s*:\s*"(rlscope\.[a-z]+/[0-9]+)"', head.removeprefix(b"\xef\xbb\xbf"))
+    return found.group(1).decode() if found else None
+
+
+def _not_a_run(schema: str) -> str:
+    """Why a saved report is refused as a run, and what to give instead."""
+    return f"an rlscope report ({schema}), not a run: give the run directory or log it was made from"
+
+
 def _refuse_report(source: str, path: str) -> None:
     """A one-line error for a saved rlscope report given as a run: the commands read the run itself,
     and a report of an older rlscope lacks the fields added since (``phases.step_timed``), which
     would read as a run without them."""
-    with open(source, "rb") as fh:
-        head = fh.read(4096)  # the schema is the report's first key, compact or indented
-    found = re.match(rb'\s*\{\s*"schema"\s*:\s*"(rlscope\.[a-z]+/[0-9]+)"', head.removeprefix(b"\xef\xbb\xbf"))
-    if found:
-        schema = found.group(1).decode()
-        raise RunDirError(
-            f"{path}: an rlscope report ({schema}), not a run: give the run directory or log it was made from"
-        )
+    schema = _report_schema(source)
+    if schema:
+        raise RunDirError(f"{path}: {_not_a_run(schema)}")
 
 
 def _refuse_folder_near_runs(path: str) -> None:
@@ -211,7 +223,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     check_fact_options(parser, args)
     if args.output == "":  # -o "$REPORT" with REPORT unset: not stdout, as if no --output were given
-        parser.error("--output: an empty path")
+        raise RLScopeError("cannot write '': an empty path")
     if args.output == "-":  # stdout, as for most tools; ./- names a file of that name
         args.output = None
     if args.output:
@@ -243,7 +255,7 @@ def main(argv: Sequence[str]) -> int:
 def add_fact_options(parser: argparse.ArgumentParser, scope: str) -> None:
     """``--gpus``, ``--gpu-type``, ``--peak-tflops``, ``--active-params`` and ``--meta``: the
     facts MFU and the what-if need that meta.json (or the log) may lack, for ``scope``."""
-    parser.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs the job ran on, in all")
+    parser.add_argument("--gpus", type=_positive(int, "GPUs"), metavar="N", help="GPUs the job ran on, in all")
     parser.add_argument("--gpu-type", metavar="NAME", help="GPU model for its peak FLOP/s, e.g. H100, A100, RTX 4090")
     parser.add_argument(
         "--peak-tflops",
@@ -329,8 +341,8 @@ def _check_writable(path: str) -> None:
     """A one-line error now if the report could not be written to ``path`` later."""
     # a link is written through: its target's folder (a dangling link's too) must be there
     folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
-    if os.path.isdir(path):  # the command line's mistake, as an --out of simulate or import that is a file
-        raise UsageError(f"cannot write {path}: it is a directory")
+    if os.path.isdir(path):
+        raise RLScopeError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder):
         raise RLScopeError(f"cannot write {path}: no such directory {folder}")
     target = path if os.path.exists(path) else folder
@@ -341,20 +353,24 @@ def _check_writable(path: str) -> None:
 
 
 def _check_not_read(path: str, run: str) -> None:
-    """A one-line error if the report would replace what it reads: the log being diagnosed, or
-    the run directory's meta.json or a file in its table folders (a report beside them is fine)."""
+    """A one-line error if the report would replace what it reads: the log being diagnosed (or a
+    saved report given in its place, named as one), or the run directory's meta.json or a file in
+    its table folders (a report beside them is fine)."""
     if "://" in run:
         return
     target, source = os.path.realpath(path), os.path.realpath(run)
     if target == source:
-        raise RLScopeError(f"cannot write {path}: it is the log being diagnosed")
+        schema = _report_schema(source) if os.path.isfile(source) else None
+        what = f"the input, {_not_a_run(schema)}" if schema else "the log being diagnosed"
+        raise RLScopeError(f"cannot write {path}: it is {what}")
     if os.path.isdir(source) and os.path.commonpath([target, source]) == source:
         if target == os.path.join(source, "meta.json") or os.path.dirname(target) != source:
             raise RLScopeError(f"cannot write {path}: it is part of the run directory {run}")
 
 
-def _positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: a finite number of ``kind`` above 0 (a whole one for int, 1e3 allowed)."""
+def _positive(kind: type, counted: str = "") -> Callable[[str], Any]:
+    """An argparse type: a finite number of ``kind`` above 0 (a whole one for int, 1e3 allowed);
+    ``counted``: what an int counts, named when a value is not a whole number of them."""
 
     def parse(text: str) -> Any:
         try:
@@ -365,7 +381,10 @@ def _positive(kind: type) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
         if kind is int:
             if not number.is_integer() or number >= 2**31:
-                raise argparse.ArgumentTypeError(f"not a whole number below 2^31: {text!r}")
+                bound = " below 2^31" if number.is_integer() else ""
+                raise argparse.ArgumentTypeError(
+                    f"expected a whole number of {counted or 'units'}{bound}, got {text!r}"
+                )
             return int(number)
         return number
 

@@ -84,7 +84,7 @@ def _interrupts(tail: Tail) -> Iterator[None]:
         return
 
     def interrupt(signum: int, frame: object) -> None:
-        if not tail.hold():
+        if not tail.hold(signal.Signals(signum).name):
             raise KeyboardInterrupt
 
     signals = [signal.SIGTERM] if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN else []

@@ -882,7 +882,8 @@ class RunState:
     def _ingest_logprob(self, rows: pa.Table) -> None:
         rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
         if broken:
-            log.warning("%s: %d log-prob histogram row(s) without one count per bin; left out", self.run_dir, broken)
+            what = f"{broken} log-prob histogram row{'' if broken == 1 else 's'}"
+            log.warning("%s: %s without one count per bin; left out", self.run_dir, what)
         if rows.num_rows == 0:
             return
         self._logprob_stale = True

@@ -33,6 +33,7 @@ __all__ = [
     "step_range",
     "tail_unknown_note",
     "topology_name",
+    "verl_stage_mfu",
     "what_if_rows",
 ]
 
@@ -116,11 +117,12 @@ def step_range(run: dict[str, Any]) -> str | None:
 
 
 def gpus(run: dict[str, Any]) -> str | None:
-    """ "8 x H100", or "8 (type not stated)" when the count is known but the model is not."""
+    """ "8 x H100", or "8 GPUs (type not stated)" when the count is known but the model is not."""
     if not run.get("gpu_count"):
         return None
     kind = run.get("gpu_type")
-    return f"{run['gpu_count']} x {kind}" if kind else f"{run['gpu_count']} (type not stated)"
+    count = run["gpu_count"]
+    return f"{count} x {kind}" if kind else f"{count} GPU{'' if count == 1 else 's'} (type not stated)"
 
 
 def measured_aside(head: dict[str, Any]) -> str:
@@ -177,6 +179,9 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("slowest 10%", tail + estimated),
         ("whole-step MFU", pct(head["mfu"], MFU_DIGITS) + mfu_missing(doc) + mfu_uncounted(doc)),
     ]
+    verl = doc["mfu"].get("verl_stage_mfu") or []  # absent from a document of an older rlscope
+    if head["mfu"] is None and verl:
+        rows.append(("verl's stage MFU", verl_stage_mfu(verl)))
     if head["trainer_gpu_idle_share"] is not None:
         rows.append(("learner GPUs idle", f"{pct(head['trainer_gpu_idle_share'])} of each step, whole run (NVML)"))
     best = head["best_topology"]
@@ -244,6 +249,14 @@ def reward_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
             )
         )
     return rows
+
+
+def verl_stage_mfu(records: Sequence[dict[str, Any]]) -> str:
+    """verl's own per-stage MFU as what it is: each stage's alone, not the whole step's, which is
+    shown where the whole-step MFU is not known (the hardware or model not stated)."""
+    each = ", ".join(f"{r['stage']} {pct(r['mfu'], MFU_DIGITS)} ({r['key']})" for r in records)
+    which = "that stage" if len(records) == 1 else "each stage"
+    return f"{each}: verl's own MFU of {which} alone, recent mean; not a whole-step MFU"
 
 
 def mfu_missing(doc: dict[str, Any]) -> str:

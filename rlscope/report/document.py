@@ -19,6 +19,7 @@ from rlscope import __version__
 from rlscope.analyzers import Diagnosis, RunFacts
 from rlscope.analyzers._data import meta_problems, recent
 from rlscope.analyzers.gpu_idle import learner_role
+from rlscope.analyzers.mfu import VERL_MFU_KEYS
 from rlscope.collectors.verl_metrics import STEP_TIMER
 from rlscope.trace.reader import RunReader
 
@@ -306,6 +307,10 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "tail_points_max": d.mfu.tail_points_max,
             "tail_unknown_steps": list(d.mfu.tail_unknown_steps),
             "cross_check": d.mfu.cross_check,
+            # verl's own, kept where ``mfu`` is null too: what the reports show then
+            "verl_stage_mfu": [
+                {"key": key, "stage": VERL_MFU_KEYS[key], "mfu": value} for key, value in d.mfu.verl_stage.items()
+            ],
             "missing": list(d.mfu.missing),
             "uncounted": list(d.mfu.uncounted),
         },
