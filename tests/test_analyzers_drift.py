@@ -177,3 +177,19 @@ def test_a_resumed_async_run_s_what_if_is_of_its_steady_steps_not_its_pipeline_f
     # measured over the same steady steps, the last quarter of 2, 3, 5, 6, 7, 9, 10: steps 9 and 10, 300 s
     # each (not the 400 s of steps 8-10, job 3's 600 s fill among them)
     assert result.step_measured_s == 300.0
+
+
+def test_a_move_of_one_gpu_reads_in_the_singular(tmp_path):
+    # one-step overlap on 4 GPUs at 2:2: generation 600 s on 2 rollout GPUs is 300 s on all 4, training
+    # (36 + 64) s on 2 is 50 s on all 4. At 2:2 the step is max(300 x 4/2, 50 x 4/2) = 600 s; at 3:1
+    # max(300 x 4/3, 50 x 4/1) = 400 s, a third shorter: move one GPU, "1 GPU", not "1 GPUs"
+    run = str(tmp_path / "run")
+    meta = {"gpu": {"type": "H100", "count": 4}, "topology": "one_step_overlap", "split": {"rollout": 2, "train": 2}}
+    with Recorder(run, meta=meta) as rec:
+        for step in range(8):
+            timers = {"timing_s/gen": 600, "timing_s/old_log_prob": 36, "timing_s/update_actor": 64}
+            rec.log_step(step, timers | {"timing_s/step": 700})
+    (f,) = [f for f in analyze_run(run).findings if f.id == "split-imbalanced"]
+    assert f.recommendation.startswith(
+        "move 1 GPU from training to rollout: the model predicts 400 s a step, against 600 s modelled for 2:2"
+    )

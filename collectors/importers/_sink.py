@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from rlscope import __version__
+from rlscope.advice.finding import fmt_count
 from rlscope.collectors.importers._source import ImportInputError
 from rlscope.collectors.verl_metrics import (
     GLOBAL_STEP_KEY,
@@ -91,13 +92,13 @@ class ImportSummary:
     def __str__(self) -> str:
         span = f" ({self.first_step}..{self.last_step}{_validation_only(self.validation_only)})" if self.steps else ""
         lines = [
-            f"{self.importer}: {_count(self.steps, 'step')}{span}, {_count(self.keys, 'key')},"
-            f" {_count(self.values, 'value')} -> {self.run_dir}",
-            f"  read {_count(self.lines, 'event' if self.importer == 'tensorboard' else 'line')} from"
-            f" {_count(len(self.sources), 'source')}; {_count(self.records, 'metric record')}",
+            f"{self.importer}: {fmt_count(self.steps, 'step')}{span}, {fmt_count(self.keys, 'key')},"
+            f" {fmt_count(self.values, 'value')} -> {self.run_dir}",
+            f"  read {fmt_count(self.lines, 'event' if self.importer == 'tensorboard' else 'line')} from"
+            f" {fmt_count(len(self.sources), 'source')}; {fmt_count(self.records, 'metric record')}",
         ]
         if self.restarts:
-            lines.append(f"  {_count(self.restarts, 'restart')}: steps logged again are kept as attempts 1, 2, ...")
+            lines.append(f"  {fmt_count(self.restarts, 'restart')}: steps logged again are kept as attempts 1, 2, ...")
         if self.skipped:
             lines.append(f"  skipped: {self.skips()}")
         if self.renamed:
@@ -140,11 +141,6 @@ def _validation_only(steps: dict[int, None]) -> str:
         return f"; step {first[0]} validation only"
     shown = ", ".join(str(s) for s in first) + (", ..." if len(steps) > 3 else "")
     return f"; {len(steps)} validation only: {shown}"
-
-
-def _count(n: int, noun: str) -> str:
-    """A count and its noun, singular for one: 1 step, 3 steps."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class _Attempts:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Finding", "Severity", "fmt_last_steps", "fmt_seconds", "fmt_steps"]
+__all__ = ["Finding", "Severity", "fmt_count", "fmt_last_steps", "fmt_seconds", "fmt_steps"]
 
 
 def fmt_seconds(value: float) -> str:
@@ -24,9 +24,14 @@ def fmt_seconds(value: float) -> str:
     return short if math.isclose(float(short), value, rel_tol=1e-9) else f"{value:#.3g}"  # float noise is exact
 
 
+def fmt_count(count: float, noun: str) -> str:
+    """A whole count with its noun, singular for one: "1 GPU", "8 GPUs"; never "GPU(s)" or "1 GPUs"."""
+    return f"{count:.0f} {noun}" + ("" if round(count) == 1 else "s")
+
+
 def fmt_steps(count: float) -> str:
     """A whole count of steps with its noun, "1 step" or "2 steps": never "1 step(s)"."""
-    return f"{count:.0f} step" + ("" if round(count) == 1 else "s")
+    return fmt_count(count, "step")
 
 
 def fmt_last_steps(count: float) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity, fmt_seconds
+from rlscope.advice.finding import Finding, Severity, fmt_count, fmt_seconds
 from rlscope.advice.thresholds import SPLIT_GAIN_MIN
 from rlscope.analyzers import anatomy as _anatomy
 from rlscope.analyzers import longtail as _longtail
@@ -262,7 +262,7 @@ def _findings(r: DriftResult, frames: RunFrames, move: Finding | None, measured_
             )
     # a move only verl's idle ratios call for is already topology's async-idle-imbalanced warning
     severity = Severity.WARN if gain >= SPLIT_GAIN_MIN else Severity.INFO
-    gpus = f"{abs(k)} GPU{'s' if abs(k) > 1 else ''} from {src} to {dst}"
+    gpus = f"{fmt_count(abs(k), 'GPU')} from {src} to {dst}"
     drifted = (
         f"the balanced split drifted from {started} to {best.n_rollout}:{best.n_train} over {len(r.per_step)} steps"
     )

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity
+from rlscope.advice.finding import Finding, Severity, fmt_count
 from rlscope.advice.thresholds import (
     IS_CLIP_SHARE_WARN,
     MISMATCH_CRITICAL_FACTOR,
@@ -107,7 +107,7 @@ def analyze(run: RunReader | str | os.PathLike[str], stale_versions: float = 0.0
     rows = reader.read("logprob", ["step", "attempt", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"])
     table, broken = whole_histograms(last_attempt_table(rows))  # a restart's redone steps: their last attempt
     if broken:
-        what = f"{broken} log-prob histogram row{'' if broken == 1 else 's'}"
+        what = f"{fmt_count(broken, 'log-prob histogram row')}"
         log.warning("%s: %s without one count per bin; left out", reader.location, what)
     if table.num_rows:
         return _from_histograms(table.to_pandas(), precision, model_type, level, stale_versions)

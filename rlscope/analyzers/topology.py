@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.advice.catalogue import finding
-from rlscope.advice.finding import Finding, Severity, fmt_seconds
+from rlscope.advice.finding import Finding, Severity, fmt_count, fmt_seconds
 from rlscope.advice.thresholds import (
     ASYNC_SPEEDUP_INFO,
     ASYNC_SPEEDUP_WARN,
@@ -180,7 +180,7 @@ def best_splits(
     if topology not in POOLED:
         raise KeyError(topology)
     if n_gpus < 2:
-        raise ValueError(f"{n_gpus} GPU{'' if n_gpus == 1 else 's'} cannot be split into a rollout and a training pool")
+        raise ValueError(f"{fmt_count(n_gpus, 'GPU')} cannot be split into a rollout and a training pool")
 
     def column(values: Any) -> np.ndarray:
         return np.asarray(values, dtype=float)[:, None]
@@ -191,7 +191,7 @@ def best_splits(
     )
     unknown = np.isnan(times)
     if unknown.all(axis=1).any():
-        raise ValueError(f"no split of {n_gpus} GPUs has a predicted {topology} step time")
+        raise ValueError(f"no split of {fmt_count(n_gpus, 'GPU')} has a predicted {topology} step time")
     best = np.where(unknown, np.inf, times).argmin(axis=1)  # the first minimum: the fewest rollout GPUs
     return splits[best], times[np.arange(len(times)), best]
 
@@ -574,7 +574,7 @@ def _findings(r: TopologyResult, tail_share: float, *, tail_estimated: bool = Fa
                         "speedup": now / best["step_s"],
                         "busy_upper_bound": r.busy_upper_bound,
                     },
-                    f"move {abs(k)} GPUs from {src} to {dst}: the model predicts {fmt_seconds(best['step_s'])} s a step, against "
+                    f"move {fmt_count(abs(k), 'GPU')} from {src} to {dst}: the model predicts {fmt_seconds(best['step_s'])} s a step, against "
                     f"{fmt_seconds(now)} s modelled for {r.n_rollout}:{r.n_train}{measured}"
                     + (f"; {BUSY_BOUND_NOTE}, which leans the best split to rollout" if r.busy_upper_bound else ""),
                 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from rlscope.advice.finding import fmt_count
 from rlscope.cli._args import parser_for, seconds
 from rlscope.errors import RunDirError
 
@@ -41,9 +42,7 @@ def main(argv: Sequence[str]) -> int:
         sampler = GpuSampler(rec, interval=args.interval, role=args.role, backend=lambda: backend)
         sampler.start()
         n_gpus = backend.device_count()
-        print(
-            f"sampling {n_gpus} GPU{'' if n_gpus == 1 else 's'} every {args.interval} s into {args.run_dir}; Ctrl-C stops"
-        )
+        print(f"sampling {fmt_count(n_gpus, 'GPU')} every {args.interval} s into {args.run_dir}; Ctrl-C stops")
         deadline = None if args.duration is None else time.monotonic() + args.duration
         try:
             while deadline is None or time.monotonic() < deadline:
@@ -53,7 +52,7 @@ def main(argv: Sequence[str]) -> int:
         finally:
             sampler.stop()
     status = rec.status()  # after close: what reached the disk, not what was queued
-    print(f"{status['rows_written']} of {sampler.samples} samples written, {sampler.errors} read errors")
+    print(f"{status['rows_written']} of {sampler.samples} samples written, {fmt_count(sampler.errors, 'read error')}")
     if sampler.samples and status["rows_written"] < sampler.samples:
         raise RunDirError(f"{args.run_dir}: samples were not written ({status['last_error'] or 'see the warnings'})")
     return 0

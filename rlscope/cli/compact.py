@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow.fs as pafs
 
+from rlscope.advice.finding import fmt_count
 from rlscope.cli._args import parser_for
 from rlscope.errors import RunDirError
 from rlscope.trace.compact import compact_run
@@ -31,7 +32,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"{args.run_dir}: no table segments yet: nothing to compact")
     for r in results:
         if r.segments_before:
-            print(f"{r.table:<13} {r.segments_before:>6} -> {r.segments_after} segments, {r.rows:,} rows")
+            print(
+                f"{r.table:<13} {r.segments_before:>6} -> {fmt_count(r.segments_after, 'segment')}, {r.rows:,} row{'' if r.rows == 1 else 's'}"
+            )
     return 0
 
 

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from rlscope.advice.finding import fmt_count
 from rlscope.cli._args import check_port, parser_for, seconds
 from rlscope.errors import RLScopeError
 from rlscope.trace.store import require_directory
@@ -75,7 +76,7 @@ def main(argv: Sequence[str]) -> int:
     if args.host not in _LOOPBACK:
         log.warning("listening on %s: anyone who can reach it sees these runs (the dashboard has no login)", host)
     n_runs = len(args.run_dirs)
-    print(f"serving http://{host}:{port}/ for {n_runs} run{'' if n_runs == 1 else 's'}; Ctrl-C stops", flush=True)
+    print(f"serving http://{host}:{port}/ for {fmt_count(n_runs, 'run')}; Ctrl-C stops", flush=True)
 
     stopped: list[int] = []  # appended to by the handler: no lock a second SIGTERM could deadlock on
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rlscope.advice.finding import fmt_seconds
+from rlscope.advice.finding import fmt_count, fmt_seconds
 from rlscope.analyzers.longtail import capped_note
 from rlscope.analyzers.mfu import uncounted_note, unknown_tail_note
 
@@ -122,7 +122,7 @@ def gpus(run: dict[str, Any]) -> str | None:
         return None
     kind = run.get("gpu_type")
     count = run["gpu_count"]
-    return f"{count} x {kind}" if kind else f"{count} GPU{'' if count == 1 else 's'} (type not stated)"
+    return f"{count} x {kind}" if kind else f"{fmt_count(count, 'GPU')} (type not stated)"
 
 
 def measured_aside(head: dict[str, Any]) -> str:
