@@ -256,3 +256,19 @@ def test_each_column_is_read_from_the_run_once(run, monkeypatch):
     assert "?" in filled[1]
     traj.numbers("step"), traj.step_groups(), traj.numbers("step")
     assert sorted(reads) == [("engine",), ("step",)]
+
+
+def test_an_arrow_backed_pandas_column_reads_as_its_values_whole():
+    # pandas' str columns hold Arrow chunks (one per segment read): taken as they are, each value
+    # and each gap must come out as the column's values, in one chunk, as a column of Python values does
+    chunked = pa.table({"engine": pa.chunked_array([["e0", None], ["e1"], []], pa.string())}).to_pandas()["engine"]
+    dictionary = pd.Series(
+        pa.chunked_array([pa.array(["a", None]).dictionary_encode(), pa.array(["b"]).dictionary_encode()]).to_pandas(
+            types_mapper=pd.ArrowDtype
+        )
+    )
+    for column, values in ((chunked, ["e0", None, "e1"]), (dictionary, ["a", None, "b"])):
+        got = _data._from_pandas(column)
+        assert got.num_chunks == 1 and got.to_pylist() == values
+    codes, names = Trajectories(pd.DataFrame({"step": [1, 1, 2], "engine": chunked})).labels("engine", missing="?")
+    assert [names[c] for c in codes] == ["e0", "?", "e1"]

@@ -847,9 +847,13 @@ def _with_gaps(column: pa.ChunkedArray, segments: list[SegmentInfo], left_out: s
 def _from_pandas(values: pd.Series) -> pa.ChunkedArray:
     """A pandas column as Arrow; one of mixed types (text and numbers) becomes text."""
     try:
-        return pa.chunked_array([pa.array(values, from_pandas=True)])
+        array = pa.array(values, from_pandas=True)
     except pa.ArrowException:
-        return pa.chunked_array([pa.array(values.astype("string"), from_pandas=True)])
+        array = pa.array(values.astype("string"), from_pandas=True)
+    if isinstance(array, pa.ChunkedArray):  # an Arrow-backed column (pandas' str): its chunks joined,
+        # never wrapped whole in pa.chunked_array, which would rebuild it value by value in Python
+        return pa.chunked_array([array.combine_chunks()], type=array.type)
+    return pa.chunked_array([array])
 
 
 def _is_text(name: str) -> bool:
