@@ -793,8 +793,9 @@ class RunState:
         steps = np.unique(step)
         self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_GONE_STEPS:]
         cols = ["n", "scored", "total", "zeros", "errors"]
-        for (source, s), counts in df[keep].groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards()).add(int(s), counts.to_numpy())
+        summed = df[keep].groupby(["source", "step"])[cols].sum()
+        for (source, s), counts in zip(summed.index, summed.to_numpy(dtype=float), strict=True):  # not iterrows:
+            self._rewards.setdefault(source, _SourceRewards()).add(int(s), counts)  # a Series per step costs ms
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
         for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
