@@ -130,19 +130,20 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps.copy()
     codes, keys = pd.factorize(df["key"].astype(str))
     value = df["value"].astype(float).to_numpy()
-    said = read_rows(keys.tolist(), value, codes)
+    said = read_rows(keys.tolist(), value, codes) & (codes >= 0)  # a row without a key names no metric
     df, codes, value = df[said], codes[said], value[said]
     if df.empty:
         return df
     # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...),
     # resolved once per distinct key: a long run logs the same few hundred keys every step
     resolved = [canonical_metric(k, 1.0) for k in keys]
-    names = np.array([name for name, _ in resolved], dtype=object)
+    names = pa.array([name for name, _ in resolved], pa.large_string())
     factors = np.array([factor for _, factor in resolved], dtype=float)
     df = df.assign(
         attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
         time=df["time"].fillna(-math.inf) if "time" in df else 0.0,
-        key=names[codes],
+        # taken in Arrow: pandas builds a text column from an array of Python strings value by value
+        key=names.take(pa.array(codes)).to_pandas().set_axis(df.index),
         value=value * factors[codes],
     )
     share = df["key"].isin(SHARE_KEYS).to_numpy()
