@@ -257,9 +257,17 @@ def pivot_placed(df: pd.DataFrame) -> pd.DataFrame:
     the wide table of a whole run and of the live dashboard's window alike."""
     if df.empty:
         return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
-    wide = df.pivot(index="step", columns="key", values="value").astype(float)
-    wide.columns.name = None
-    return wide.sort_index()
+    # what df.pivot gives, scattered into one array: pandas' pivot costs ~0.5 µs a row (0.3 s for a
+    # long run of 300 keys a step), the scatter a tenth of that
+    step_codes, steps = pd.factorize(df["step"], sort=True, use_na_sentinel=False)
+    key_codes, keys = pd.factorize(df["key"], sort=True, use_na_sentinel=False)
+    held = np.zeros((len(keys), len(steps)), dtype=bool)
+    held[key_codes, step_codes] = True
+    if held.sum() != len(df):
+        raise ValueError("pivot_placed: duplicate rows of one step and key (placed_step_rows leaves one)")
+    values = np.full((len(keys), len(steps)), np.nan)
+    values[key_codes, step_codes] = df["value"].to_numpy(dtype=float)
+    return pd.DataFrame(values.T, index=pd.Index(steps, name="step"), columns=pd.Index(keys), copy=False)
 
 
 def training_attempts(usable: pd.DataFrame) -> pd.Series:
