@@ -221,16 +221,18 @@ def timer_finiteness(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """Of the long ``steps`` table's timers, per ``step``, canonical ``key`` and ``attempt``:
     whether any value logged was ``finite`` (the live dashboard keeps these, not the rows)."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps
-    df = df[df["key"].astype(str).str.contains("timing", regex=False)]
+    # judged once per distinct key (the name: of the key alone), not per row
+    codes, keys = pd.factorize(df["key"].astype(str))
+    names = [canonical_metric(k, 1.0)[0] if "timing" in k else "" for k in keys]
+    timer = np.array([name.startswith("timing_s/") for name in names], dtype=bool)[codes] & (codes >= 0)
+    df, codes = df[timer], codes[timer]
     if df.empty:
         return pd.DataFrame({"step": [], "key": [], "attempt": [], "finite": []})
-    keys = df["key"].astype(str)
     df = df.assign(
-        key=keys.map({k: canonical_metric(k, 1.0)[0] for k in keys.unique()}),  # the name: of the key alone
+        key=pa.array(names, pa.large_string()).take(pa.array(codes)).to_pandas().set_axis(df.index),
         attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
         finite=np.isfinite(df["value"].astype(float)),
     )
-    df = df[df["key"].str.startswith("timing_s/")]
     return df.groupby(["step", "key", "attempt"], as_index=False)["finite"].any()
 
 
