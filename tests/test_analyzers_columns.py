@@ -256,3 +256,42 @@ def test_each_column_is_read_from_the_run_once(run, monkeypatch):
     assert "?" in filled[1]
     traj.numbers("step"), traj.step_groups(), traj.numbers("step")
     assert sorted(reads) == [("engine",), ("step",)]
+
+
+def test_an_arrow_backed_pandas_column_reads_as_its_values_whole():
+    # pandas' str columns hold Arrow chunks (one per segment read): taken as they are, each value
+    # and each gap must come out as the column's values, in one chunk, as a column of Python values does
+    chunked = pa.table({"engine": pa.chunked_array([["e0", None], ["e1"], []], pa.string())}).to_pandas()["engine"]
+    dictionary = pd.Series(
+        pa.chunked_array([pa.array(["a", None]).dictionary_encode(), pa.array(["b"]).dictionary_encode()]).to_pandas(
+            types_mapper=pd.ArrowDtype
+        )
+    )
+    for column, values in ((chunked, ["e0", None, "e1"]), (dictionary, ["a", None, "b"])):
+        got = _data._from_pandas(column)
+        assert got.num_chunks == 1 and got.to_pylist() == values
+    codes, names = Trajectories(pd.DataFrame({"step": [1, 1, 2], "engine": chunked})).labels("engine", missing="?")
+    assert [names[c] for c in codes] == ["e0", "?", "e1"]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(3, "b", 1.0), (1, "a", 2.0), (3, "a", 3.0), (2, "B", 4.0)],  # unsorted steps, keys differing by case
+        [(5, "timing_s/gen", 0.5)],  # one row
+        [(10, "é/x", 1.5), (2, "z", -1.0), (10, "a", 0.0), (7, "a", 2.5)],  # beyond ASCII, a step missing a key
+    ],
+)
+def test_pivot_placed_is_pandas_pivot_of_the_placed_rows(rows):
+    long = pd.DataFrame(rows, columns=["step", "key", "value"])
+    want = long.pivot(index="step", columns="key", values="value").astype(float).sort_index()
+    want.columns.name = None
+    got = _data.pivot_placed(long)
+    pd.testing.assert_frame_equal(got, want)
+    assert got.index.name == "step" and got.columns.name is None
+
+
+def test_pivot_placed_refuses_two_rows_of_one_step_and_key():
+    long = pd.DataFrame({"step": [1, 1], "key": ["a", "a"], "value": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="duplicate"):
+        _data.pivot_placed(long)

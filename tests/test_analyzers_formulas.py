@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from rlscope.advice import CATALOGUE, Finding, Severity, finding
@@ -430,6 +431,24 @@ def test_gpu_overrides_and_unknown_parts():
 
 
 # -- data helpers and advice ------------------------------------------------------------
+
+
+def test_a_step_row_without_a_key_says_nothing():
+    # a row with no key names no metric: it must not be read as any other key's value
+    table = pa.table(
+        {
+            "step": [1, 1, 2],
+            "time": [1.0, 1.0, 2.0],
+            "key": pa.array(["timing_s/gen", None, "timing_s/step"]),
+            "value": [10.0, 99.0, 30.0],
+        }
+    )
+    for steps in (table, table.to_pandas()):
+        usable = usable_step_rows(steps)
+        assert usable["key"].tolist() == ["timing_s/gen", "timing_s/step"]
+        assert usable["value"].tolist() == [10.0, 30.0]
+        wide = wide_steps(steps)
+        assert wide["timing_s/gen"].tolist()[0] == 10.0 and math.isnan(wide["timing_s/step"][1])
 
 
 def test_wide_steps_keeps_the_latest_attempt_whole():

@@ -138,12 +138,13 @@ def usable_step_rows(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     # one spelling per metric whatever verl version wrote it (timing/gen -> timing_s/gen, ...),
     # resolved once per distinct key: a long run logs the same few hundred keys every step
     resolved = [canonical_metric(k, 1.0) for k in keys]
-    names = np.array([name for name, _ in resolved], dtype=object)
+    names = pa.array([name for name, _ in resolved], pa.large_string())
     factors = np.array([factor for _, factor in resolved], dtype=float)
     df = df.assign(
         attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
         time=df["time"].fillna(-math.inf) if "time" in df else 0.0,
-        key=names[codes],
+        # taken in Arrow: pandas builds a text column from an array of Python strings value by value
+        key=names.take(pa.array(codes)).to_pandas().set_axis(df.index),
         value=value * factors[codes],
     )
     share = df["key"].isin(SHARE_KEYS).to_numpy()
@@ -221,16 +222,18 @@ def timer_finiteness(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """Of the long ``steps`` table's timers, per ``step``, canonical ``key`` and ``attempt``:
     whether any value logged was ``finite`` (the live dashboard keeps these, not the rows)."""
     df = steps.to_pandas() if isinstance(steps, pa.Table) else steps
-    df = df[df["key"].astype(str).str.contains("timing", regex=False)]
+    # judged once per distinct key (the name: of the key alone), not per row
+    codes, keys = pd.factorize(df["key"].astype(str))
+    names = [canonical_metric(k, 1.0)[0] if "timing" in k else "" for k in keys]
+    timer = np.array([name.startswith("timing_s/") for name in names], dtype=bool)[codes] & (codes >= 0)
+    df, codes = df[timer], codes[timer]
     if df.empty:
         return pd.DataFrame({"step": [], "key": [], "attempt": [], "finite": []})
-    keys = df["key"].astype(str)
     df = df.assign(
-        key=keys.map({k: canonical_metric(k, 1.0)[0] for k in keys.unique()}),  # the name: of the key alone
+        key=pa.array(names, pa.large_string()).take(pa.array(codes)).to_pandas().set_axis(df.index),
         attempt=df["attempt"].fillna(0) if "attempt" in df else 0,
         finite=np.isfinite(df["value"].astype(float)),
     )
-    df = df[df["key"].str.startswith("timing_s/")]
     return df.groupby(["step", "key", "attempt"], as_index=False)["finite"].any()
 
 
@@ -257,9 +260,17 @@ def pivot_placed(df: pd.DataFrame) -> pd.DataFrame:
     the wide table of a whole run and of the live dashboard's window alike."""
     if df.empty:
         return pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
-    wide = df.pivot(index="step", columns="key", values="value").astype(float)
-    wide.columns.name = None
-    return wide.sort_index()
+    # what df.pivot gives, scattered into one array: pandas' pivot costs ~0.5 µs a row (0.3 s for a
+    # long run of 300 keys a step), the scatter a tenth of that
+    step_codes, steps = pd.factorize(df["step"], sort=True, use_na_sentinel=False)
+    key_codes, keys = pd.factorize(df["key"], sort=True, use_na_sentinel=False)
+    held = np.zeros((len(keys), len(steps)), dtype=bool)
+    held[key_codes, step_codes] = True
+    if held.sum() != len(df):
+        raise ValueError("pivot_placed: duplicate rows of one step and key (placed_step_rows leaves one)")
+    values = np.full((len(keys), len(steps)), np.nan)
+    values[key_codes, step_codes] = df["value"].to_numpy(dtype=float)
+    return pd.DataFrame(values.T, index=pd.Index(steps, name="step"), columns=pd.Index(keys), copy=False)
 
 
 def training_attempts(usable: pd.DataFrame) -> pd.Series:
@@ -848,9 +859,13 @@ def _with_gaps(column: pa.ChunkedArray, segments: list[SegmentInfo], left_out: s
 def _from_pandas(values: pd.Series) -> pa.ChunkedArray:
     """A pandas column as Arrow; one of mixed types (text and numbers) becomes text."""
     try:
-        return pa.chunked_array([pa.array(values, from_pandas=True)])
+        array = pa.array(values, from_pandas=True)
     except pa.ArrowException:
-        return pa.chunked_array([pa.array(values.astype("string"), from_pandas=True)])
+        array = pa.array(values.astype("string"), from_pandas=True)
+    if isinstance(array, pa.ChunkedArray):  # an Arrow-backed column (pandas' str): its chunks joined,
+        # never wrapped whole in pa.chunked_array, which would rebuild it value by value in Python
+        return pa.chunked_array([array.combine_chunks()], type=array.type)
+    return pa.chunked_array([array])
 
 
 def _is_text(name: str) -> bool:

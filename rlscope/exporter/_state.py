@@ -537,7 +537,12 @@ class RunState:
 
         stages = [_stage(name) for name in names]
         wanted = [i for i, name in enumerate(names) if stages[i] or name in _IDLE_KEYS or name in _SCORE_KEYS]
-        for i in order[np.isin(key_index[order], wanted)]:  # a few rows per step
+        # a stage timer other than the step timer matters only in the step served (or a late one's):
+        # the rest of a long run's timers (a few dozen a step) are left out before the loop, not in it
+        served = (step == cur_step) & (attempt == cur_attempt) if cur_step is not None else np.zeros(len(step), bool)
+        other_stage = np.array([bool(stage) and stage != "step" for stage in stages], dtype=bool)[key_index]
+        looped = np.isin(key_index, wanted) & ~(other_stage & ~late & ~served)
+        for i in order[looped[order]]:  # a few rows per step
             name = names[key_index[i]]
             v = value[i]
             if name in _IDLE_KEYS and not in_share_range(v):  # NaN and inf too: no share of time, as diagnose reads it
@@ -795,8 +800,9 @@ class RunState:
         steps = np.unique(step)
         self._reward_steps = sorted(set(self._reward_steps) | {int(s) for s in steps})[-REWARD_GONE_STEPS:]
         cols = ["n", "scored", "total", "zeros", "errors"]
-        for (source, s), counts in df[keep].groupby(["source", "step"])[cols].sum().iterrows():
-            self._rewards.setdefault(source, _SourceRewards()).add(int(s), counts.to_numpy())
+        summed = df[keep].groupby(["source", "step"])[cols].sum()
+        for (source, s), counts in zip(summed.index, summed.to_numpy(dtype=float), strict=True):  # not iterrows:
+            self._rewards.setdefault(source, _SourceRewards()).add(int(s), counts)  # a Series per step costs ms
         failed = df[error]
         codes = _capped(failed["reward_error"], self._code_cap)
         for (source, code), n in failed.groupby([failed["source"], codes]).size().items():
