@@ -87,6 +87,7 @@ def test_clock_finish_times_without_response_lengths_leave_the_tail_unknown(tmp_
         assert main(["diagnose", str(tmp_path / "run"), "--format", fmt]) == 0
         out = " ".join(capsys.readouterr().out.split())  # the terminal wraps long lines
         assert heading in out and out.count("was logged as a clock's time") == 1  # markdown escapes finish_time
+        assert "n/a (trajectory times logged as a clock" in out  # the headline's tail, not "needs finish times"
     out = tmp_path / "report.html"
     assert main(["diagnose", str(tmp_path / "run"), "--format", "html", "--output", str(out)]) == 0
     html = out.read_text()
