@@ -57,7 +57,7 @@ from rlscope.analyzers.topology import ROLLOUTER_IDLE, TRAINER_IDLE
 from rlscope.errors import MetaError, RLScopeError, RunDirError
 from rlscope.report.document import NAMED_STEPS, read_warnings
 from rlscope.trace.reader import Cursor, RunReader, SegmentInfo
-from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES
+from rlscope.trace.schema import LOGPROB_BIN_EDGES, TABLES, TRAJECTORY_TIMES
 from rlscope.trace.store import META_FILE, read_meta, require_directory
 
 __all__ = ["WINDOW_STEPS", "LiveRun", "LiveRuns", "UnknownRun"]
@@ -134,9 +134,13 @@ class _WindowReader(RunReader):
         self._tables = tables
 
     def segments(self, table: str) -> list[SegmentInfo]:
-        """The window's table as one segment in memory (reads ignore which segments they are given)."""
+        """The window's table as one segment in memory (reads ignore which segments they are given);
+        without a footer, its trajectory times may be a clock's."""
         data = self._tables.get(table)
-        return [SegmentInfo(table, "", data.num_rows, ())] if data is not None and data.num_rows else []
+        clock = frozenset(TRAJECTORY_TIMES) if table == "trajectories" else frozenset()
+        return (
+            [SegmentInfo(table, "", data.num_rows, (), clock_times=clock)] if data is not None and data.num_rows else []
+        )
 
     def read_available(
         self,
@@ -242,6 +246,17 @@ def _whole_run(
     return named, counts
 
 
+def _clocked(
+    known: dict[str, dict[int, float]], read: set[int], found: dict[str, tuple[tuple[int, float], ...]]
+) -> dict[str, dict[int, float]]:
+    """``known`` clock times per column with the verdicts on the steps whose trajectories were ``read``
+    again replaced by what was ``found`` in them (a redo that logs seconds clears its step)."""
+    out = {column: {s: v for s, v in steps.items() if s not in read} for column, steps in known.items()}
+    for column, logged in found.items():
+        out.setdefault(column, {}).update(logged)
+    return out
+
+
 def _valued(unfinite: dict[str, tuple[int, ...]]) -> dict[str, tuple[tuple[int, float], ...]]:
     """Timers' steps logged as inf or NaN (``unfinite_of``) in ``_PastSteps``' form: no value to name."""
     return {key: tuple((step, math.nan) for step in steps) for key, steps in unfinite.items()}
@@ -292,6 +307,9 @@ class LiveRun:
         # [0, 1]) and which first
         self._past_unfinite: dict[str, _PastSteps] = {}
         self._past_out_of_range: dict[str, _PastSteps] = {}
+        # per trajectory time column, the run's steps that logged a clock's time in it, with the first
+        # (longtail's clock_times): one entry a step, kept after the step left the window
+        self._clock_times: dict[str, dict[int, float]] = {}
         self._horizon: int | None = None  # the window's first step when raw rows were last evicted
         self._traj = _empty("trajectories").set_index("step", drop=False)
         self._spans = _empty("spans").set_index("step", drop=False)
@@ -338,15 +356,16 @@ class LiveRun:
     @property
     def warnings(self) -> list[str]:
         """What ``rlscope diagnose`` reads the run with warnings about (ignored meta.json values, what its
-        import left out, timers logged as inf or NaN, shares of time logged outside [0, 1], unreadable
-        segments), in its words.
+        import left out, timers logged as inf or NaN, shares of time logged outside [0, 1], trajectory
+        times logged as a clock's, unreadable segments), in its words.
 
         Timers and shares so logged are of the whole run: the window's steps from their rows, the
         steps that left it from ``_PastSteps`` (which may name fewer than diagnose, or still count a
-        step redone since it left, see there)."""
+        step redone since it left, see there); clock times are kept per step, as the tails are."""
         with self._lock:  # one view: a refresh on another thread replaces these frames
             reader, meta, finiteness, past = self._reader, self.meta, self._finiteness, self._past_unfinite
             readings, past_shares = self._share_readings, self._past_out_of_range
+            clock = {column: tuple(sorted(steps.items())) for column, steps in self._clock_times.items() if steps}
         unreadable = list(reader.warnings) if reader is not None else []
         suspect = finiteness.loc[~finiteness["finite"].astype(bool), "step"].unique()  # each page asks: these only
         window = unfinite_of(finiteness[finiteness["step"].isin(suspect)])  # all their attempts: the latest counts
@@ -354,7 +373,13 @@ class LiveRun:
         suspect = readings.loc[~readings["ok"].astype(bool), "step"].unique()
         shares, share_counts = _whole_run(past_shares, out_of_range_of(readings[readings["step"].isin(suspect)]))
         timers = {key: tuple(step for step, _ in logged) for key, logged in named.items()}
-        return read_warnings(meta, timers, unreadable, counts | share_counts, out_of_range=shares)
+        return read_warnings(meta, timers, unreadable, counts | share_counts, out_of_range=shares, clock_times=clock)
+
+    @property
+    def clock_steps(self) -> frozenset[int]:
+        """The steps whose trajectory times are a clock's: no finish times measured (``warnings`` says so)."""
+        with self._lock:
+            return frozenset(step for steps in self._clock_times.values() for step in steps)
 
     def unread(self, table: str) -> bool:
         """Whether some of ``table``'s data was left out because it could not be read."""
@@ -700,6 +725,7 @@ class LiveRun:
         t = longtail.analyze(frames)
         self.phases = _upsert(self.phases, a.seconds, a.seconds.index)
         self.tails = _upsert(self.tails, t.per_step.assign(estimated=t.estimated), t.per_step.index)
+        self._clock_times = _clocked(self._clock_times, set(traj.index.unique().tolist()), t.clock_times)
         if self.facts.n_gpus and self.facts.n_gpus > 1 and not a.seconds.empty:
             models = drift.per_step_models(frames, a, t.per_step["tail_share"])
             self._models = _upsert(self._models, models, models.index)

@@ -1078,6 +1078,25 @@ def test_the_rollout_page_shows_each_run_at_its_own_latest_step(tmp_path, client
     assert [t.name for t in cdf.data] == ["a", "b"] and cdf.layout.title.text.endswith("step 3")
 
 
+def test_the_rollout_page_draws_no_finish_times_of_a_clock(tmp_path, client):  # client: the app exists
+    from rlscope.dashboards.pages import rollout
+
+    # step 1 logged time.time() + i where seconds since the rollout began go: nothing to draw of it, the
+    # notices say why; step 0's 1..10 s are drawn
+    now = time.time()
+    with Recorder(tmp_path / "run") as rec:
+        for step, origin in ((0, 0.0), (1, now)):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 20.0})
+            rec.log_trajectories(step, [{"traj_id": str(i), "finish_time": origin + i + 1} for i in range(10)])
+    run = LiveRun(0, str(tmp_path / "run"), "run")
+    run.refresh(force=True)
+    notices, cdf, *_ = rollout._render([run], [1])
+    assert not cdf.data and cdf.layout.annotations[0].text == "no trajectory finish times for this step"
+    assert "finish_time was logged as a clock's time" in str(notices)
+    _, cdf, *_ = rollout._render([run], [0])
+    assert [(min(t.x), max(t.x)) for t in cdf.data] == [(1.0, 10.0)]
+
+
 def test_a_first_load_that_fails_halfway_is_retried_from_nothing(tmp_path, monkeypatch):
     path = _small_run(tmp_path / "run", 3)
     live = LiveRun(0, str(path), "run")

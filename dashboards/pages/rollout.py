@@ -86,7 +86,9 @@ def _render(runs: Sequence[LiveRun], steps: Sequence[int | None]) -> tuple:
         label = run.label if one is not None else f"{run.label} (step {step})"
         traj = run.trajectories(step)
         done = traj[~traj["aborted"].eq(True)] if "aborted" in traj else traj
-        finish[label] = done["finish_time"].dropna().to_numpy(dtype=float)
+        # a clock's times (time.time()) are no seconds since the rollout began: none measured, as the notices say
+        measured = step not in run.clock_steps
+        finish[label] = done["finish_time"].dropna().to_numpy(dtype=float) if measured else np.empty(0)
         loads = run.engines  # one snapshot: a refresh may replace the attribute meanwhile
         engines[label] = loads[loads.index == step] if not loads.empty else loads
     tails = [(run, run.tails) for run in runs]  # one snapshot each: a refresh may replace the attribute

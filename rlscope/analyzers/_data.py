@@ -36,7 +36,7 @@ from rlscope.collectors.verl_metrics import (
 )
 from rlscope.errors import RunDirError
 from rlscope.trace.reader import RunReader, SegmentInfo
-from rlscope.trace.schema import TABLES
+from rlscope.trace.schema import CLOCK_TIME_S, TABLES, TRAJECTORY_TIMES
 
 # group_counts() loops over groups averaging at least this many rows (a Python step per group)
 _ROWS_PER_GROUP_LOOPED = 256
@@ -796,6 +796,30 @@ class Trajectories:
         column = self._arrow(name)
         kind = pa.null() if column is None else column.type
         return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)
+
+    def clock_times(self) -> dict[str, tuple[tuple[int, float], ...]]:
+        """Per trajectory time column (``TRAJECTORY_TIMES``), the steps where it holds a clock's time
+        (``CLOCK_TIME_S`` or more: ``time.time()``, not seconds since the step's rollout began), each
+        with its first such value, by step; columns without one are left out. Read from a run, a
+        column is read only where a segment's footer says it may hold one (one pass over it then)."""
+        return self._cached("clock", "times", None, self._find_clock_times)
+
+    def _find_clock_times(self) -> dict[str, tuple[tuple[int, float], ...]]:
+        found = {}
+        for name in TRAJECTORY_TIMES:
+            if self._reader is not None:
+                self._settle()
+                if not any(name in s.clock_times for s in self._segments):
+                    continue
+            values = self.numbers(name).astype(float, copy=False)
+            if not np.fmax.reduce(values, initial=-np.inf) >= CLOCK_TIME_S:  # NaN is no clock's time
+                continue  # a column without one costs this pass alone
+            rows = np.flatnonzero((values >= CLOCK_TIME_S) & (values < np.inf))  # an infinite time is none
+            if not rows.size:
+                continue
+            steps, first = np.unique(self.numbers("step")[rows], return_index=True)
+            found[name] = tuple((int(s), float(v)) for s, v in zip(steps, values[rows[first]], strict=True))
+        return found
 
     def step_groups(self, rows: np.ndarray | slice = slice(None)) -> Groups:
         """The rows ``rows`` selects grouped by step; the grouping of all rows is shared."""

@@ -41,6 +41,11 @@ most it can be. The four statistics do not give L90; what they do give:
 
 Several engines, or more requests than an engine runs at once, break the one wave: the bound and
 the 0 hold only for it.
+
+A step whose ``finish_time`` or ``submit_time`` holds a clock's time (``CLOCK_TIME_S`` or more, as
+``time.time()`` gives, not seconds since its rollout began) has no finish times measured: it is
+left out of the measured split (a run with no other step measured is estimated as one without
+trajectories), and ``clock_times`` names such steps for the reports' warnings.
 """
 
 from __future__ import annotations
@@ -164,7 +169,9 @@ class LongTailResult:
     ``tail_share_max`` and ``clip_ratio``, and ``tail_share_max`` is the most the recent share can be
     (NaN when measured). ``capped_steps``: the steps whose estimate of 0 is set by the length cap
     (clip ratio > 0.1), ``recent_capped_steps`` those of the last quarter; ``trend`` leaves them out,
-    and ``growth_judged`` says whether it is up to now (see the module docstring).
+    and ``growth_judged`` says whether it is up to now (see the module docstring). ``clock_times``:
+    per trajectory time column, the steps that logged a clock's time in it, each with its first such
+    value (``Trajectories.clock_times``): those steps have no finish times measured.
     """
 
     per_step: pd.DataFrame
@@ -178,12 +185,22 @@ class LongTailResult:
     capped_steps: tuple[int, ...] = ()
     recent_capped_steps: tuple[int, ...] = ()
     growth_judged: bool = False
+    clock_times: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+
+    @property
+    def clock_time_steps(self) -> tuple[int, ...]:
+        """The steps whose trajectory times are a clock's, in either column: no finish times measured."""
+        return tuple(sorted({step for logged in self.clock_times.values() for step, _ in logged}))
 
 
-def _measured(trajectories: Trajectories) -> pd.DataFrame:
+def _measured(trajectories: Trajectories, unmeasured: Sequence[int]) -> pd.DataFrame:
+    """The split of each step with finish times, but the ``unmeasured`` steps'."""
     finish = trajectories.numbers("finish_time").astype(float, copy=False)
     # n counts what the split reads: a missing or infinite time says nothing of when it finished
-    rows = kept(np.isfinite(finish) & ~trajectories.flags("aborted"))
+    usable = np.isfinite(finish) & ~trajectories.flags("aborted")
+    if unmeasured:
+        usable &= ~np.isin(trajectories.numbers("step"), unmeasured)
+    rows = kept(usable)
     g = trajectories.step_groups(rows)
     finish = g.take(finish[rows])
     splits = [_split(finish[a:b]) for a, b in zip(g.starts, g.ends, strict=True)]
@@ -239,8 +256,10 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     """Split every rollout into throughput and tail, trend the tail share, and flag a heavy tail."""
     frames = load(run)
     traj = frames.trajectories
-    measured = traj.has("finish_time")
-    per_step = _measured(traj) if measured else _estimated(frames.steps)
+    clock_times = traj.clock_times()
+    unmeasured = sorted({step for logged in clock_times.values() for step, _ in logged})
+    measured = traj.has("finish_time") and (not unmeasured or _finished_elsewhere(traj, unmeasured))
+    per_step = _measured(traj, unmeasured) if measured else _estimated(frames.steps)
     per_step = per_step.dropna(subset=["rollout_s"]).sort_index()
     now = recent(per_step)
     t_thr, t_tail = float(now["t_thr_s"].mean()), float(now["t_tail_s"].mean())
@@ -272,9 +291,17 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
         capped_steps=capped_steps,
         recent_capped_steps=recent_capped,
         growth_judged=judged,
+        clock_times=clock_times,
     )
     result.findings.extend(_findings(result, frames.facts))
     return result
+
+
+def _finished_elsewhere(trajectories: Trajectories, unmeasured: Sequence[int]) -> bool:
+    """Whether a step other than the ``unmeasured`` ones holds a finish time (a run of only those
+    is estimated, as one without finish times)."""
+    elsewhere = ~np.isin(trajectories.numbers("step"), unmeasured)
+    return bool(np.isfinite(trajectories.numbers("finish_time")[elsewhere]).any())
 
 
 def _levers(facts: RunFacts) -> str:

@@ -169,6 +169,11 @@ def headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         measured = [r["n"] for r in doc["long_tail"]["per_step"] if r.get("n") is not None]
         if measured and max(measured) <= 1:
             tail = "n/a (one trajectory a step: no slowest 10% to wait for)"
+        elif doc["long_tail"].get("clock_time_steps"):  # finish times logged, but read as not measured
+            tail = (
+                "n/a (trajectory times logged as a clock's: see the warnings; or response_length/mean, "
+                "response_length/max and timing_s/gen)"
+            )
     basis = {
         "sum of stage timers": "; the sum of its stage timers, no timing_s/step",
         "mixed": "; timing_s/step, else the sum of the stage timers",

@@ -403,6 +403,9 @@ def _pooled_what_if(kinds: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
 
 def _no_tail(doc: dict[str, Any]) -> str:
     """Why a run has no recent tail share."""
+    clock = _get(doc, "long_tail", "clock_time_steps")
+    if not _tail_unknown(doc["headline"]) and clock:  # finish times read as not measured
+        return f"no tail: trajectory times logged as a clock's in {len(clock)} step{'s' if len(clock) > 1 else ''}"
     if not _tail_unknown(doc["headline"]):
         return "no tail: no trajectories or response lengths"
     if doc["headline"].get("tail_share_max") is not None:

@@ -105,7 +105,13 @@ def _run_section(reader: RunReader, d: Diagnosis, source: str) -> dict[str, Any]
         "first_step": int(steps.min()) if len(steps) else None,
         "last_step": int(steps.max()) if len(steps) else None,
         # what was read in part or not at all: a report saved to a file says so as the terminal did
-        "warnings": read_warnings(meta, d.anatomy.unfinite, reader.warnings, out_of_range=d.topology.out_of_range),
+        "warnings": read_warnings(
+            meta,
+            d.anatomy.unfinite,
+            reader.warnings,
+            out_of_range=d.topology.out_of_range,
+            clock_times=d.longtail.clock_times,
+        ),
     }
 
 
@@ -116,25 +122,44 @@ def read_warnings(
     counts: Mapping[str, int] | None = None,
     *,
     out_of_range: Mapping[str, Sequence[tuple[int, float]]] | None = None,
+    clock_times: Mapping[str, Sequence[tuple[int, float]]] | None = None,
 ) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
     meta.json values, what its import left out, timers logged as inf or NaN, shares of time logged
-    outside [0, 1], and unreadable segments (the dashboard's notices list the same, in the same words;
-    of the steps that left its window they keep only a count and the first steps, see ``counts``).
+    outside [0, 1], trajectory times logged as a clock's, and unreadable segments (the dashboard's notices
+    list the same, in the same words; of the steps that left its window they keep only a count and the
+    first steps of timers and shares, see ``counts``).
 
     ``unfinite``: per timer, its steps logged so in order (the first :data:`NAMED_STEPS` are named);
     ``out_of_range``: per share, its steps logged so in order, each with its value (the first is
     named, as ``RunFrames.out_of_range``); ``counts``: per timer or share, how many such steps there
     are where ``unfinite`` or ``out_of_range`` lists only the first of them (the live dashboard keeps
-    no more of the steps that left its window)."""
+    no more of the steps that left its window); ``clock_times``: per trajectory time column, its steps
+    logged so in order, each with its first such value (``LongTailResult.clock_times``)."""
     counts = counts or {}
     return (
         [f"meta.json: {p}; ignored" for p in meta_problems(meta)]
         + _import_warnings(meta)
         + _unfinite_warnings(unfinite, counts)
         + _out_of_range_warnings(out_of_range or {}, counts)
+        + _clock_warnings(clock_times or {})
         + list(unreadable)
     )
+
+
+def _clock_warnings(clock_times: Mapping[str, Sequence[tuple[int, float]]]) -> list[str]:
+    """One warning per trajectory time column logged as a clock's time (``time.time()``) in some steps,
+    whose finish times the long tail then leaves out: else unseen, but for the tail they leave unknown."""
+    out = []
+    for column, logged in sorted(clock_times.items()):
+        step, value = logged[0]
+        n = len(logged)
+        where = f"{n} step{'s' if n > 1 else ''} ({'step' if n == 1 else 'first step'} {step}: {value:.0f} s)"
+        out.append(
+            f"trajectories' {column} was logged as a clock's time (time.time()) in {where}: those steps' finish "
+            "times are read as not measured; log seconds since the step's rollout began"
+        )
+    return out
 
 
 def _out_of_range_warnings(
@@ -298,6 +323,7 @@ def build_document(d: Diagnosis, reader: RunReader, source: str) -> dict[str, An
             "per_step": d.longtail.per_step,
             "capped_steps": list(d.longtail.capped_steps),
             "growth_judged": d.longtail.growth_judged,
+            "clock_time_steps": list(d.longtail.clock_time_steps),
         },
         "mfu": {
             "mfu": d.mfu.mfu,

@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rlscope.errors import RunDirError
-from rlscope.trace.schema import TABLES
+from rlscope.trace.schema import CLOCK_TIME_S, TABLES, TRAJECTORY_TIMES
 from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta, require_directory
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class SegmentInfo:
     # some row may hold an ``attempt`` above 0 (a restarted run's), as its footer's statistics
     # tell: readers that keep a step's last attempt read that column only where one does
     attempts: bool = False
+    # the trajectory time columns (``TRAJECTORY_TIMES``) some row may hold a clock's time in
+    # (``CLOCK_TIME_S`` or more), as its footer's statistics tell: readers check those alone
+    clock_times: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -124,13 +127,14 @@ def error_line(exc: BaseException) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
-def _may_hold_attempts(metadata: pq.FileMetaData, schema: pa.Schema) -> bool:
-    """Whether a segment may hold an ``attempt`` above 0: False when it has no such column or
-    every row group's statistics say its attempts are 0 or missing (no data read)."""
-    if "attempt" not in schema.names:
+def _may_reach(metadata: pq.FileMetaData, schema: pa.Schema, name: str, least: float) -> bool:
+    """Whether a segment's column ``name`` may hold a value of ``least`` or more: False when it has
+    no such column or every row group's statistics say its values are below it or missing (no data
+    read; a float column's statistics leave NaN out)."""
+    if name not in schema.names:
         return False
     leaves = [metadata.schema.column(j).path for j in range(metadata.num_columns)]  # a list column is a leaf too
-    index = leaves.index("attempt")
+    index = leaves.index(name)
     for i in range(metadata.num_row_groups):
         column = metadata.row_group(i).column(index)
         stats = column.statistics
@@ -138,7 +142,7 @@ def _may_hold_attempts(metadata: pq.FileMetaData, schema: pa.Schema) -> bool:
             return True
         if stats.null_count == column.num_values:
             continue
-        if not stats.has_min_max or stats.max > 0:
+        if not stats.has_min_max or stats.max >= least:
             return True
     return False
 
@@ -231,8 +235,13 @@ class RunReader:
                 self._warn(f"{path}: segment skipped, {problem}")
             else:
                 origins = tuple((str(n), int(r)) for n, r in json.loads(kv[ORIGINS_KEY])) if ORIGINS_KEY in kv else ()
-                attempts = _may_hold_attempts(pf.metadata, schema)
-                result = SegmentInfo(name, path, rows, origins or ((name, rows),), attempts)
+                attempts = _may_reach(pf.metadata, schema, "attempt", 1)  # an attempt above 0
+                clock = frozenset(
+                    c
+                    for c in TRAJECTORY_TIMES
+                    if table == "trajectories" and _may_reach(pf.metadata, schema, c, CLOCK_TIME_S)
+                )
+                result = SegmentInfo(name, path, rows, origins or ((name, rows),), attempts, clock)
         self._segments[path] = result
         return result
 

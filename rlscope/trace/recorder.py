@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from rlscope.errors import MetaMalformedError
 from rlscope.trace.schema import (
+    CLOCK_TIME_S,
     GPU,
     IS_WEIGHT_CAP,
     JOB_START_SKEW_SECONDS,
@@ -45,6 +46,7 @@ from rlscope.trace.schema import (
     LOGPROB_QUANTILES,
     SPANS,
     TRAJECTORIES,
+    TRAJECTORY_TIMES,
 )
 from rlscope.trace.store import (
     META_FILE,
@@ -1115,22 +1117,18 @@ def _build_trajectories(rec: Recorder, payloads: list[tuple[int, int, Any]]) -> 
     return table
 
 
-# No rollout runs for 3 years: a trajectory time this large is a clock's reading (time.time()),
-# not the seconds since the step's rollout began that the long tail reads it as
-_CLOCK_TIME_S = 1e8
-
-
 def _warn_clock_times(rec: Recorder, table: pa.Table) -> None:
-    """Warn once per column of trajectory times that read as a clock's, which diagnose would take
-    for a rollout of decades (t90 1.8e9 s, no tail): the rows are kept as given."""
-    for name in ("submit_time", "finish_time"):
+    """Warn once per column of trajectory times that read as a clock's, as rollouts of decades (t90
+    1.8e9 s, no tail): the rows are kept as given, and the readers measure no tail in their steps."""
+    for name in TRAJECTORY_TIMES:
         times = table.column(name).to_numpy()  # a missing time is NaN
-        clock = times[np.isfinite(times) & (times >= _CLOCK_TIME_S)]
+        clock = times[np.isfinite(times) & (times >= CLOCK_TIME_S)]
         if clock.size:
             rec._warn_once(
                 f"clock-{name}",
                 f"trajectories' {name} of {clock[0]:.0f} s reads as a clock's time, but it is the seconds since the "
-                "step's rollout began (docs/run-directory.md), which the long tail measures from: rows kept as given",
+                "step's rollout began (docs/run-directory.md), which the long tail measures from: rows kept as given, "
+                "their steps' tails not measured",
             )
 
 

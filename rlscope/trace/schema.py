@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "CLOCK_TIME_S",
     "GPU",
     "IS_WEIGHT_CAP",
     "JOBS",
@@ -26,6 +27,7 @@ __all__ = [
     "STEPS",
     "TABLES",
     "TRAJECTORIES",
+    "TRAJECTORY_TIMES",
     "whole_histograms",
 ]
 
@@ -81,6 +83,12 @@ TRAJECTORIES = pa.schema(
         pa.field("reward_error", pa.string()),  # error code from the reward service, if any
     ]
 )
+
+# the trajectory columns of seconds since the step's rollout began
+TRAJECTORY_TIMES = ("submit_time", "finish_time")
+# No rollout runs for 3 years: a trajectory time this large is a clock's reading (time.time()), not
+# the seconds since the step's rollout began; the Recorder warns of it, the readers leave it out
+CLOCK_TIME_S = 1e8
 
 GPU = pa.schema(
     [
