@@ -21,6 +21,7 @@ from rlscope.analyzers._data import (
     imported_job_firsts,
     meta_problems,
     placed_step_rows,
+    timer_finiteness,
     topology_kind,
     trend,
     usable_step_rows,
@@ -449,6 +450,16 @@ def test_a_step_row_without_a_key_says_nothing():
         assert usable["value"].tolist() == [10.0, 30.0]
         wide = wide_steps(steps)
         assert wide["timing_s/gen"].tolist()[0] == 10.0 and math.isnan(wide["timing_s/step"][1])
+
+
+def test_timers_of_a_batch_whose_rows_have_no_key_are_none():
+    # the live dashboard judges each batch of rows read on its own: a batch of rows without a key
+    # (the column is nullable) holds no timer, finite or not, and must not stop its refresh
+    rows = pd.DataFrame({"step": [1, 2], "key": pd.Series([None, None], dtype=object), "value": [np.inf, 3.0]})
+    assert timer_finiteness(rows).empty
+    mixed = rows.assign(key=[None, "timing/gen"])  # an older verl's spelling, canonicalised
+    got = timer_finiteness(mixed)
+    assert got[["step", "key", "finite"]].values.tolist() == [[2, "timing_s/gen", True]]
 
 
 def test_wide_steps_keeps_the_latest_attempt_whole():

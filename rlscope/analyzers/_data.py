@@ -225,7 +225,8 @@ def timer_finiteness(steps: pa.Table | pd.DataFrame) -> pd.DataFrame:
     # judged once per distinct key (the name: of the key alone), not per row
     codes, keys = pd.factorize(df["key"].astype(str))
     names = [canonical_metric(k, 1.0)[0] if "timing" in k else "" for k in keys]
-    timer = np.array([name.startswith("timing_s/") for name in names], dtype=bool)[codes] & (codes >= 0)
+    # a row without a key (code -1) takes the last entry, which is no timer
+    timer = np.array([name.startswith("timing_s/") for name in names] + [False], dtype=bool)[codes]
     df, codes = df[timer], codes[timer]
     if df.empty:
         return pd.DataFrame({"step": [], "key": [], "attempt": [], "finite": []})
