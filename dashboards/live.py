@@ -36,6 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlscope.advice.finding import fmt_count
 from rlscope.analyzers import Diagnosis, RunFacts, RunFrames, analyze_run, anatomy, drift, longtail, rewards
 from rlscope.analyzers._data import (
     TRAJECTORY_COLUMNS,
@@ -694,9 +695,9 @@ class LiveRun:
         whole = rows["abs_counts"].map(lambda c: c is not None and len(c) == _N_BINS).to_numpy(dtype=bool)
         if not whole.all():  # another writer's bins or a truncated list cannot be added bin by bin
             log.warning(
-                "dashboard: %s: %d log-prob histogram row(s) without one count per bin; left out",
+                "dashboard: %s: %s without one count per bin; left out",
                 self.label,
-                int((~whole).sum()),
+                fmt_count(int((~whole).sum()), "log-prob histogram row"),
             )
             rows = rows[whole]
         rows = _last_attempt(rows)

@@ -1893,3 +1893,18 @@ def test_the_page_notices_read_one_view_of_the_run_while_a_refresh_replaces_it(t
     monkeypatch.setattr(LiveRun, "_finiteness", property(lambda self: frames[next(reads) % 2]), raising=False)
     lines = live.warnings
     assert any("timing_s/step was logged as inf or NaN in step 2" in line for line in lines)
+
+
+def test_one_broken_histogram_row_is_named_in_the_singular(tmp_path, caplog):
+    from rlscope.trace.schema import LOGPROB
+    from rlscope.trace.store import write_segment
+
+    with Recorder(tmp_path / "run", meta={"precision": "bf16"}) as rec:
+        for step in range(3):
+            rec.log_logprob_delta(step, np.full(100, 1e-3))
+    row = pa.Table.from_pylist([{"step": 9, "abs_counts": [1, 2, 3]}], schema=LOGPROB)  # another writer's bins
+    write_segment(str(tmp_path / "run"), "logprob", row, writer_id="other", seq=0)
+    run = LiveRun(0, str(tmp_path / "run"), "run")
+    with caplog.at_level("WARNING", logger="rlscope"):
+        run.refresh(force=True)
+    assert "run: 1 log-prob histogram row without one count per bin; left out" in caplog.text

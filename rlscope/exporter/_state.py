@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlscope.advice.finding import fmt_count
 from rlscope.advice.thresholds import (
     REWARD_COLLAPSE_MIN_SAMPLES,
     REWARD_ZERO_COLLAPSE,
@@ -888,7 +889,7 @@ class RunState:
     def _ingest_logprob(self, rows: pa.Table) -> None:
         rows, broken = whole_histograms(rows)  # a broken row must not move the step (and reset the sum)
         if broken:
-            what = f"{broken} log-prob histogram row{'' if broken == 1 else 's'}"
+            what = fmt_count(broken, "log-prob histogram row")
             log.warning("%s: %s without one count per bin; left out", self.run_dir, what)
         if rows.num_rows == 0:
             return
