@@ -1527,3 +1527,45 @@ def test_a_recent_share_with_steps_at_the_length_cap_says_they_count_zero(tmp_pa
     assert main(["diagnose", str(run)]) == 0
     out = " ".join(capsys.readouterr().out.split())  # as wrapped to any width
     assert "[estimated; step 7 at the length cap counts 0: over 10% of its responses hit it" in out
+
+
+_SPY_ON_THE_FIRST_READ = """
+import sys
+from rlscope.trace.reader import RunReader
+
+prefetch = RunReader.prefetch
+
+def spy(self, table, *args, **kwargs):
+    print("prefetch", table, "rlscope.analyzers" in sys.modules, "pandas" in sys.modules, flush=True)
+    return prefetch(self, table, *args, **kwargs)
+
+RunReader.prefetch = spy
+from rlscope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["diagnose", "compare"])
+def test_the_trajectories_are_read_while_the_analysis_is_imported(tmp_path, command):
+    import subprocess
+
+    run = str(SAMPLES / "longtail-8b")
+    args = [command, run, "--format", "json"] if command == "diagnose" else [command, run, run]
+    out = subprocess.run(
+        [sys.executable, "-c", _SPY_ON_THE_FIRST_READ, *args], capture_output=True, text=True, check=True
+    ).stdout
+    first = out.splitlines()[0]
+    assert first == "prefetch trajectories False False"  # begun before pandas and the analyzers were imported
+    if command == "diagnose":
+        assert json.loads(out[out.index("{") :])["run"]["steps"] == 10
+
+
+def test_an_analyzer_that_fails_beside_the_others_fails_the_analysis(monkeypatch):
+    from rlscope.analyzers import rewards
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("the rewards analyzer broke")
+
+    monkeypatch.setattr(rewards, "analyze", broken)
+    with pytest.raises(RuntimeError, match="rewards analyzer broke"):
+        analyze_run(str(SAMPLES / "agentic-failing-reward"))

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -452,21 +453,17 @@ def test_a_read_that_fails_once_is_read_again_not_skipped(tmp_path, monkeypatch)
     reader, cursor = RunReader(run), Cursor()
     reader.read_new("steps", cursor)
     write_segment(run, "steps", _steps([2]), writer_id="w", seq=5)
-    original, calls = RunReader.dataset, []
+    original, calls = RunReader._read_files, []
 
-    class Blip:  # the first read of the new segment meets a network blip
-        def __init__(self, dataset):
-            self.dataset = dataset
+    def blip(self, *args, **kwargs):  # the first read of the new segment meets a network blip
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("Connection reset by peer")
+        return original(self, *args, **kwargs)
 
-        def to_table(self, **kwargs):
-            calls.append(1)
-            if len(calls) == 1:
-                raise OSError("Connection reset by peer")
-            return self.dataset.to_table(**kwargs)
-
-    monkeypatch.setattr(RunReader, "dataset", lambda self, *a, **k: Blip(original(self, *a, **k)))
+    monkeypatch.setattr(RunReader, "_read_files", blip)
     assert reader.read_new("steps", cursor).column("step").to_pylist() == [2]
-    assert reader.warnings == []
+    assert reader.warnings == [] and len(calls) == 2
 
 
 def test_new_rows_after_a_segment_whose_data_is_corrupt_still_arrive(tmp_path):
@@ -511,3 +508,58 @@ def test_compact_of_a_run_with_no_segments_yet_says_so(tmp_path, capsys):
     )
     assert main(["compact", str(tmp_path)]) == 0
     assert capsys.readouterr().out == f"{tmp_path}: no table segments yet: nothing to compact\n"
+
+
+def _mixed_run(tmp_path) -> str:
+    """Three steps segments: as written, with narrower types, and without the nullable ``attempt``."""
+    run = _run(tmp_path, [[0, 1]])
+    folder = os.path.join(run, "steps")
+    narrow = pa.table({"step": pa.array([5], pa.int32()), "key": ["k"], "value": pa.array([1.5], pa.float32())})
+    pq.write_table(narrow, os.path.join(folder, "part-99999999999999999998-000001-n.parquet"))
+    with_attempt = pa.table({"step": [6], "attempt": pa.array([1], pa.int32()), "key": ["k"], "value": [2.0]})
+    pq.write_table(with_attempt, os.path.join(folder, "part-99999999999999999999-000002-a.parquet"))
+    return run
+
+
+def test_a_prefetched_read_is_the_read_it_stands_for_and_is_taken_once(tmp_path, monkeypatch):
+    run = _mixed_run(tmp_path)
+    columns, encoded = ["step", "attempt", "key", "value"], ["key"]
+    expected = RunReader(run).read("steps", columns, dictionary=encoded)
+    assert expected.schema.field("key").type == pa.dictionary(pa.int32(), pa.string())
+    original, reads = RunReader._read_files, []
+    monkeypatch.setattr(RunReader, "_read_files", lambda self, *a: reads.append(a[2]) or original(self, *a))
+    reader = RunReader(run)
+    reader.prefetch("steps", columns, dictionary=encoded)
+    assert reader.read("steps", ["step", "attempt"]).equals(expected.select(["step", "attempt"]))
+    assert reader.read("steps", ["key", "value"], dictionary=encoded).equals(expected.select(["key", "value"]))
+    assert reads == [columns]  # both came from the one read begun by prefetch
+    assert reader.read("steps", ["step"]).equals(expected.select(["step"]))  # taken already: read again
+    assert reads == [columns, ["step"]]
+
+
+def test_a_prefetch_is_not_taken_by_a_read_it_does_not_stand_for(tmp_path, monkeypatch):
+    run = _mixed_run(tmp_path)
+    original, reads = RunReader._read_files, []
+    monkeypatch.setattr(RunReader, "_read_files", lambda self, *a: reads.append(a[2]) or original(self, *a))
+    reader = RunReader(run)
+    reader.prefetch("steps", ["step", "key"], dictionary=["key"])
+    plain = reader.read("steps", ["key"])  # asked for as text, not dictionary-encoded: read again
+    assert plain.schema.field("key").type == pa.string()
+    assert reader.read("steps", ["step"], segments=reader.segments("steps")[:1]).num_rows == 2  # other segments
+    assert reader.read("steps", ["step"], filter=pc.field("step") > 1).column("step").to_pylist() == [5, 6]
+    assert reader.read("steps", ["step", "value"]).num_rows == 4  # value was not prefetched
+    assert ["key"] in reads and ["step"] in reads and ["step", "value"] in reads
+
+
+def test_a_prefetch_that_meets_a_segment_that_does_not_read_leaves_the_warning_to_each_read(tmp_path, caplog):
+    from damage import damage_column
+
+    run = _run(tmp_path, [[0, 1], [2]])
+    first = RunReader(run).segments("steps")[0].path
+    damage_column(Path(first), "value")
+    reader = RunReader(run)
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        reader.prefetch("steps", ["step", "value"])
+        assert reader.read("steps", ["step"]).column("step").to_pylist() == [0, 1, 2]  # its steps still read
+        assert reader.read("steps", ["value"]).column("value").to_pylist() == [2.0]
+    assert reader.warnings == [f"{first}: unreadable data in value ({reader.warnings[0].split('(', 1)[1]}"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,7 @@ from rlscope.analyzers import (
 )
 from rlscope.analyzers._data import RunFacts, RunFrames, load
 from rlscope.trace.reader import RunReader
+from rlscope.trace.schema import ANALYZED_TRAJECTORIES
 
 __all__ = [
     "STAGES",
@@ -119,22 +121,6 @@ STAGES = (
     "rewards",
 )
 
-# the trajectory columns the analyzers read from every run, in the order they first need them
-# (a fallback such as gen_s is read only when its column is empty)
-_TRAJECTORY_READS = (
-    "step",
-    "finish_time",
-    "aborted",
-    "engine",
-    "response_tokens",
-    "trainer_version",
-    "policy_version_start",
-    "data_source",
-    "reward",
-    "reward_status",
-    "reward_error",
-)
-
 
 def analyze_run(
     run: RunReader | RunFrames | str | os.PathLike[str],
@@ -142,22 +128,27 @@ def analyze_run(
 ) -> Diagnosis:
     """Run every analyzer on ``run``, reading its tables once.
 
-    ``on_stage(name)`` is called before each of :data:`STAGES` (a progress bar's hook).
+    ``on_stage(name)`` is called before each of :data:`STAGES` (a progress bar's hook), from
+    the thread that runs that stage: GPU idle and the rewards run beside the others.
     """
     tick = on_stage or (lambda _name: None)
     tick("read")
     frames = load(run)
     # read from a run directory, the trajectories are decoded in the background while the
     # analyzers that need none of them (GPU idle, the step anatomy) run
-    frames.trajectories.prefetch(_TRAJECTORY_READS)
+    frames.trajectories.prefetch(ANALYZED_TRAJECTORIES)
     reader = frames.reader
     # trajectories read from the run hold the reward columns: the rewards analyzer reuses them
     reward_input = frames.trajectories if "reward" in frames.trajectories.columns else reader
     r: dict[str, Any] = {}
-    # in dependency order (later analyzers reuse the anatomy and long-tail results), those
-    # that read no trajectories first
-    plan: list[tuple[str, Callable[[], Any]]] = [
+    # GPU idle and the rewards need no other analyzer's result: they run on a second thread beside
+    # the others (numpy and Arrow leave the GIL in their loops over millions of rows)
+    beside: list[tuple[str, Callable[[], Any]]] = [
         ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
+        ("rewards", lambda: rewards.analyze(reward_input, frames.steps) if reader else None),
+    ]
+    # in dependency order: later analyzers reuse the anatomy's and the long tail's results
+    chain: list[tuple[str, Callable[[], Any]]] = [
         ("anatomy", lambda: anatomy.analyze(frames)),
         ("longtail", lambda: longtail.analyze(frames)),
         ("mfu", lambda: mfu.analyze(frames, r["anatomy"], r["longtail"])),
@@ -166,9 +157,18 @@ def analyze_run(
         ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
         ("staleness", lambda: staleness.analyze(frames, anatomy=r["anatomy"])),
         ("mismatch", lambda: mismatch.analyze(reader, staleness.recent_mean_lag(r["staleness"])) if reader else None),
-        ("rewards", lambda: rewards.analyze(reward_input, frames.steps) if reader else None),
     ]
-    for name, run_analyzer in plan:
-        tick(name)
-        r[name] = run_analyzer()
+
+    def run(plan: list[tuple[str, Callable[[], Any]]]) -> None:
+        for name, run_analyzer in plan:
+            tick(name)
+            r[name] = run_analyzer()
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="rlscope-analyze")
+    try:
+        side = pool.submit(run, beside)
+        run(chain)
+        side.result()
+    finally:
+        pool.shutdown(wait=False)
     return Diagnosis(**r)

@@ -14,7 +14,6 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -645,7 +644,7 @@ class Trajectories:
         self._reader: RunReader | None = None
         self._frame: pa.Table | None = None
         self._cache: dict[tuple[str, Any], Any] = {}
-        self._pending: dict[str, Future[pa.ChunkedArray]] = {}
+        self._making: dict[tuple[str, Any], threading.Lock] = {}
         self._settle_lock = threading.Lock()
         self._settled = False  # the step column, read first, settles which segments count
         self._step: pa.ChunkedArray | None = None  # until read() takes it
@@ -678,16 +677,14 @@ class Trajectories:
         return self._names
 
     def prefetch(self, names: Iterable[str]) -> None:
-        """Start reading these columns from the run in the background, so that their decoding
-        overlaps the analyzers that need no trajectories (text columns are named as for
-        :meth:`labels`, the others as for :meth:`numbers` or :meth:`flags`)."""
+        """Start reading these columns from the run in the background (see
+        :meth:`RunReader.prefetch`), so that their decoding overlaps the analyzers that need
+        no trajectories; columns the table lacks are left out."""
         if self._reader is None:
             return
-        pool = ThreadPoolExecutor(1, thread_name_prefix="rlscope-prefetch")
-        for name in names:
-            if name in self._names and name not in self._pending:
-                self._pending[name] = pool.submit(self._read, name, text=_is_text(name))
-        pool.shutdown(wait=False)
+        wanted = [n for n in names if n in self._names]
+        text = [n for n in wanted if _is_text(n)]
+        self._reader.prefetch("trajectories", wanted, dictionary=text, segments=self._segments)
 
     def _settle(self) -> None:
         """Read the step column, leaving out the segments whose steps do not read."""
@@ -744,8 +741,7 @@ class Trajectories:
         if name not in self._names:
             return None
         if self._reader is not None:
-            pending = self._pending.pop(name, None)
-            column = pending.result() if pending is not None else self._read(name, text=text)
+            column = self._read(name, text=text)
         else:
             assert self._frame is not None
             column = self._frame.column(name)
@@ -758,9 +754,13 @@ class Trajectories:
         return column if self._keep is None else column.filter(self._keep)
 
     def _cached(self, kind: str, name: str, arg: Any, make: Callable[[], Any]) -> Any:
+        """``make()``'s value, made once: analyzers on two threads that ask for it at once wait
+        for one another rather than both making it."""
         key = (kind + ":" + name, arg)
         if key not in self._cache:
-            self._cache[key] = make()
+            with self._making.setdefault(key, threading.Lock()):
+                if key not in self._cache:
+                    self._cache[key] = make()
         return self._cache[key]
 
     def numbers(self, name: str) -> np.ndarray:

@@ -32,8 +32,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlscope.cli._args import parser_for
-from rlscope.cli.diagnose import add_fact_options, analysis_progress, check_fact_options, open_run, read_with_facts
-from rlscope.report._format import MFU_DIGITS, generation_beside, pct, secs, shown, topology_name
+from rlscope.cli.diagnose import (
+    add_fact_options,
+    analysis_progress,
+    check_fact_options,
+    open_run,
+    read_with_facts,
+    reading_run,
+)
 
 __all__ = ["main"]
 
@@ -42,11 +48,12 @@ log = logging.getLogger("rlscope")
 
 def _document(parser: argparse.ArgumentParser, path: str, args: argparse.Namespace, name: str) -> dict[str, Any]:
     """Run ``name`` (A or B) read and analysed, with a progress bar on a terminal as ``diagnose``."""
-    from rlscope.analyzers import STAGES, analyze_run
-    from rlscope.report.document import build_document
-
     with open_run(path, "rlscope compare - RUN_B" if name == "A" else "rlscope compare RUN_A -") as run_dir:
-        reader = read_with_facts(parser, run_dir, args, path, name)
+        reader = reading_run(run_dir)
+        from rlscope.analyzers import STAGES, analyze_run  # imported while the run is read
+        from rlscope.report.document import build_document
+
+        reader = read_with_facts(parser, reader, args, path, name)
         with analysis_progress(len(STAGES), f"analysing {name}") as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         return build_document(diagnosis, reader, path)
@@ -56,6 +63,8 @@ def _cell(measure: str, unit: str, value: Any, doc: dict[str, Any]) -> str:
     """A row's value as the table shows it, as ``diagnose`` words it: a topology by name, generation
     beside the step against the step's length (as a share it would pass 100%), and a string from
     the data (a model name) with its control characters written out, so it cannot drive the terminal."""
+    from rlscope.report._format import MFU_DIGITS, generation_beside, pct, secs, shown, topology_name
+
     if value is None:
         return "n/a"
     if measure == "topology":
@@ -80,9 +89,10 @@ def main(argv: Sequence[str]) -> int:
     if args.run_a == args.run_b == "-":  # the second read would find it empty
         parser.error("standard input (-) can be only one of RUN_A and RUN_B")
 
+    docs = _document(parser, args.run_a, args, "A"), _document(parser, args.run_b, args, "B")
+    from rlscope.report._format import shown  # the report's modules import the analysis: after A's read began
     from rlscope.report.compare import compare_documents
 
-    docs = _document(parser, args.run_a, args, "A"), _document(parser, args.run_b, args, "B")
     result = compare_documents(*docs)
     if "://" not in args.run_a and os.path.realpath(args.run_a) == os.path.realpath(args.run_b):
         # a slip of the shell (the same run twice, or one named two ways): a comparison that says nothing

@@ -54,6 +54,7 @@ __all__ = [
     "main",
     "open_run",
     "read_with_facts",
+    "reading_run",
     "warn_unusable_meta",
 ]
 
@@ -230,11 +231,12 @@ def main(argv: Sequence[str]) -> int:
         _check_writable(args.output)  # before minutes of analysis, not after
         _check_not_read(args.output, args.run)
 
-    from rlscope.analyzers import STAGES, analyze_run
-    from rlscope.report.document import build_document
-
     with open_run(args.run) as run_dir:
-        reader = read_with_facts(parser, run_dir, args, args.run)
+        reader = reading_run(run_dir)
+        from rlscope.analyzers import STAGES, analyze_run  # imported while the run is read
+        from rlscope.report.document import build_document
+
+        reader = read_with_facts(parser, reader, args, args.run)
         with analysis_progress(len(STAGES)) as tick:
             diagnosis = analyze_run(reader, on_stage=tick)
         doc = build_document(diagnosis, reader, args.run)
@@ -274,27 +276,41 @@ def add_fact_options(parser: argparse.ArgumentParser, scope: str) -> None:
 
 def check_fact_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A usage error for a GPU type whose peak FLOP/s neither the table nor ``--peak-tflops`` gives."""
-    from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops
+    if args.gpu_type is None or args.peak_tflops is not None:
+        return
+    from rlscope.analyzers.gpus import PEAK_BF16_DENSE_FLOPS, peak_flops  # imports the analysis: only when asked
 
-    if args.gpu_type is not None and args.peak_tflops is None and peak_flops(args.gpu_type) is None:
+    if peak_flops(args.gpu_type) is None:
         known = ", ".join(PEAK_BF16_DENSE_FLOPS)
         parser.error(f"unknown --gpu-type {args.gpu_type!r}; give --peak-tflops too, or use one of {known}")
 
 
+def reading_run(run_dir: str) -> RunReader:
+    """A reader of ``run_dir`` already reading, in the background, the trajectory columns every
+    diagnosis reads: a caller imports the analysis (pandas and numpy, half a second) meanwhile."""
+    import pyarrow as pa
+
+    from rlscope.trace.reader import RunReader
+    from rlscope.trace.schema import ANALYZED_TRAJECTORIES, TRAJECTORIES
+
+    reader = RunReader(run_dir)
+    text = [c for c in ANALYZED_TRAJECTORIES if pa.types.is_string(TRAJECTORIES.field(c).type)]
+    reader.prefetch("trajectories", ANALYZED_TRAJECTORIES, dictionary=text)
+    return reader
+
+
 def read_with_facts(
-    parser: argparse.ArgumentParser, run_dir: str, args: argparse.Namespace, source: str, name: str | None = None
+    parser: argparse.ArgumentParser, reader: RunReader, args: argparse.Namespace, source: str, name: str | None = None
 ) -> RunReader:
-    """A reader of ``run_dir`` whose meta holds the fact options over meta.json's own values.
+    """``reader`` with its meta holding the fact options over meta.json's own values.
 
     A value the options bring in that the analyzers cannot use is a usage error; meta.json's
     own are warned about, unless an option replaced them. ``name`` (A or B, of ``compare``) is
     said in the error, with ``source``: the options apply to both runs, and may fit only one.
     """
     from rlscope.analyzers._data import meta_problems
-    from rlscope.trace.reader import RunReader
     from rlscope.trace.store import merge_meta
 
-    reader = RunReader(run_dir)
     if not any(reader.row_count(table) for table in reader.tables()):
         raise RunDirError(
             f"{source}: no rows yet (no step metrics, trajectories, spans or GPU samples): nothing to diagnose"

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "ANALYZED_TRAJECTORIES",
     "CLOCK_TIME_S",
     "GPU",
     "IS_WEIGHT_CAP",
@@ -89,6 +90,21 @@ TRAJECTORY_TIMES = ("submit_time", "finish_time")
 # No rollout runs for 3 years: a trajectory time this large is a clock's reading (time.time()), not
 # the seconds since the step's rollout began; the Recorder warns of it, the readers leave it out
 CLOCK_TIME_S = 1e8
+# the trajectory columns every diagnosis reads (a fallback such as gen_s is read only where these
+# say nothing): `rlscope diagnose` starts reading them before it imports the analysis
+ANALYZED_TRAJECTORIES = (
+    "step",
+    "finish_time",
+    "aborted",
+    "engine",
+    "response_tokens",
+    "trainer_version",
+    "policy_version_start",
+    "data_source",
+    "reward",
+    "reward_status",
+    "reward_error",
+)
 
 GPU = pa.schema(
     [
