@@ -1,7 +1,4 @@
-"""Reports of a diagnosis: the versioned JSON document and its text, Markdown and HTML renderings."""
+"""Reports of a diagnosis: the versioned JSON document (``document``), its text, Markdown and
+HTML renderings (``text``, ``markdown``, ``html``), and two runs side by side (``compare``).
 
-from rlscope.report.document import SCHEMA, build_document
-from rlscope.report.markdown import escape_md, render_markdown
-from rlscope.report.text import render_text
-
-__all__ = ["SCHEMA", "build_document", "escape_md", "render_markdown", "render_text"]
+Each is imported from its module, so that a JSON report does not import the terminal's library."""
