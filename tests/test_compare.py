@@ -967,3 +967,28 @@ def test_a_tail_growth_hidden_by_the_length_cap_is_not_evaluable_in_compare(tmp_
     out = json.loads(capsys.readouterr().out)
     said = _said(out["explanations"], "only A, as B could not evaluate")
     assert "long-tail-growing (no tail growth to judge: recent step 7 at the length cap)" in said
+
+
+def test_verl_s_stage_mfu_is_a_row_where_a_whole_step_mfu_is_n_a(tmp_path, capsys):
+    def log(name: str, actor_mfu: float) -> str:
+        path = tmp_path / name  # no GPUs nor model stated: no whole-step MFU
+        path.write_text(
+            "".join(
+                f"step:{s} - timing_s/gen:40.0 - timing_s/update_actor:40.0 - timing_s/step:100.0 - "
+                f"perf/mfu/actor:{actor_mfu}\n"
+                for s in range(1, 5)
+            )
+        )
+        return str(path)
+
+    a, b = log("a.log", 0.25), log("b.log", 0.375)
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    rows = {r["measure"]: (r["a"], r["b"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["whole-step MFU"] == (None, None)
+    assert rows["verl's MFU of update_actor alone"] == (0.25, 0.375)  # each run's recent mean of perf/mfu/actor
+    assert main(["compare", a, b]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "verl's MFU of update_actor" in x)
+    assert "25.0%" in line and "37.5%" in line  # to a tenth, as diagnose shows an MFU
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    assert main(["compare", str(samples / "healthy-colocated"), str(samples / "longtail-8b"), "--format", "json"]) == 0
+    assert not [r for r in json.loads(capsys.readouterr().out)["rows"] if "verl's" in r["measure"]]  # MFU known

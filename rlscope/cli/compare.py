@@ -73,8 +73,8 @@ def _cell(measure: str, unit: str, value: Any, doc: dict[str, Any]) -> str:
         return generation_beside(value)
     if unit == "s":
         return secs(value)
-    if unit == "share":  # as diagnose rounds it: shares of time to the whole percent, MFU to a tenth
-        return pct(value, MFU_DIGITS if measure == "whole-step MFU" else 0)
+    if unit == "share":  # as diagnose rounds it: shares of time to the whole percent, an MFU to a tenth
+        return pct(value, MFU_DIGITS if "MFU" in measure else 0)
     return shown(value)
 
 

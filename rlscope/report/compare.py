@@ -152,6 +152,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         rows.append(("  slowest-10% share at most", "share", ha.get("tail_share_max"), hb.get("tail_share_max")))
     rows += [
         ("whole-step MFU", "share", ha["mfu"], hb["mfu"]),
+        *_verl_stage_rows(a, b),
         ("topology", "", a["run"]["topology"], b["run"]["topology"]),
         ("split", "", _split(a), _split(b)),
         ("GPUs", "", a["run"]["gpu_count"], b["run"]["gpu_count"]),
@@ -170,6 +171,17 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "rows": rows,
         "explanations": _explain(a, b, pa_, pb),
     }
+
+
+def _verl_stage_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, Any, Any]]:
+    """verl's own MFU of each stage (``perf/mfu/*``) where a run's whole-step MFU is n/a, as
+    ``diagnose`` shows it then: each stage's alone, labelled so, never a whole-step MFU."""
+    if a["headline"]["mfu"] is not None and b["headline"]["mfu"] is not None:
+        return []
+    # absent from a document of an older rlscope
+    a_stages, b_stages = ({r["stage"]: r["mfu"] for r in doc["mfu"].get("verl_stage_mfu") or []} for doc in (a, b))
+    stages = list(dict.fromkeys([*a_stages, *b_stages]))
+    return [(f"  verl's MFU of {s} alone", "share", a_stages.get(s), b_stages.get(s)) for s in stages]
 
 
 def _best(doc: dict[str, Any]) -> str | None:
