@@ -989,7 +989,7 @@ def test_stdin(tmp_path, capsys, monkeypatch):
     data = (DATA / "ansi_ray.log").read_bytes()
     monkeypatch.setattr(sys, "stdin", _stdin(data))  # its first bytes are looked at, then read
     code, out, _ = run_cli(capsys, "verl-log", "-", "--out", tmp_path / "run")
-    assert code == 0 and "7 steps (1..6)" in out
+    assert code == 0 and "6 steps (1..6; 1 logged again after a restart)" in out  # the restart logs step 1 again
     assert RunReader(tmp_path / "run").meta["importer"]["sources"] == ["<stdin>"]
 
 
@@ -1082,14 +1082,16 @@ def test_cli_summary_and_meta(tmp_path, capsys):
     meta = '{"gpu": {"type": "H100", "count": 8}, "framework": "verl-fork"}'
     code, out, err = run_cli(capsys, "verl-log", DATA / "restart.log", "--out", tmp_path / "run", "--meta", meta)
     assert code == 0 and err == ""
-    # step 0 is validation only; step 2's validation after the restart is of a step trained before it
+    # steps 0..4, each counted once: 0 is validation only; the restart logs 2 (its validation, of a
+    # step trained before it) and 3 again
     assert (
-        out.startswith("verl-log: 7 steps (0..4; step 0 validation only), 3 keys, 13 values")
+        out.startswith("verl-log: 5 steps (0..4; step 0 validation only; 2 logged again after a restart), 3 keys,")
         and "1 restart: steps logged again" in out
     )
     written = RunReader(tmp_path / "run").meta
     assert written["gpu"] == {"type": "H100", "count": 8} and written["framework"] == "verl-fork"
-    assert written["importer"]["restarts"] == 1 and written["importer"]["steps"] == 7
+    importer = written["importer"]
+    assert (importer["restarts"], importer["steps"], importer["steps_logged_again"]) == (1, 5, 2)
 
 
 def test_segments_are_written_in_bounded_batches(tmp_path):

@@ -70,7 +70,8 @@ class ImportSummary:
     sources: list[str]
     lines: int = 0  # input lines read (TensorBoard: events)
     records: int = 0  # metric records accepted: step lines, metric dicts, rows, event groups
-    steps: int = 0  # step records written; a step logged again after a restart counts again
+    steps: int = 0  # steps written, each once
+    steps_again: int = 0  # of those, steps logged again after a restart (written as attempts 1, 2, ...)
     first_step: int | None = None
     last_step: int | None = None
     # steps of validation only, no training step; a dict (ordered as seen) so that a check per record is no scan
@@ -90,7 +91,14 @@ class ImportSummary:
     signals: tuple[str, ...] = ()  # the signals that stopped it, by name, where the CLI's handler saw them
 
     def __str__(self) -> str:
-        span = f" ({self.first_step}..{self.last_step}{_validation_only(self.validation_only)})" if self.steps else ""
+        again = ""
+        if self.steps_again:
+            again = f"; {self.steps_again} logged again after {'a restart' if self.restarts == 1 else 'restarts'}"
+        span = (
+            f" ({self.first_step}..{self.last_step}{_validation_only(self.validation_only)}{again})"
+            if self.steps
+            else ""
+        )
         lines = [
             f"{self.importer}: {fmt_count(self.steps, 'step')}{span}, {fmt_count(self.keys, 'key')},"
             f" {fmt_count(self.values, 'value')} -> {self.run_dir}",
@@ -217,6 +225,7 @@ class StepSink:
         self._seq = 0
         self._written_to: int | None = None  # the highest step in a segment written
         self._trained_to: int | None = None  # the highest step a record of a training step holds
+        self._steps_seen: set[int] = set()  # a step logged again after a restart is counted once
         self._skipped: Counter[str] = Counter()
         self._skipped_first: dict[str, str] = {}
         self._keys: set[str] = set()
@@ -366,8 +375,11 @@ class StepSink:
             self._job_began(when)
         s = self.summary
         trains = any(makes_step(key, value) for key, value in named.items())
-        if new_step:
+        if new_step and step in self._steps_seen:
+            s.steps_again += 1
+        elif new_step:
             s.steps += 1
+            self._steps_seen.add(step)
             s.first_step = step if s.first_step is None else min(s.first_step, step)
             s.last_step = step if s.last_step is None else max(s.last_step, step)
         if trains:
@@ -566,6 +578,7 @@ class StepSink:
             "rlscope_version": __version__,
             "imported_at": time.time(),
             "steps": s.steps,
+            "steps_logged_again": s.steps_again,
             "values": s.values,
             "restarts": s.restarts,
             "skipped": dict(self._skipped),
