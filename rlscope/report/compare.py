@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from rlscope.advice.finding import Severity
+from rlscope.advice.finding import Severity, fmt_steps
 from rlscope.advice.thresholds import RECENT_FRACTION
 from rlscope.analyzers._data import steps_text
 from rlscope.analyzers.anatomy import STEP_TIMERS_WANTED
@@ -417,7 +417,7 @@ def _no_tail(doc: dict[str, Any]) -> str:
     """Why a run has no recent tail share."""
     clock = _get(doc, "long_tail", "clock_time_steps")
     if not _tail_unknown(doc["headline"]) and clock:  # finish times read as not measured
-        return f"no tail: trajectory times logged as a clock's in {len(clock)} step{'s' if len(clock) > 1 else ''}"
+        return f"no tail: trajectory times logged as a clock's in {fmt_steps(len(clock))}"
     if not _tail_unknown(doc["headline"]):
         return "no tail: no trajectories or response lengths"
     if doc["headline"].get("tail_share_max") is not None:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope import __version__
+from rlscope.advice.finding import fmt_count, fmt_steps
 from rlscope.analyzers import Diagnosis, RunFacts
 from rlscope.analyzers._data import meta_problems, recent
 from rlscope.analyzers.gpu_idle import learner_role
@@ -154,7 +155,7 @@ def _clock_warnings(clock_times: Mapping[str, Sequence[tuple[int, float]]]) -> l
     for column, logged in sorted(clock_times.items()):
         step, value = logged[0]
         n = len(logged)
-        where = f"{n} step{'s' if n > 1 else ''} ({'step' if n == 1 else 'first step'} {step}: {value:.0f} s)"
+        where = f"{fmt_steps(n)} ({'step' if n == 1 else 'first step'} {step}: {value:.0f} s)"
         out.append(
             f"trajectories' {column} was logged as a clock's time (time.time()) in {where}: those steps' finish "
             "times are read as not measured; log seconds since the step's rollout began"
@@ -171,7 +172,7 @@ def _out_of_range_warnings(
     out = []
     for key, logged in sorted(out_of_range.items()):
         n = counts.get(key, len(logged))
-        where = f"{n} step{'s' if n > 1 else ''}"
+        where = fmt_steps(n)
         if logged:  # else the dashboard knows how many, not which
             step, value = logged[0]
             where += f" ({'step' if n == 1 else 'first step'} {step}: {value!r})"
@@ -227,7 +228,7 @@ def _import_warnings(meta: dict[str, Any]) -> list[str]:
     restarts = record.get("restarts")
     if type(restarts) is int and restarts > 0:
         out.append(
-            f"the log restarted {restarts} time{'s' if restarts > 1 else ''} (steps logged again): each step is read from its latest attempt"
+            f"the log restarted {fmt_count(restarts, 'time')} (steps logged again): each step is read from its latest attempt"
         )
     notes = record.get("notes")
     return out + [str(n) for n in notes] if isinstance(notes, list) else out
