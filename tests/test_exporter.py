@@ -2001,3 +2001,25 @@ def test_step_seconds_help_names_every_nested_timer_it_leaves_out():
     # the help says which timers are left out as nested in a stage: every one the exporter leaves out
     (spec,) = [m for m in METRICS if m.name == "rlscope_step_seconds"]
     assert [s for s in sorted(SUBSTAGES) if s not in spec.help] == []
+
+
+def test_trajectory_times_logged_as_a_clock_s_are_warned_about_once(tmp_path, caplog):
+    # steps 1-2 log finish times in seconds since the rollout began, steps 3-4 time.time()'s: the
+    # tail share is judged from steps 1-2 alone, and the exporter says why once, naming step 3
+    clock = 1.7e9
+    with Recorder(tmp_path / "run") as rec:
+        for s in range(1, 5):
+            rec.log_step(s, {"timing_s/gen": 100.0, "timing_s/step": 120.0})
+            base = clock + 1000 * s if s >= 3 else 0.0
+            # 9 of 10 finish by 60 s, the last at 100 s: the slowest 10% take (100 - 60) / 100
+            rec.log_trajectories(
+                s, [{"finish_time": base + 60.0 * (i + 1) / 9} for i in range(9)] + [{"finish_time": base + 100.0}]
+            )
+    registry, _ = _registry(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="rlscope"):
+        assert _value(registry, "rlscope_tail_share") == pytest.approx(0.4)
+        registry.collect()  # a second scrape says nothing new
+    said = [r.getMessage() for r in caplog.records if "clock's time" in r.getMessage() and "exporter" in r.getMessage()]
+    assert len(said) == 1
+    # step 3's first clock reading: 1.7e9 + 3000 + 60/9 s
+    assert "finish_time was logged as a clock's time (time.time()) at step 3 (1700003007 s)" in said[0]

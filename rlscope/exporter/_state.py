@@ -1013,6 +1013,7 @@ class RunState:
         anat = anatomy.analyze(frames)
         tail = longtail.analyze(frames)
         self._tail_share = tail.tail_share
+        self._warn_clock_times(tail.clock_times)
         self._mfu = mfu.analyze(frames, anat, tail).mfu
         topo = topology.analyze(frames, anat, tail)
         self._recommended = {}
@@ -1026,6 +1027,23 @@ class RunState:
             if not 1 - best["step_s"] / topo.step_now_s >= SPLIT_GAIN_MIN:
                 split = topo.n_rollout, topo.n_train
             self._recommended = {"rollout": split[0], "train": split[1]}
+
+    def _warn_clock_times(self, clock_times: dict[str, tuple[tuple[int, float], ...]]) -> None:
+        """Say once per column that trajectory times were logged as a clock's (``time.time()``), as
+        diagnose and the dashboard do: the tail share served leaves those steps out."""
+        for column, logged in sorted(clock_times.items()):
+            if logged and f"clock:{column}" not in self._warned:
+                self._warned.add(f"clock:{column}")
+                step, value = logged[0]
+                log.warning(
+                    "exporter: run %s: trajectories' %s was logged as a clock's time (time.time()) at step %d "
+                    "(%.0f s): those steps' finish times are read as not measured, and the tail share leaves them "
+                    "out; log seconds since the step's rollout began",
+                    self.run,
+                    column,
+                    step,
+                    value,
+                )
 
     def _window_trajectories(self) -> pa.Table | None:
         """Trajectories of complete steps: the trainer logged the step, or a later step began."""
