@@ -389,6 +389,24 @@ def test_gpu_idle_with_many_roles_matches_each_role_alone(tmp_path):
     assert result.by_step["samples"].tolist() == [50] * 24
 
 
+def test_gpu_idle_of_samples_written_out_of_time_order(tmp_path):
+    # two roles' samples, logged newest first: role a idles for t < 30, role b from t = 30 on
+    run = str(tmp_path / "unordered")
+    with Recorder(run) as rec:
+        rec.log_gpu(
+            [
+                {"time": float(t), "gpu": g, "role": role, "util_pct": 100.0 * ((t < 30) == (role == "b"))}
+                for t in reversed(range(100))
+                for g, role in enumerate("ab")
+            ]
+        )
+        rec.log_span(0, "gen", 0.0, 50.0)
+        rec.log_span(1, "gen", 50.0, 100.0)
+    by_step = gpu_idle.analyze(RunReader(run)).by_step.set_index(["role", "step"])["idle_share"]
+    # step 0 (t 0-49): a idles 30 of 50, b 20 of 50; step 1: a never, b always
+    assert by_step.to_dict() == {("a", 0): 0.6, ("a", 1): 0.0, ("b", 0): 0.4, ("b", 1): 1.0}
+
+
 def test_a_reward_beside_an_error_is_not_a_score(tmp_path):
     # scored rows 1.0 and 0.0: mean 0.5; the 1.0 reported alongside an error is left out
     run = str(tmp_path / "r")
