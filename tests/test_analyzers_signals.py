@@ -175,6 +175,29 @@ def test_abs_quantile_interpolates_inside_log_bins():
     assert math.isnan(abs_quantile(np.zeros_like(counts), 0.5))
 
 
+def test_abs_quantiles_of_each_row_of_a_table():
+    edges, bins = LOGPROB_BIN_EDGES, len(LOGPROB_BIN_EDGES) - 1
+    i = int(np.searchsorted(edges, 1e-3, side="right") - 1)
+    table = np.zeros((6, bins), dtype=np.int64)
+    table[1, i] = 100  # one bin: halfway through it in log space
+    table[2, 0] = 10  # the first bin starts at 0: linear in it
+    table[3, -1] = 4  # the last bin is open: its lower edge
+    table[4, [i, i + 2]] = [30, 70]  # the median is 20 of bin i + 2's 70, past the empty bin i + 1
+    table[5, [i, i + 2]] = [50, 50]  # the median is bin i's last count: its upper edge
+    lo2, hi2 = edges[i + 2], edges[i + 3]
+    want = [
+        math.nan,
+        math.sqrt(edges[i] * edges[i + 1]),
+        edges[1] * 0.5,
+        edges[-2],
+        lo2 * (hi2 / lo2) ** (20 / 70),
+        edges[i + 1],
+    ]
+    got = mismatch.abs_quantiles(table, 0.5)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert [abs_quantile(row, 0.5) for row in table] == pytest.approx(want, nan_ok=True)
+
+
 def _mismatch_run(tmp_path, name: str, meta: dict, scale: float, flips: int = 0) -> str:
     run = str(tmp_path / name)
     rng = np.random.default_rng(0)
