@@ -226,6 +226,22 @@ def test_per_step_lag_quantiles_match_numpy(make_lag):
         assert (p50, p90) == tuple(np.quantile(mine, (0.5, 0.9), method="inverted_cdf"))
 
 
+@pytest.mark.parametrize(
+    "lags",
+    [
+        [[5, 5, 5], [2, 2], [9]],  # every step's lags equal: each step's n copies of one lag
+        [[5, 5, 5], [1, 7], [9]],  # one step varies
+    ],
+)
+def test_per_step_lag_mean_share_and_extremes_match_the_samples(lags):
+    step = np.repeat(np.arange(len(lags)), [len(x) for x in lags])
+    got = staleness._per_step(group_rows(step), np.concatenate(lags), 4)
+    for i, x in enumerate(lags):
+        x = np.array(x)
+        want = (x.size, x.mean(), (x > 4).mean(), float(x.min()), float(x.max()))
+        assert (got["n"][i], got["mean"][i], got["over_threshold"][i], got["min"][i], got["max"][i]) == want
+
+
 def test_analyzers_agree_on_frames_from_pandas_and_from_the_run(run):
     reader = RunReader(run)
     frames = RunFrames(pd.DataFrame(), reader.read("trajectories").to_pandas(), reader.meta)

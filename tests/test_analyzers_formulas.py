@@ -399,6 +399,12 @@ def test_drop_length_bias():
     assert (d.dropped_share, d.mean_len_dropped, d.mean_len_kept, d.bias) == (0.1, 1000, 500, 2.0)
     none = staleness.drop_length_bias(np.zeros(4), np.ones(4), 8)
     assert none.dropped_share == 0 and math.isnan(none.bias)
+    # every sample over: all of them dropped, none kept
+    every = staleness.drop_length_bias(np.array([9, 12]), np.array([100, 300]), 8)
+    assert (every.dropped_share, every.mean_len_dropped) == (1.0, 200.0) and math.isnan(every.mean_len_kept)
+    # a lag not known is never over the threshold: that sample is kept
+    unknown = staleness.drop_length_bias(np.array([np.nan, 9.0]), np.array([100, 300]), 8)
+    assert (unknown.dropped_share, unknown.mean_len_dropped, unknown.mean_len_kept) == (0.5, 300.0, 100.0)
 
 
 # -- GPUs ------------------------------------------------------------------------------

@@ -175,6 +175,29 @@ def test_abs_quantile_interpolates_inside_log_bins():
     assert math.isnan(abs_quantile(np.zeros_like(counts), 0.5))
 
 
+def test_abs_quantiles_of_each_row_of_a_table():
+    edges, bins = LOGPROB_BIN_EDGES, len(LOGPROB_BIN_EDGES) - 1
+    i = int(np.searchsorted(edges, 1e-3, side="right") - 1)
+    table = np.zeros((6, bins), dtype=np.int64)
+    table[1, i] = 100  # one bin: halfway through it in log space
+    table[2, 0] = 10  # the first bin starts at 0: linear in it
+    table[3, -1] = 4  # the last bin is open: its lower edge
+    table[4, [i, i + 2]] = [30, 70]  # the median is 20 of bin i + 2's 70, past the empty bin i + 1
+    table[5, [i, i + 2]] = [50, 50]  # the median is bin i's last count: its upper edge
+    lo2, hi2 = edges[i + 2], edges[i + 3]
+    want = [
+        math.nan,
+        math.sqrt(edges[i] * edges[i + 1]),
+        edges[1] * 0.5,
+        edges[-2],
+        lo2 * (hi2 / lo2) ** (20 / 70),
+        edges[i + 1],
+    ]
+    got = mismatch.abs_quantiles(table, 0.5)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert [abs_quantile(row, 0.5) for row in table] == pytest.approx(want, nan_ok=True)
+
+
 def _mismatch_run(tmp_path, name: str, meta: dict, scale: float, flips: int = 0) -> str:
     run = str(tmp_path / name)
     rng = np.random.default_rng(0)
@@ -387,6 +410,24 @@ def test_gpu_idle_with_many_roles_matches_each_role_alone(tmp_path):
     assert result.by_role["samples"].tolist() == [100] * 12
     assert result.by_role["idle_share"].tolist() == [0.0] * 3 + [1.0] * 9  # r00-r02 at 90%, the rest at 0%
     assert result.by_step["samples"].tolist() == [50] * 24
+
+
+def test_gpu_idle_of_samples_written_out_of_time_order(tmp_path):
+    # two roles' samples, logged newest first: role a idles for t < 30, role b from t = 30 on
+    run = str(tmp_path / "unordered")
+    with Recorder(run) as rec:
+        rec.log_gpu(
+            [
+                {"time": float(t), "gpu": g, "role": role, "util_pct": 100.0 * ((t < 30) == (role == "b"))}
+                for t in reversed(range(100))
+                for g, role in enumerate("ab")
+            ]
+        )
+        rec.log_span(0, "gen", 0.0, 50.0)
+        rec.log_span(1, "gen", 50.0, 100.0)
+    by_step = gpu_idle.analyze(RunReader(run)).by_step.set_index(["role", "step"])["idle_share"]
+    # step 0 (t 0-49): a idles 30 of 50, b 20 of 50; step 1: a never, b always
+    assert by_step.to_dict() == {("a", 0): 0.6, ("a", 1): 0.0, ("b", 0): 0.4, ("b", 1): 1.0}
 
 
 def test_a_reward_beside_an_error_is_not_a_score(tmp_path):

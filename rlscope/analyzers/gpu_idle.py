@@ -112,6 +112,10 @@ class _Samples:
         )
 
 
+def _ascending(values: np.ndarray) -> bool:
+    return values.size < 2 or bool(np.all(values[1:] >= values[:-1]))
+
+
 def _samples(reader: RunReader) -> _Samples | None:
     gpu = reader.read("gpu", ["time", "role", "util_pct"], dictionary=["role"])
     util = numbers(gpu.column("util_pct")).astype(float, copy=False)
@@ -122,11 +126,10 @@ def _samples(reader: RunReader) -> _Samples | None:
     time = numbers(gpu.column("time")).astype(float, copy=False)
     rows = kept(keep)
     time, util, role = time[rows], util[rows], role[rows]
-    if time.size > 1 and not np.all(time[1:] >= time[:-1]):  # samplers write in time order: usually sorted
-        order = np.argsort(time, kind="stable")
+    # one role's samples together, in time order (samplers write in time order: usually sorted)
+    if not (_ascending(role) and _ascending(time)):
+        order = np.lexsort((time, role))  # stable: samples of one role and time keep their order
         time, util, role = time[order], util[order], role[order]
-    order = np.argsort(role, kind="stable")  # one role's samples together, still in time order
-    time, util, role = time[order], util[order], role[order]
     bounds = np.searchsorted(role, np.arange(roles.size + 1))
     by_role = []
     for a, b in itertools.pairwise(bounds.tolist()):

@@ -38,7 +38,7 @@ from rlscope.trace.schema import LOGPROB_BIN_EDGES, whole_histograms
 
 log = logging.getLogger("rlscope")
 
-__all__ = ["MismatchResult", "abs_quantile", "analyze", "expected_level"]
+__all__ = ["MismatchResult", "abs_quantile", "abs_quantiles", "analyze", "expected_level"]
 
 _VERL_SCALARS = (
     "training/rollout_probs_diff_mean",
@@ -79,19 +79,27 @@ def _bin_index(edge: float) -> int:
 
 def abs_quantile(counts: np.ndarray, q: float) -> float:
     """The q-quantile of |delta| from bin counts, interpolated log-linearly inside the bin."""
-    total = counts.sum()
-    if total == 0:
-        return math.nan
-    cum = np.cumsum(counts)
-    i = int(np.searchsorted(cum, q * total, side="left"))
-    lo, hi = LOGPROB_BIN_EDGES[i], LOGPROB_BIN_EDGES[i + 1]
-    before = cum[i - 1] if i else 0
-    frac = (q * total - before) / counts[i] if counts[i] else 0.0
-    if lo == 0:
-        return float(hi * frac)
-    if math.isinf(hi):
-        return float(lo)
-    return float(lo * (hi / lo) ** frac)
+    return float(abs_quantiles(np.asarray(counts)[None], q)[0])
+
+
+def abs_quantiles(counts: np.ndarray, q: float) -> np.ndarray:
+    """:func:`abs_quantile` of each row of a (rows x bins) table of counts, in one pass over the table."""
+    total = counts.sum(axis=1)
+    cum = np.cumsum(counts, axis=1)
+    target = q * total
+    i = (cum < target[:, None]).sum(axis=1)  # each row's searchsorted(cum, target, side="left")
+    row = np.arange(len(counts))
+    before = np.where(i > 0, cum[row, i - 1], 0)
+    at = counts[row, i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(at != 0, (target - before) / at, 0.0)
+    lows, highs = LOGPROB_BIN_EDGES[i].tolist(), LOGPROB_BIN_EDGES[i + 1].tolist()
+    # Python's float power is C's pow, as a numpy scalar's is (an array's may be SIMD, off in the last bit)
+    out = [
+        math.nan if not n else hi * f if lo == 0 else lo if math.isinf(hi) else lo * (hi / lo) ** f
+        for n, lo, hi, f in zip(total.tolist(), lows, highs, frac.tolist(), strict=True)
+    ]
+    return np.array(out, dtype=float)
 
 
 def analyze(run: RunReader | str | os.PathLike[str], stale_versions: float = 0.0) -> MismatchResult:
@@ -137,8 +145,8 @@ def _from_histograms(
     )
     above_level, above_flip = _bin_index(level), _bin_index(MOE_FLIP_DELTA)
     per_step = agg.assign(
-        p50_abs=[abs_quantile(c, 0.5) for c in hist.to_numpy()],
-        p99_abs=[abs_quantile(c, 0.99) for c in hist.to_numpy()],
+        p50_abs=abs_quantiles(counts, 0.5),
+        p99_abs=abs_quantiles(counts, 0.99),
         share_above_level=hist.iloc[:, above_level:].sum(axis=1) / agg["n_tokens"].replace(0, np.nan),
         share_above_1=hist.iloc[:, above_flip:].sum(axis=1) / agg["n_tokens"].replace(0, np.nan),
         is_clip_share=agg["is_clipped"] / agg["n_tokens"].replace(0, np.nan),

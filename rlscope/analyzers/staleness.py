@@ -35,6 +35,7 @@ from rlscope.analyzers._data import (
     chunks,
     group_counts,
     group_rows,
+    kept,
     load,
     off_policy_threshold,
     recent,
@@ -118,11 +119,15 @@ def average_ranks(x: np.ndarray) -> np.ndarray:
 
 def drop_length_bias(lag: pd.Series | np.ndarray, length: pd.Series | np.ndarray, threshold: int) -> DropBias:
     """Length of the samples a lag > ``threshold`` drop removes versus those it keeps."""
-    lag, length = np.asarray(lag, dtype=float), np.asarray(length, dtype=float)
+    lag, length = np.asarray(lag), np.asarray(length, dtype=float)
+    if lag.dtype.kind not in "iu":  # whole-number lags compare as they are
+        lag = lag.astype(float)
     dropped = lag > threshold
-    share = float(dropped.mean()) if lag.size else math.nan
-    mean_dropped = float(length[dropped].mean()) if dropped.any() else math.nan
-    mean_kept = float(length[~dropped].mean()) if (~dropped).any() else math.nan
+    n_dropped = int(np.count_nonzero(dropped))
+    share = n_dropped / lag.size if lag.size else math.nan
+    # a drop of none or all of them takes no copy of the lengths to average
+    mean_dropped = math.nan if not n_dropped else float((length if n_dropped == lag.size else length[dropped]).mean())
+    mean_kept = math.nan if n_dropped == lag.size else float((length[~dropped] if n_dropped else length).mean())
     return DropBias(threshold, share, mean_dropped, mean_kept)
 
 
@@ -230,14 +235,21 @@ def _per_step(g: Groups, lag: np.ndarray, threshold: int) -> dict[str, np.ndarra
         ordered = lag[np.lexsort((lag, g.ids))]  # each step's lags sorted, steps in order
         for j, q in enumerate((0.5, 0.9)):
             quantiles[varied, j] = ordered[g.starts[varied] + rank[q] - 1]
+    if varied.size or lag.dtype.kind == "f":
+        total, over = (
+            np.add.reduceat(lag, g.starts),
+            np.add.reduceat((lag > threshold).view(np.uint8), g.starts, dtype=np.int64),
+        )
+    else:  # whole-number lags, each step's all equal: its n samples of its one lag
+        total, over = low * n, np.where(low > threshold, n, 0)
     return {
         "step": g.keys,
         "n": n,
-        "mean": np.add.reduceat(lag, g.starts) / n,
+        "mean": total / n,
         "p50": quantiles[:, 0],
         "p90": quantiles[:, 1],
         "max": high.astype(float),
-        "over_threshold": np.add.reduceat((lag > threshold).view(np.uint8), g.starts, dtype=np.int64) / n,
+        "over_threshold": over / n,
         "min": low.astype(float),
     }
 
@@ -264,15 +276,16 @@ def analyze(
     version, start = g.take(traj.numbers("trainer_version")), g.take(traj.numbers("policy_version_start"))
     # a chunk of whole steps at a time: no table-sized temporaries
     parts = []
-    for steps, rows, local in chunks(g):
-        lag, keys = version[rows] - start[rows], g.keys[steps][local]  # lags are ints when both versions are
+    for steps, rows, _ in chunks(g):
+        lag, part = version[rows] - start[rows], g.part(steps)  # lags are ints when both versions are
         if lag.dtype.kind == "f":
             known = ~np.isnan(lag)
-            lag, keys = lag[known], keys[known]
+            if not known.all():
+                lag, part = lag[known], group_rows(part.keys[part.ids][known])
             if np.array_equal(lag, np.floor(lag)):  # versions with a gap elsewhere: still whole numbers
                 lag = lag.astype(np.int64)
         if lag.size:
-            parts.append(_per_step(group_rows(keys), lag, threshold))
+            parts.append(_per_step(part, lag, threshold))
     if not parts:
         return _from_verl(frames.steps, columns)
     per_step = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in parts[0]}).set_index("step")
@@ -282,8 +295,9 @@ def analyze(
     window_lag = version[window] - start[window]
     known = ~np.isnan(window_lag) if window_lag.dtype.kind == "f" else slice(None)
     window_lag = window_lag[known]
-    window_len = g.take(traj.numbers("response_tokens"))[window][known].astype(float)
-    sized = ~np.isnan(window_len)
+    tokens = traj.numbers("response_tokens")
+    window_len = g.take(tokens)[window][known].astype(float)
+    sized = kept(~np.isnan(window_len)) if tokens.dtype.kind == "f" else slice(None)  # ints: none missing
     lag_s, len_s = window_lag[sized], window_len[sized]
     corr = math.nan
     if lag_s.size > 2 and lag_s.min() < lag_s.max() and len_s.min() < len_s.max():  # both vary
