@@ -31,7 +31,7 @@ from rlscope.advice.thresholds import (
 from rlscope.analyzers.anatomy import PHASES
 from rlscope.analyzers.longtail import tail_split
 from rlscope.analyzers.mfu import CAUSES, cause_label, drawn_causes
-from rlscope.analyzers.mismatch import abs_quantile
+from rlscope.analyzers.mismatch import abs_quantiles
 from rlscope.analyzers.topology import POOLED
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 
@@ -618,11 +618,11 @@ def mismatch_quantiles(runs: Mapping[str, pd.DataFrame], level: float | None = N
         summed = thin(hist, how="sum")
         counts = summed.to_numpy(dtype=float)
         for q, dash in ((0.5, "solid"), (0.99, "dot")):
-            values = [abs_quantile(row, q) for row in counts]
+            values = abs_quantiles(counts, q)
             name = f"p{round(q * 100)}" if len(runs) == 1 else f"{text(label)} p{round(q * 100)}"
             fig.add_scatter(
                 x=summed.index,
-                y=np.log10(np.where(np.asarray(values) > 0, values, np.nan)),
+                y=np.log10(np.where(values > 0, values, np.nan)),
                 name=name,
                 mode="lines+markers",
                 line={"color": colors[label], "dash": dash},
