@@ -12,6 +12,7 @@ import pytest
 
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import gpu_idle, mismatch, rewards
+from rlscope.analyzers._data import Trajectories
 from rlscope.analyzers.mismatch import abs_quantile
 from rlscope.trace.schema import LOGPROB_BIN_EDGES
 
@@ -450,6 +451,46 @@ def test_many_sources_are_counted_a_few_steps_at_a_time(tmp_path, monkeypatch):
     split = rewards.analyze(run).by_step
     assert len(whole) == 6 * 30 and whole.equals(split)
     assert whole["source"].tolist()[:3] == sorted(whole["source"].tolist()[:30])[:3]  # sources sorted in a step
+
+
+def test_errors_of_rows_out_of_step_order_across_chunks_keep_their_codes():
+    # rows out of step order, their text in chunks whose dictionaries differ, errors under two
+    # statuses and a missing status (ok): each error keeps its own code and first step
+    rows = [
+        (3, "a", None, "error", "E1"),
+        (1, "a", 1.0, None, None),
+        (2, "b", None, "timeout", "T"),
+        (1, "a", None, "error", "E2"),
+        (2, "a", 0.0, "ok", None),
+        (1, "b", None, "timeout", "T"),
+        (3, "a", 1.0, "ok", None),
+        (2, "a", None, "error", "E2"),
+    ]
+
+    def text(i: int) -> pa.ChunkedArray:  # three chunks, each dictionary-encoded on its own
+        values = [r[i] for r in rows]
+        return pa.chunked_array([pa.array(values[a:b]).dictionary_encode() for a, b in ((0, 3), (3, 5), (5, 8))])
+
+    table = pa.table(
+        {
+            "step": [r[0] for r in rows],
+            "data_source": text(1),
+            "reward": pa.array([r[2] for r in rows], pa.float64()),
+            "reward_status": text(3),
+            "reward_error": text(4),
+        }
+    )
+    result = rewards.analyze(Trajectories(table))
+    errors = {(r.source, r.code): (r.count, r.first_step) for r in result.errors.itertuples()}
+    assert errors == {("a", "E1"): (1, 3), ("a", "E2"): (2, 1), ("b", "T"): (2, 1)}
+    by_step = {(r.step, r.source): (r.n, r.errors, r.scored, r.zeros) for r in result.by_step.itertuples()}
+    assert by_step == {
+        (1, "a"): (2, 1, 1, 0),
+        (1, "b"): (1, 1, 0, 0),
+        (2, "a"): (2, 1, 1, 1),
+        (2, "b"): (1, 1, 0, 0),
+        (3, "a"): (2, 1, 1, 0),
+    }
 
 
 def _score_run(tmp_path, ranges: list[tuple[float, float]], advantages: list[tuple[float, float]] | None) -> str:

@@ -839,8 +839,22 @@ class Trajectories:
         """``labels(name, missing, ordered=False)`` of the rows at indices ``rows`` alone: codes for
         a few rows (the errors among millions) cost no pass over the whole column."""
         column = self._arrow(name, text=True)
-        taken = None if column is None else column.take(pa.array(rows, type=pa.int64()))
-        return _recode(*_codes(taken, len(rows)), missing, False)
+        if column is None:
+            return _recode(*_codes(None, len(rows)), missing, False)
+        # taken from each chunk in turn: Arrow's take over a chunked column first joins all its
+        # rows. Every chunk gives its part, empty or not, so the dictionaries unify as the whole
+        # column's would.
+        order = np.argsort(rows, kind="stable")
+        ends = np.cumsum([len(chunk) for chunk in column.chunks], dtype=np.int64)
+        bounds = np.searchsorted(rows[order], ends)
+        parts = [
+            chunk.take(pa.array(rows[order[a:b]] - (end - len(chunk)), type=pa.int64())) if b > a else chunk.slice(0, 0)
+            for chunk, a, b, end in zip(column.chunks, np.r_[0, bounds[:-1]], bounds, ends, strict=True)
+        ]
+        raw, names = _codes(pa.chunked_array(parts, column.type), len(rows))
+        codes = np.empty_like(raw)
+        codes[order] = raw  # back in the order of ``rows``
+        return _recode(codes, names, missing, False)
 
 
 def last_attempt_rows(steps: np.ndarray, attempts: np.ndarray) -> np.ndarray | None:
@@ -949,7 +963,7 @@ def _codes(column: pa.ChunkedArray | pa.Array | None, rows: int) -> tuple[np.nda
 
 def _recode(raw: np.ndarray, names: np.ndarray, missing: str | None, ordered: bool) -> tuple[np.ndarray, np.ndarray]:
     """Missing values given the code of ``missing``; then, if ``ordered``, names sorted."""
-    if missing is not None and (raw < 0).any():
+    if missing is not None and raw.size and raw.min() < 0:
         names = np.append(names, missing) if missing not in set(names) else names
         raw = np.where(raw < 0, list(names).index(missing), raw)
     return _sorted_codes(raw, names) if ordered else (raw, names)
@@ -962,7 +976,17 @@ def _sorted_codes(raw: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.nd
         return raw, names
     rank = np.append(np.empty(names.size, dtype=np.int32), np.int32(-1))  # code -1 stays -1
     rank[order] = np.arange(names.size)
-    return rank[raw], names[order]
+    return _looked_up(rank, raw), names[order]
+
+
+def _looked_up(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``table[codes]``, a chunk of codes at a time cast to numpy's index type: indexing by int32
+    codes casts them element by element, several times slower than the cast and indexing apart."""
+    out = np.empty(codes.shape, dtype=table.dtype)
+    for start in range(0, codes.size, CHUNK_ROWS):
+        part = slice(start, start + CHUNK_ROWS)
+        out[part] = table[codes[part].astype(np.intp)]
+    return out
 
 
 @dataclass

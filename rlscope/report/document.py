@@ -75,6 +75,10 @@ def _cleaned(column: pd.Series) -> list[Any]:
         for i in np.flatnonzero(~np.isfinite(values)):
             out[i] = None
         return out
+    if isinstance(column.dtype, pd.StringDtype) and column.dtype.na_value is np.nan:
+        # pandas' default text: tolist() gives what to_dict() does (str, NaN where missing), without a
+        # dict per row
+        return [value if type(value) is str else clean(value) for value in column.tolist()]
     return [clean(next(iter(row.values()))) for row in column.to_frame().to_dict(orient="records")]
 
 
