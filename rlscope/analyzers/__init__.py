@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,46 +129,70 @@ def analyze_run(
     """Run every analyzer on ``run``, reading its tables once.
 
     ``on_stage(name)`` is called before each of :data:`STAGES` (a progress bar's hook), from
-    the thread that runs that stage: GPU idle and the rewards run beside the others.
+    the thread that runs that stage: GPU idle, the rewards and the engine balance run on a
+    second thread beside the others.
     """
     tick = on_stage or (lambda _name: None)
-    tick("read")
-    frames = load(run)
-    # read from a run directory, the trajectories are decoded in the background while the
-    # analyzers that need none of them (GPU idle, the step anatomy) run
-    frames.trajectories.prefetch(ANALYZED_TRAJECTORIES)
-    reader = frames.reader
-    # trajectories read from the run hold the reward columns: the rewards analyzer reuses them
-    reward_input = frames.trajectories if "reward" in frames.trajectories.columns else reader
-    r: dict[str, Any] = {}
-    # GPU idle and the rewards need no other analyzer's result: they run on a second thread beside
-    # the others (numpy and Arrow leave the GIL in their loops over millions of rows)
+    if not isinstance(run, (RunReader, RunFrames)):
+        run = RunReader(run)
+    reader = run if isinstance(run, RunReader) else run.reader
+    done: dict[str, Future[Any]] = {name: Future() for name in STAGES}
+
+    def result(name: str) -> Any:
+        """An analyzer's result, waited for: the analyzer reusing it may run on the other thread."""
+        return done[name].result()
+
+    def read() -> RunFrames:
+        frames = load(run)
+        # read from a run directory, the trajectories are decoded in the background meanwhile
+        # (begun here, or before the analysis was imported: ``cli.diagnose.reading_run``)
+        frames.trajectories.prefetch(ANALYZED_TRAJECTORIES)
+        return frames
+
+    def rewards_of(frames: RunFrames) -> Any:
+        # trajectories read from the run hold the reward columns: the rewards analyzer reuses them
+        reward_input = frames.trajectories if "reward" in frames.trajectories.columns else reader
+        return rewards.analyze(reward_input, frames.steps) if reader else None
+
+    # two threads, each in dependency order, balanced in time on a large run; numpy and Arrow
+    # leave the GIL in their loops over millions of rows. GPU idle needs the reader alone.
     beside: list[tuple[str, Callable[[], Any]]] = [
         ("gpu_idle", lambda: gpu_idle.analyze(reader) if reader else None),
-        ("rewards", lambda: rewards.analyze(reward_input, frames.steps) if reader else None),
+        ("rewards", lambda: rewards_of(result("read"))),
+        ("sync_balance", lambda: sync_balance.analyze(result("read"), result("anatomy"))),
     ]
-    # in dependency order: later analyzers reuse the anatomy's and the long tail's results
     chain: list[tuple[str, Callable[[], Any]]] = [
-        ("anatomy", lambda: anatomy.analyze(frames)),
-        ("longtail", lambda: longtail.analyze(frames)),
-        ("mfu", lambda: mfu.analyze(frames, r["anatomy"], r["longtail"])),
-        ("topology", lambda: topology.analyze(frames, r["anatomy"], r["longtail"])),
-        ("drift", lambda: drift.analyze(frames, r["anatomy"], r["longtail"], r["topology"])),
-        ("sync_balance", lambda: sync_balance.analyze(frames, r["anatomy"])),
-        ("staleness", lambda: staleness.analyze(frames, anatomy=r["anatomy"])),
-        ("mismatch", lambda: mismatch.analyze(reader, staleness.recent_mean_lag(r["staleness"])) if reader else None),
+        ("read", read),
+        ("anatomy", lambda: anatomy.analyze(result("read"))),
+        ("longtail", lambda: longtail.analyze(result("read"))),
+        ("mfu", lambda: mfu.analyze(result("read"), result("anatomy"), result("longtail"))),
+        ("topology", lambda: topology.analyze(result("read"), result("anatomy"), result("longtail"))),
+        (
+            "drift",
+            lambda: drift.analyze(result("read"), result("anatomy"), result("longtail"), result("topology")),
+        ),
+        ("staleness", lambda: staleness.analyze(result("read"), anatomy=result("anatomy"))),
+        (
+            "mismatch",
+            lambda: mismatch.analyze(reader, staleness.recent_mean_lag(result("staleness"))) if reader else None,
+        ),
     ]
 
-    def run(plan: list[tuple[str, Callable[[], Any]]]) -> None:
-        for name, run_analyzer in plan:
+    def run_all(plan: list[tuple[str, Callable[[], Any]]]) -> None:
+        for name, analyze in plan:
             tick(name)
-            r[name] = run_analyzer()
+            try:
+                done[name].set_result(analyze())
+            except BaseException as exc:  # the other thread's analyzers waiting for it fail too
+                done[name].set_exception(exc)
+                raise
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="rlscope-analyze")
     try:
-        side = pool.submit(run, beside)
-        run(chain)
+        side = pool.submit(run_all, beside)
+        run_all(chain)
         side.result()
     finally:
         pool.shutdown(wait=False)
+    r = {name: result(name) for name in STAGES if name != "read"}
     return Diagnosis(**r)

@@ -369,7 +369,14 @@ class RunReader:
         self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]
     ) -> dict[str, pa.ChunkedArray]:
         data = self._read_files(table, segs, cols, encoded)  # raises for a segment that does not read
-        return dict(zip(data.column_names, data.columns, strict=True))
+        columns = dict(zip(data.column_names, data.columns, strict=True))
+        del data
+        # a column of numbers joined into one chunk here, off the taker's thread (an analysis views
+        # it as one array), its pieces let go before the next is joined: the read is held once
+        for name in cols:
+            if columns[name].num_chunks > 1 and name not in encoded:
+                columns[name] = pa.chunked_array([columns.pop(name).combine_chunks()])
+        return columns
 
     def _take_prefetched(
         self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]
