@@ -80,13 +80,16 @@ def duckdb_child(run: str, out: str) -> None:
         json.dump(result, fh)
 
 
-# what `rlscope diagnose --format json` imports, without reading or analysing anything
-_DIAGNOSE_IMPORTS = "import pyarrow.dataset, rlscope.cli.diagnose, rlscope.analyzers, rlscope.report.document"
+# what `rlscope diagnose --format json` imports, without reading or analysing anything; ended as
+# diagnose ends (rlscope.cli.run), without the interpreter's teardown of what it imported
+_DIAGNOSE_IMPORTS = (
+    "import os, pyarrow.dataset, rlscope.cli.diagnose, rlscope.analyzers, rlscope.report.document; os._exit(0)"
+)
 
 # the columns diagnose reads, read into Arrow with pyarrow alone (no pandas, no numpy views, no
 # analysis, no report): a floor under any diagnose in Python that reads what it reads
 _READ_FLOOR = """
-import glob, sys
+import glob, os, sys
 import pyarrow as pa, pyarrow.parquet as pq
 pa.set_memory_pool(pa.jemalloc_memory_pool())
 reads = {
@@ -103,6 +106,7 @@ for table, columns in reads.items():
     for path in sorted(glob.glob(f"{sys.argv[1]}/{table}/*.parquet")):
         rows += pq.read_table(path, columns=columns, read_dictionary=[c for c in columns if c in text]).num_rows
 assert rows > 0
+os._exit(0)  # as diagnose ends
 """
 
 

@@ -1,7 +1,5 @@
 """``python -m rlscope`` runs the command line."""
 
-import sys
+from rlscope.cli import run
 
-from rlscope.cli import main
-
-sys.exit(main())
+run()

@@ -1569,3 +1569,24 @@ def test_an_analyzer_that_fails_beside_the_others_fails_the_analysis(monkeypatch
     monkeypatch.setattr(rewards, "analyze", broken)
     with pytest.raises(RuntimeError, match="rewards analyzer broke"):
         analyze_run(str(SAMPLES / "agentic-failing-reward"))
+
+
+def test_the_program_ends_at_once_with_all_it_wrote_and_its_exit_code(tmp_path):
+    import subprocess
+
+    # diagnose ends its process without the interpreter's teardown (cli.run): what it wrote to a pipe
+    # must still arrive whole, and --fail-on's exit code stand
+    agentic = str(SAMPLES / "agentic-failing-reward")  # a critical finding
+    done = subprocess.run(
+        [sys.executable, "-m", "rlscope", "diagnose", agentic, "--format", "json", "--fail-on", "critical"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 3
+    doc = json.loads(done.stdout)
+    assert any(f["severity"] == "critical" for f in doc["findings"]) and done.stdout.endswith("}\n")
+    unreadable = tmp_path / "no-run"
+    done = subprocess.run(
+        [sys.executable, "-m", "rlscope", "diagnose", str(unreadable)], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and done.stderr.startswith("rlscope: ") and "no-run" in done.stderr
