@@ -369,14 +369,7 @@ class RunReader:
         self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]
     ) -> dict[str, pa.ChunkedArray]:
         data = self._read_files(table, segs, cols, encoded)  # raises for a segment that does not read
-        columns = dict(zip(data.column_names, data.columns, strict=True))
-        del data
-        # a column of numbers joined into one chunk here, off the taker's thread (an analysis views
-        # it as one array), its pieces let go before the next is joined: the read is held once
-        for name in cols:
-            if columns[name].num_chunks > 1 and name not in encoded:
-                columns[name] = pa.chunked_array([columns.pop(name).combine_chunks()])
-        return columns
+        return dict(zip(data.column_names, data.columns, strict=True))
 
     def _take_prefetched(
         self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]
@@ -467,10 +460,12 @@ class RunReader:
         parts = []
         for seg in segs:
             with self.location.fs.open_input_file(seg.path) as fh:
-                pf = pq.ParquetFile(fh)
+                # pre-buffered: the columns' byte ranges fetched in few large reads, in parallel
+                pf = pq.ParquetFile(fh, pre_buffer=True)
                 names = set(pf.schema_arrow.names)
                 if any(c in names for c in encoded):  # the footer parsed once
-                    pf = pq.ParquetFile(fh, metadata=pf.metadata, read_dictionary=[c for c in encoded if c in names])
+                    dictionary = [c for c in encoded if c in names]
+                    pf = pq.ParquetFile(fh, metadata=pf.metadata, read_dictionary=dictionary, pre_buffer=True)
                 data = pf.read(columns=[c for c in cols if c in names])
             columns = [data.column(f.name) if f.name in names else pa.nulls(data.num_rows, f.type) for f in fields]
             columns = [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, fields, strict=True)]
