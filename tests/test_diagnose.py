@@ -1560,15 +1560,29 @@ def test_the_trajectories_are_read_while_the_analysis_is_imported(tmp_path, comm
         assert json.loads(out[out.index("{") :])["run"]["steps"] == 10
 
 
-def test_an_analyzer_that_fails_beside_the_others_fails_the_analysis(monkeypatch):
-    from rlscope.analyzers import rewards
+@pytest.mark.parametrize("name", ["rewards", "anatomy"])
+def test_an_analyzer_that_fails_on_either_thread_fails_the_analysis(monkeypatch, name):
+    import importlib
 
+    # rewards runs beside the others; the engine balance, beside them too, waits for the anatomy's
+    # result: a failed anatomy must fail it as well, not leave it waiting
     def broken(*_args, **_kwargs):
-        raise RuntimeError("the rewards analyzer broke")
+        raise RuntimeError(f"the {name} analyzer broke")
 
-    monkeypatch.setattr(rewards, "analyze", broken)
-    with pytest.raises(RuntimeError, match="rewards analyzer broke"):
-        analyze_run(str(SAMPLES / "agentic-failing-reward"))
+    monkeypatch.setattr(importlib.import_module(f"rlscope.analyzers.{name}"), "analyze", broken)
+    raised: list[BaseException] = []
+
+    def analyse() -> None:
+        try:
+            analyze_run(str(SAMPLES / "agentic-failing-reward"))
+        except RuntimeError as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=analyse, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the analysis hung"
+    assert [str(e) for e in raised] == [f"the {name} analyzer broke"]
 
 
 def test_the_program_ends_at_once_with_all_it_wrote_and_its_exit_code(tmp_path):
