@@ -453,15 +453,19 @@ def test_a_read_that_fails_once_is_read_again_not_skipped(tmp_path, monkeypatch)
     reader, cursor = RunReader(run), Cursor()
     reader.read_new("steps", cursor)
     write_segment(run, "steps", _steps([2]), writer_id="w", seq=5)
-    original, calls = RunReader._read_files, []
+    original, calls = RunReader.dataset, []
 
-    def blip(self, *args, **kwargs):  # the first read of the new segment meets a network blip
-        calls.append(1)
-        if len(calls) == 1:
-            raise OSError("Connection reset by peer")
-        return original(self, *args, **kwargs)
+    class Blip:  # the first read of the new segment meets a network blip
+        def __init__(self, dataset):
+            self.dataset = dataset
 
-    monkeypatch.setattr(RunReader, "_read_files", blip)
+        def to_table(self, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("Connection reset by peer")
+            return self.dataset.to_table(**kwargs)
+
+    monkeypatch.setattr(RunReader, "dataset", lambda self, *a, **k: Blip(original(self, *a, **k)))
     assert reader.read_new("steps", cursor).column("step").to_pylist() == [2]
     assert reader.warnings == [] and len(calls) == 2
 
@@ -521,26 +525,33 @@ def _mixed_run(tmp_path) -> str:
     return run
 
 
+def _counting_reads(monkeypatch) -> list[tuple[str, list[str]]]:
+    """("prefetch" or "read", columns) of each read of the data from here on."""
+    reads: list[tuple[str, list[str]]] = []
+    files, scan = RunReader._read_files, RunReader._scan
+    monkeypatch.setattr(RunReader, "_read_files", lambda self, *a: reads.append(("prefetch", a[2])) or files(self, *a))
+    monkeypatch.setattr(RunReader, "_scan", lambda self, *a, **k: reads.append(("read", a[2])) or scan(self, *a, **k))
+    return reads
+
+
 def test_a_prefetched_read_is_the_read_it_stands_for_and_is_taken_once(tmp_path, monkeypatch):
     run = _mixed_run(tmp_path)
     columns, encoded = ["step", "attempt", "key", "value"], ["key"]
     expected = RunReader(run).read("steps", columns, dictionary=encoded)
     assert expected.schema.field("key").type == pa.dictionary(pa.int32(), pa.string())
-    original, reads = RunReader._read_files, []
-    monkeypatch.setattr(RunReader, "_read_files", lambda self, *a: reads.append(a[2]) or original(self, *a))
+    reads = _counting_reads(monkeypatch)
     reader = RunReader(run)
     reader.prefetch("steps", columns, dictionary=encoded)
     assert reader.read("steps", ["step", "attempt"]).equals(expected.select(["step", "attempt"]))
     assert reader.read("steps", ["key", "value"], dictionary=encoded).equals(expected.select(["key", "value"]))
-    assert reads == [columns]  # both came from the one read begun by prefetch
+    assert reads == [("prefetch", columns)]  # both came from the one read begun by prefetch
     assert reader.read("steps", ["step"]).equals(expected.select(["step"]))  # taken already: read again
-    assert reads == [columns, ["step"]]
+    assert reads == [("prefetch", columns), ("read", ["step"])]
 
 
 def test_a_prefetch_is_not_taken_by_a_read_it_does_not_stand_for(tmp_path, monkeypatch):
     run = _mixed_run(tmp_path)
-    original, reads = RunReader._read_files, []
-    monkeypatch.setattr(RunReader, "_read_files", lambda self, *a: reads.append(a[2]) or original(self, *a))
+    reads = _counting_reads(monkeypatch)
     reader = RunReader(run)
     reader.prefetch("steps", ["step", "key"], dictionary=["key"])
     plain = reader.read("steps", ["key"])  # asked for as text, not dictionary-encoded: read again
@@ -548,7 +559,7 @@ def test_a_prefetch_is_not_taken_by_a_read_it_does_not_stand_for(tmp_path, monke
     assert reader.read("steps", ["step"], segments=reader.segments("steps")[:1]).num_rows == 2  # other segments
     assert reader.read("steps", ["step"], filter=pc.field("step") > 1).column("step").to_pylist() == [5, 6]
     assert reader.read("steps", ["step", "value"]).num_rows == 4  # value was not prefetched
-    assert ["key"] in reads and ["step"] in reads and ["step", "value"] in reads
+    assert sorted(c for kind, c in reads if kind == "read") == [["key"], ["step"], ["step"], ["step", "value"]]
 
 
 def test_a_prefetch_that_meets_a_segment_that_does_not_read_leaves_the_warning_to_each_read(tmp_path, caplog):

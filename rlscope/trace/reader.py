@@ -409,8 +409,6 @@ class RunReader:
         encoded = list(encoded)
 
         def scan(some: Sequence[SegmentInfo]) -> pa.Table:
-            if filter is None and cols:
-                return self._read_files(table, some, cols, encoded)
             return self.dataset(table, some, encoded).to_table(columns=cols, filter=filter)
 
         try:
@@ -429,7 +427,7 @@ class RunReader:
             except (OSError, pa.ArrowInvalid) as exc:
                 problem = exc
             try:
-                self._read_files(table, [seg], list(TABLES[table].names), [])  # it reads whole: not its data's error
+                self.dataset(table, [seg]).to_table()  # the whole segment reads: the error was not its data's
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowInvalid):
@@ -452,9 +450,10 @@ class RunReader:
         return data, left_out, given_up
 
     def _read_files(self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]) -> pa.Table:
-        """``segs``'s ``cols`` read a file at a time with pyarrow.parquet, typed as the dataset types
-        them (a column a segment lacks is all null; an older type is cast). Unlike a dataset, this
-        imports no pandas (0.4 s), so a command can read while it imports its analysis."""
+        """``segs``'s ``cols`` read a file at a time with pyarrow.parquet, typed as a dataset types
+        them (a column a segment lacks is all null; an older type is cast): a prefetch's read.
+        Unlike a dataset, this imports no pandas (0.4 s), so a command can read while it imports
+        its analysis; a dataset reads many small segments faster (1.4x, 2,000 of 300 rows)."""
         target = _dictionary_schema(TABLES[table], set(encoded))
         fields = [target.field(c) for c in cols]
         parts = []
