@@ -162,3 +162,32 @@ def test_the_dashboard_notices_say_what_diagnose_says(tmp_path, capsys):
         live = LiveRun(0, str(tmp_path / "run"), "run", window=window)
         live.refresh(force=True)
         assert [w for w in live.warnings if "clock" in w] == expected
+
+
+@pytest.mark.parametrize("clock_steps", [[], [0, 1, 2, 3]])
+def test_finish_times_of_aborted_trajectories_alone_are_no_measured_tail(tmp_path, clock_steps):
+    # steps 0-3 have clock times (or measured ones), steps 4-7 only aborted trajectories' finish times:
+    # the long tail leaves aborted trajectories out, so nothing is measured; the estimate from response
+    # lengths takes over, for every step, rather than a "measured" tail with no step in it
+    path = tmp_path / "run"
+    now = time.time()
+    with Recorder(path, meta=META) as rec:
+        for step in STEPS:
+            rec.log_step(
+                step,
+                {
+                    "timing_s/gen": 100.0,
+                    "timing_s/step": 130.0,
+                    "response_length/mean": 100.0,
+                    "response_length/max": 1000.0,
+                },
+            )
+            aborted = step >= 4 or not clock_steps
+            rows = [{"traj_id": f"{step}-{i}", "finish_time": t, "aborted": aborted} for i, t in enumerate(MEASURED)]
+            if step in clock_steps:
+                for i, row in enumerate(rows):
+                    row["finish_time"] = now + i
+            rec.log_trajectories(step, rows)
+    result = longtail.analyze(path)
+    assert result.estimated
+    assert result.per_step["tail_share"].tolist() == pytest.approx([ESTIMATE] * 8)

@@ -259,8 +259,12 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     traj = frames.trajectories
     clock_times = traj.clock_times()
     unmeasured = sorted({step for logged in clock_times.values() for step, _ in logged})
-    measured = traj.has("finish_time") and (not unmeasured or _finished_elsewhere(traj, unmeasured))
-    per_step = _measured(traj, unmeasured) if measured else _estimated(frames.steps)
+    # measured where some trajectory the tail counts (not aborted, of a step not timed by a clock)
+    # has a finish time; else estimated, as a run without finish times is
+    per_step = _measured(traj, unmeasured) if traj.has("finish_time") else pd.DataFrame()
+    measured = not per_step.empty
+    if not measured:
+        per_step = _estimated(frames.steps)
     per_step = per_step.dropna(subset=["rollout_s"]).sort_index()
     now = recent(per_step)
     t_thr, t_tail = float(now["t_thr_s"].mean()), float(now["t_tail_s"].mean())
@@ -296,13 +300,6 @@ def analyze(run: RunReader | RunFrames | str | os.PathLike[str]) -> LongTailResu
     )
     result.findings.extend(_findings(result, frames.facts))
     return result
-
-
-def _finished_elsewhere(trajectories: Trajectories, unmeasured: Sequence[int]) -> bool:
-    """Whether a step other than the ``unmeasured`` ones holds a finish time (a run of only those
-    is estimated, as one without finish times)."""
-    elsewhere = ~np.isin(trajectories.numbers("step"), unmeasured)
-    return bool(np.isfinite(trajectories.numbers("finish_time")[elsewhere]).any())
 
 
 def _levers(facts: RunFacts) -> str:
