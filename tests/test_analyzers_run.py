@@ -956,6 +956,19 @@ def _async_rows(lag: int, submit: list[float], finish: list[float]) -> list[dict
     ]
 
 
+def test_the_expected_lag_leaves_out_steps_with_one_trajectory_time_a_clock_s(tmp_path):
+    # 8 steps of 100 s with a weight sync each; the recent quarter is steps 6 and 7. Step 7 logged its
+    # submit times as time.time() but its finish times in seconds since the rollout began: the two
+    # clocks do not subtract, so only step 6 (submitted at 0 and 50 s, taken at 250 s) is judged,
+    # (250 + 200) / 2 / 100 = 2.25 versions expected, against its lags of 2
+    steps = {key: {"timing_s/step": 100.0, "timing_s/update_weights": 5.0} for key in range(8)}
+    rows = dict.fromkeys(range(7), _async_rows(2, [0, 50], [200, 250]))
+    rows[7] = _async_rows(2, [1.7e9, 1.7e9 + 50], [200, 250])
+    r = staleness.analyze(make_run(tmp_path / "r", {}, steps, rows))
+    assert (r.expected.mean_observed, r.expected.mean_expected) == (2.0, pytest.approx(2.25))
+    assert "staleness-unexplained" not in ids(r)
+
+
 def test_staleness_checks_the_lag_generation_and_wait_explain(tmp_path):
     # steps of 100 s with a weight sync each. Submitted at 0 and 50 s, the batch is taken when its
     # last sample finishes at 250 s: (250 + 200) / 2 / 100 = 2.25 versions expected on average

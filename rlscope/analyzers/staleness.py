@@ -312,6 +312,11 @@ def analyze(
         last = np.fmax.reduceat(g.take(traj.numbers("finish_time"))[window][known].astype(float), w.starts)
         consumed = last[w.ids]
         submit = g.take(traj.numbers("submit_time"))[window][known].astype(float, copy=False)
+        # a step whose submit or finish times are a clock's (time.time()) has no wait measured: the
+        # other column's seconds since the rollout began do not subtract from it
+        clocked = [s for logged in traj.clock_times().values() for s, _ in logged]
+        if clocked:
+            submit = np.where(np.isin(w.keys, clocked)[w.ids], np.nan, submit)
         anatomy = anatomy or _anatomy.analyze(frames)
         expected = expected_lag(window_lag, submit, consumed, sync_interval(anatomy))
     result = StalenessResult(per_step, corr, drop, expected=expected, source="trajectories")
