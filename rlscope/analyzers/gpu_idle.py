@@ -53,15 +53,15 @@ class GpuIdleResult:
 
 @dataclass(frozen=True)
 class _Role:
-    """One role's samples in time order, with running totals of utilisation and idle samples.
+    """One role's samples in time order, with the running total of utilisation and which are idle.
 
     The samples inside any time window [start, end) are one slice of them, so a window's
-    totals are two lookups: thousands of spans cost no per-sample work.
+    totals are a few lookups: thousands of spans cost no per-sample work.
     """
 
     time: np.ndarray
     util: np.ndarray  # running total, one longer than time
-    idle: np.ndarray  # running count of idle samples, one longer than time
+    idle: np.ndarray  # the idle samples' indices, ascending: those before i are searchsorted(idle, i)
 
     def totals(self, starts: np.ndarray | None, ends: np.ndarray | None) -> np.ndarray:
         """(3, windows): samples, summed utilisation and idle samples inside each window
@@ -71,7 +71,8 @@ class _Role:
         else:
             lo = np.searchsorted(self.time, starts, side="left")
             hi = np.maximum(np.searchsorted(self.time, ends, side="left"), lo)
-        return np.stack([hi - lo, self.util[hi] - self.util[lo], self.idle[hi] - self.idle[lo]])
+        idle = np.searchsorted(self.idle, hi) - np.searchsorted(self.idle, lo)
+        return np.stack([hi - lo, self.util[hi] - self.util[lo], idle])
 
 
 @dataclass(frozen=True)
@@ -133,10 +134,9 @@ def _samples(reader: RunReader) -> _Samples | None:
     bounds = np.searchsorted(role, np.arange(roles.size + 1))
     by_role = []
     for a, b in itertools.pairwise(bounds.tolist()):
-        running = np.zeros((2, b - a + 1))
-        np.cumsum(util[a:b], out=running[0, 1:])
-        np.cumsum(util[a:b] < GPU_IDLE_UTIL_PCT, out=running[1, 1:])
-        by_role.append(_Role(time[a:b], running[0], running[1]))
+        running = np.zeros(b - a + 1)
+        np.cumsum(util[a:b], out=running[1:])
+        by_role.append(_Role(time[a:b], running, np.flatnonzero(util[a:b] < GPU_IDLE_UTIL_PCT)))
     return _Samples(roles, by_role)
 
 
