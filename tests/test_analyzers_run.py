@@ -904,6 +904,29 @@ def test_an_engine_that_stops_serving_counts_at_load_zero(tmp_path):
     assert r.findings == []
 
 
+@pytest.mark.parametrize(
+    ("unit", "nothing"),
+    [("response_tokens", 0), ("gen_s", None)],  # trajectories of no tokens; of no time logged (a gap adds 0)
+)
+def test_an_engine_whose_trajectories_add_no_load_still_served(tmp_path, unit, nothing):
+    # e0, e1 carry 100 each in every step; e2's rows in step 1 add nothing: loads (100, 100, 0),
+    # mean 200/3, population std sqrt(((100/3)^2 * 2 + (200/3)^2) / 3) = 100 sqrt(2) / 3, CV 1/sqrt(2).
+    # e2 is there (it served those rows), not starved.
+    def rows(load_of_e2):
+        return [
+            {"traj_id": f"{e}-{i}", "engine": e, unit: 50 if e != "e2" else load_of_e2}
+            for e in ("e0", "e1", "e2")
+            for i in range(2)
+        ]
+
+    traj = {0: rows(50), 1: rows(nothing), 2: rows(50)}
+    r = sync_balance.analyze(make_run(tmp_path / "r", {}, {s: {"timing_s/gen": 10} for s in range(3)}, traj))
+    assert r.load_unit == unit
+    assert r.engines["n_engines"].tolist() == [3, 3, 3] and r.engines["starved"].tolist() == [0, 0, 0]
+    assert r.engines["cv"].tolist() == pytest.approx([0.0, 2**-0.5, 0.0])
+    assert r.engines["utilisation"].tolist() == pytest.approx([1.0, 2 / 3, 1.0])
+
+
 def test_a_sync_without_an_update_timer_has_no_bubble(tmp_path):
     # T_sync / (k T_mb + T_sync) needs T_mb: without it the bubble is unknown, not 100%
     steps = {s: {"timing_s/gen": 20, "timing_s/update_weights": 3, "timing_s/step": 23} for s in range(4)}

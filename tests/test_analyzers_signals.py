@@ -377,6 +377,32 @@ def test_a_step_is_its_step_span_when_generation_overlaps_it(tmp_path):
     assert steps["idle_share"].tolist() == [0.0, 0.5]
 
 
+def test_steps_with_and_without_a_step_span_each_get_their_own_window(tmp_path):
+    # step 0 has no step timer: its window is its spans' union, 0-100 s; step 1's step span
+    # (100-200 s) is its window although its gen span began at 50 s. The trainer idles 40-60 s
+    # and 100-150 s: 20 of step 0's 100 samples, 50 of step 1's 100.
+    run = str(tmp_path / "mixed")
+    with Recorder(run) as rec:
+        rec.log_span(0, "gen", 0.0, 60.0)
+        rec.log_span(0, "update_actor", 60.0, 100.0)
+        rec.log_span(1, "gen", 50.0, 100.0, role="rollout")
+        rec.log_span(1, "step", 100.0, 200.0)
+        rec.log_gpu(
+            [
+                {
+                    "time": float(t),
+                    "gpu": 0,
+                    "role": "trainer",
+                    "util_pct": 0.0 if 40 <= t < 60 or 100 <= t < 150 else 90.0,
+                }
+                for t in range(200)
+            ]
+        )
+    steps = gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
+    assert steps["samples"].tolist() == [100, 100]
+    assert steps["idle_share"].tolist() == [0.2, 0.5]
+
+
 def test_time_shared_gpus_of_a_colocated_run_are_the_learner(tmp_path):
     # verl's colocated worker: every GPU is "actor_rollout", idle 70 of every 100 s
     run = str(tmp_path / "colocated")

@@ -785,7 +785,8 @@ class Trajectories:
         key = ("has", name)
         if key not in self._cache:
             if self._text(name):
-                self._cache[key] = bool((self.labels(name, ordered=False)[0] >= 0).any())  # read once for both
+                # read once for both; a code of 0 or more is a value (the rows are not empty)
+                self._cache[key] = bool(self.labels(name, ordered=False)[0].max() >= 0)
             else:  # a NaN is as missing as a null, whatever the source
                 values = self.numbers(name)
                 self._cache[key] = bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())

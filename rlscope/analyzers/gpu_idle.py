@@ -53,15 +53,15 @@ class GpuIdleResult:
 
 @dataclass(frozen=True)
 class _Role:
-    """One role's samples in time order, with running totals of utilisation and idle samples.
+    """One role's samples in time order, with the running total of utilisation and which are idle.
 
     The samples inside any time window [start, end) are one slice of them, so a window's
-    totals are two lookups: thousands of spans cost no per-sample work.
+    totals are a few lookups: thousands of spans cost no per-sample work.
     """
 
     time: np.ndarray
     util: np.ndarray  # running total, one longer than time
-    idle: np.ndarray  # running count of idle samples, one longer than time
+    idle: np.ndarray  # the idle samples' indices, ascending: those before i are searchsorted(idle, i)
 
     def totals(self, starts: np.ndarray | None, ends: np.ndarray | None) -> np.ndarray:
         """(3, windows): samples, summed utilisation and idle samples inside each window
@@ -71,7 +71,8 @@ class _Role:
         else:
             lo = np.searchsorted(self.time, starts, side="left")
             hi = np.maximum(np.searchsorted(self.time, ends, side="left"), lo)
-        return np.stack([hi - lo, self.util[hi] - self.util[lo], self.idle[hi] - self.idle[lo]])
+        idle = np.searchsorted(self.idle, hi) - np.searchsorted(self.idle, lo)
+        return np.stack([hi - lo, self.util[hi] - self.util[lo], idle])
 
 
 @dataclass(frozen=True)
@@ -133,10 +134,9 @@ def _samples(reader: RunReader) -> _Samples | None:
     bounds = np.searchsorted(role, np.arange(roles.size + 1))
     by_role = []
     for a, b in itertools.pairwise(bounds.tolist()):
-        running = np.zeros((2, b - a + 1))
-        np.cumsum(util[a:b], out=running[0, 1:])
-        np.cumsum(util[a:b] < GPU_IDLE_UTIL_PCT, out=running[1, 1:])
-        by_role.append(_Role(time[a:b], running[0], running[1]))
+        running = np.zeros(b - a + 1)
+        np.cumsum(util[a:b], out=running[1:])
+        by_role.append(_Role(time[a:b], running, np.flatnonzero(util[a:b] < GPU_IDLE_UTIL_PCT)))
     return _Samples(roles, by_role)
 
 
@@ -161,20 +161,29 @@ def _latest_attempt(spans: pa.Table) -> pa.Table:
     return spans.filter(pa.array((frame["attempt"] == latest).to_numpy()))
 
 
-def _step_windows(spans: pa.Table) -> pd.DataFrame:
-    """Per step (index), the ``start`` and ``end`` of its wall window: its ``step`` span (verl's
-    step timer), else from its first span's start to its last span's end.
+def _step_windows(
+    step: np.ndarray, phase: np.ndarray, phases: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The steps (ascending) and the ``start`` and ``end`` of each one's wall window, from its
+    spans (their ``step``, ``phase`` codes into ``phases``, ``start`` and ``end``): its ``step``
+    span (verl's step timer), else from its first span's start to its last span's end.
 
     With one-step overlap or async streaming a step's ``gen`` span began steps earlier, so
     the spans' union would stretch the window over earlier steps and count their samples twice.
     """
-    timed = spans.select(["step", "phase", "start", "end"]).to_pandas()
-    steps = timed.groupby("step").agg(start=("start", "min"), end=("end", "max"))
-    whole = (
-        timed[timed["phase"].astype(object) == "step"].groupby("step").agg(start=("start", "min"), end=("end", "max"))
-    )
-    steps.loc[whole.index] = whole
-    return steps
+    rows = kept(step == step)  # a span without a step is in no step's window
+    steps, inverse = np.unique(step[rows], return_inverse=True)
+    phase, start, end = phase[rows], start[rows], end[rows]
+    whole = np.isin(phase, np.flatnonzero(phases == "step"))
+    windows = []
+    for spans in (slice(None), whole):  # every span of the step, then its step spans where it has some
+        first, last = np.full(steps.size, np.inf), np.full(steps.size, -np.inf)
+        np.minimum.at(first, inverse[spans], start[spans])
+        np.maximum.at(last, inverse[spans], end[spans])
+        windows.append((first, last))
+    (first, last), (step_first, step_last) = windows
+    timed = np.bincount(inverse[whole], minlength=steps.size) > 0
+    return steps, np.where(timed, step_first, first), np.where(timed, step_last, last)
 
 
 def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
@@ -192,11 +201,10 @@ def analyze(run: RunReader | str | os.PathLike[str]) -> GpuIdleResult:
     )
     if spans.num_rows == 0:
         return result
-    steps = _step_windows(spans)
-    starts, ends = steps["start"].to_numpy(), steps["end"].to_numpy()
-    result.by_step = samples.aggregate(starts, ends, np.arange(len(steps)), steps.index.to_numpy(), "step")
     phase, phases = labels(spans.column("phase"))  # a span without a phase (-1) counts in no phase
     starts, ends = numbers(spans.column("start")), numbers(spans.column("end"))
+    steps, step_starts, step_ends = _step_windows(numbers(spans.column("step")), phase, phases, starts, ends)
+    result.by_step = samples.aggregate(step_starts, step_ends, np.arange(steps.size), steps, "step")
     result.by_phase = samples.aggregate(starts, ends, phase, phases, "phase")
     result.findings = _findings(result.by_step, RunFacts.from_meta(reader.meta))
     return result

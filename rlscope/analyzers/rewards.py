@@ -141,15 +141,17 @@ def _by_source(traj: Trajectories) -> RewardResult:
     for steps, rows, local in chunks(g, min(rows_per_chunk, CHUNK_ROWS)):
         r = reward[rows]
         rated = r == r  # not NaN
-        cell = local * width
-        cell += source[rows] * _CLASSES
-        cell += rated  # _NONZERO
-        cell += r == 0  # _ZERO, rated too
+        # the row's source and class first, in the source codes' narrower type, then its step's offset
+        within = source[rows] * _CLASSES
+        within += rated  # _NONZERO
+        within += r == 0  # _ZERO, rated too
         if error_codes:
             error = _among(status[rows], error_codes)
-            cell += error * _ERROR
+            within += error * _ERROR
             errors_at.append(np.flatnonzero(error) + rows.start)
             said = said or bool(error.any())
+        cell = local * width
+        cell += within
         size = (steps.stop - steps.start) * width
         counts = np.bincount(cell, minlength=size).reshape(-1, _CLASSES)
         sums = np.bincount(cell, weights=r, minlength=size).reshape(-1, _CLASSES)

@@ -97,8 +97,15 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     load = traj.numbers(unit)[rows]
     load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load  # a gap adds 0
     by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
-    loads = group_counts(g, engine, names.size, load)[:, by_name]
-    served = group_counts(g, engine, names.size)[:, by_name] > 0
+    loads = group_counts(g, engine, names.size, load)
+    # which cells have rows, from their sums rather than a second pass counting every row: a cell
+    # without rows sums to 0, one with rows only if it holds a load <= 0 (loads above 0 add up to
+    # more), and those rows alone are looked up
+    served = loads != 0
+    if load.min() <= 0:
+        odd = np.flatnonzero(load <= 0)
+        served[np.searchsorted(g.keys, traj.numbers("step")[rows][odd]), engine[odd]] = True
+    loads, served = loads[:, by_name], served[:, by_name]
     # an engine counts from the first step it serves to the last: one that gets nothing in a step
     # between is starved (load 0), the worst imbalance. Before and after it is not there (a
     # restart or a scale-down renames or removes engines). engine_balance() of every step at once.
