@@ -17,6 +17,7 @@ from html import unescape
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from damage import damage_column
 from fully_async_log import fully_async_records, rollouter_window, update_metrics
@@ -499,6 +500,24 @@ def test_a_non_finite_timer_of_an_attempt_logged_again_is_no_gap():
     rows += [(3, 0, "timing/gen", math.nan), (3, 0, "timing_s/step", 40.0)]  # an old name, canonicalised
     steps = pd.DataFrame(rows, columns=["step", "attempt", "key", "value"])
     assert unfinite_timers(steps) == {"timing_s/gen": (3,)}
+
+
+def test_a_non_finite_timer_is_found_in_any_chunk_of_an_arrow_table_as_null_or_inf():
+    # the table as the reader gives it, in two segments: step 2's gen null (verl's file logger writes inf
+    # and NaN so), step 3's update inf in the second chunk; a NaN of a metric that is no timer is none
+    first = [(1, 0, "timing_s/gen", 10.0), (2, 0, "timing_s/gen", None), (2, 0, "actor/loss", math.nan)]
+    second = [(3, 0, "timing_s/update_actor", math.inf), (3, 0, "timing_s/gen", 10.0)]
+    names = ["step", "attempt", "key", "value"]
+    chunks = [
+        pd.DataFrame(rows, columns=names).pipe(pa.Table.from_pandas, preserve_index=False) for rows in (first, second)
+    ]
+    table = pa.concat_tables(chunks)
+    assert table.column("value").num_chunks == 2
+    assert unfinite_timers(table) == {"timing_s/gen": (2,), "timing_s/update_actor": (3,)}
+    assert unfinite_timers(chunks[0].slice(0, 2)) == {"timing_s/gen": (2,)}  # a null alone
+    assert unfinite_timers(pa.concat_tables([chunks[0].slice(0, 1), chunks[1]])) == {"timing_s/update_actor": (3,)}
+    assert unfinite_timers(table.slice(0, 1)) == {}  # every value finite
+    assert unfinite_timers(pa.concat_tables([chunks[0].slice(2), chunks[1].slice(1)])) == {}  # NaN of no timer
 
 
 def test_a_share_logged_out_of_range_is_warned_about_once_and_read_as_not_logged(tmp_path, capsys):

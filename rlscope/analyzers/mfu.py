@@ -171,8 +171,8 @@ class LedgerEntry:
     """GPU-seconds charged to one cause, and the GPU-seconds of peak-rate work done in them."""
 
     cause: str
-    gpu_s: float
-    useful_gpu_s: float = 0.0
+    gpu_s: float | np.ndarray  # an array over steps in the MFU's ledger of every step at once
+    useful_gpu_s: float | np.ndarray = 0.0
 
 
 @dataclass(frozen=True)
@@ -213,16 +213,17 @@ def _charge(entries: list[LedgerEntry], budget_gpu_s: float) -> tuple[float, dic
 
 
 def ledger(
-    seconds: Mapping[str, float],
-    flops: Mapping[str, float],
+    seconds: Mapping[str, float | np.ndarray],
+    flops: Mapping[str, float | np.ndarray],
     *,
-    tail_s: float,
+    tail_s: float | np.ndarray,
     peak: float,
     n_rollout: int,
     n_train: int,
-    rollout_s: float | None = None,
+    rollout_s: float | np.ndarray | None = None,
 ) -> list[LedgerEntry]:
-    """One step's ledger from anatomy phase ``seconds`` and per-stage ``flops``.
+    """One step's ledger from anatomy phase ``seconds`` and per-stage ``flops``, or every step's at
+    once from arrays over the steps (the same arithmetic, element by element).
 
     Colocated: ``n_rollout = n_train = n`` and generation lasts ``seconds["gen"]``. Pooled:
     generation runs ``rollout_s`` on ``n_rollout`` GPUs, the rest on ``n_train`` GPUs.
@@ -321,47 +322,46 @@ def analyze(
         )
     per_token = flops_per_token(facts.active_params, facts.critic_params)
     n_train = facts.train_gpus if facts.is_pooled else facts.n_gpus
-    # plain dicts: one pandas lookup per step and value costs more than the arithmetic
-    seconds = anatomy.seconds.loc[steps].to_dict("index")
-    tokens_at = tokens.to_dict()
-    tails = longtail.per_step["tail_share"].to_dict()
-    rollouts = longtail.per_step["rollout_s"].to_dict()
+    # every step at once, a numpy array per quantity: the same arithmetic per step as a loop over
+    # the steps, which built ledgers of Python numbers and cost most of the MFU's time
+    table = anatomy.seconds.loc[steps]
+    sec = {c: table[c].to_numpy() for c in table.columns}
+    tokens_at = tokens.loc[steps].to_numpy()
+    flops = {s: np.where(sec[s] > 0, f * tokens_at, 0.0) for s, f in per_token.items() if s in sec}  # ran: > 0
+    told_at = steps.isin(longtail.per_step.index)  # the steps whose tail the run tells, NaN or not
+    tail = np.where(told_at, longtail.per_step["tail_share"].reindex(steps).to_numpy(dtype=float), 0.0)
+    rollout_s = np.where(told_at, longtail.per_step["rollout_s"].reindex(steps).to_numpy(dtype=float), sec["gen"])
+    busy = async_busy_share(frames.steps)
+    busy_share = np.where(steps.isin(busy.index), busy.reindex(steps).to_numpy(dtype=float), 1.0)
+    charge = functools.partial(_step_ledger, facts, sec, flops, busy_share=busy_share, rollout_s=rollout_s)
+    ledgers = charge(tail=np.where(np.isnan(tail), 0.0, tail))
     # an estimate the lengths cannot give (NaN) has a bound; a measured NaN (one trajectory) has no tail;
     # a step the run's finish times or lengths leave out, where they give other steps', has neither
-    bounds = longtail.per_step["tail_share_max"].to_dict() if longtail.estimated else {}
+    estimate_unknown = np.isnan(tail) & told_at & longtail.estimated
     told = not longtail.per_step.empty  # the run tells some step's tail: a step it leaves out is unknown
+    untold = told & ~told_at & (sec["gen"] > 0)
     hidden = facts.is_pooled and facts.kind == "async_streaming"  # no tail is charged at all
-    busy = async_busy_share(frames.steps).to_dict()
-    rows, ledgers, at_bound, stage_eta, unknown = {}, {}, {}, {}, set()
-    for step in steps:
-        sec = seconds[step]
-        flops = {s: f * tokens_at[step] for s, f in per_token.items() if sec.get(s, 0.0) > 0}
-        tail = tails.get(step, 0.0)
-        charge = functools.partial(
-            _step_ledger, facts, sec, flops, busy_share=busy.get(step, 1.0), rollout_s=rollouts.get(step, sec["gen"])
-        )
-        ledgers[step] = charge(tail=0.0 if math.isnan(tail) else tail)
-        estimate_unknown = math.isnan(tail) and step in bounds
-        untold = told and step not in tails and sec["gen"] > 0
-        if (estimate_unknown or untold) and not hidden:
-            unknown.add(step)
-            at_bound[step] = charge(tail=bounds.get(step, math.nan))
-        mfu, _ = _charge(ledgers[step], facts.n_gpus * sec["step"])
-        rows[step] = _efficiencies(ledgers[step]) | {
-            "step_s": sec["step"],
-            "tokens": tokens_at[step],
-            "flops": sum(flops.values()),
-            "mfu": mfu,
-        }
-        if step in unknown:  # its throughput part is not known
-            rows[step]["eta_thr"] = math.nan
-        stage_eta[step] = {
-            s: flops[s] / (n_train * sec[s] * facts.peak_flops) for s in VERL_MFU_KEYS.values() if s in flops
-        }
-    per_step = pd.DataFrame.from_dict(rows, orient="index").rename_axis("step")
+    unknown_at = (estimate_unknown | untold) & (not hidden)
+    bound = longtail.per_step["tail_share_max"].reindex(steps).to_numpy(dtype=float) if longtail.estimated else math.nan
+    budgets = facts.n_gpus * sec["step"]
+    with np.errstate(divide="ignore", invalid="ignore"):  # _charge's MFU where the step's budget is > 0
+        mfu = np.where(budgets > 0, sum(e.useful_gpu_s for e in ledgers) / budgets, math.nan)
+    efficiencies = _efficiencies(ledgers)
+    efficiencies["eta_thr"] = np.where(unknown_at, math.nan, efficiencies["eta_thr"])  # its throughput part unknown
+    per_step = pd.DataFrame(
+        efficiencies | {"step_s": sec["step"], "tokens": tokens_at, "flops": sum(flops.values()), "mfu": mfu},
+        index=pd.Index(steps, name="step"),
+    )
     window = recent(per_step).index
+    at = {step: i for i, step in enumerate(steps)}
+    at_window = {s: _entries_at(ledgers, at[s]) for s in window}
+    unknown = {s for s in window if unknown_at[at[s]]}
+    bounded = charge(tail=bound) if unknown else []
+    at_bound = {s: _entries_at(bounded, at[s]) for s in unknown}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stage_eta = {s: flops[s] / (n_train * sec[s] * facts.peak_flops) for s in VERL_MFU_KEYS.values() if s in flops}
     budget = float(facts.n_gpus * per_step.loc[window, "step_s"].sum())
-    entries = [e for s in window for e in (_unsplit(ledgers[s]) if s in unknown else ledgers[s])]
+    entries = [e for s in window for e in (_unsplit(at_window[s]) if s in unknown else at_window[s])]
     fall = waterfall(entries, budget)
     scaled = sum(e.gpu_s for e in entries) > budget * (1 + 1e-9)
     lost, tail_max = fall.lost.copy(), math.nan
@@ -369,16 +369,21 @@ def analyze(
     tail_unknown = bool(unknown_steps)
     if tail_unknown:
         # the unknown steps' tail at its bound, the known steps' as charged: the difference is the bound's part
-        bound = waterfall([e for s in window for e in at_bound.get(s, ledgers[s])], budget).lost
+        bound = waterfall([e for s in window for e in at_bound.get(s, at_window[s])], budget).lost
         held = float(bound["long_tail"] - lost["long_tail"])  # NaN where an unknown step has no bound
         tail_max = held if math.isnan(held) else min(held, float(lost["decode_long_tail"]))
         if len(unknown_steps) == len(window):  # no step of the window has its generation split
             lost["decode"] = lost["long_tail"] = math.nan
-    ours = pd.DataFrame.from_dict({s: stage_eta[s] for s in window}, orient="index")
+    ran = {s: sec[s] > 0 for s in stage_eta}
+    ours = pd.DataFrame.from_dict(
+        {s: {k: float(eta[at[s]]) for k, eta in stage_eta.items() if ran[k][at[s]]} for s in window}, orient="index"
+    )
     verl = verl_stage_mfu(frames.steps.reindex(window))
     check = _cross_check(verl, ours)
     # a timed critic of unknown size: its FLOPs are missing from the MFU, which must say so
-    uncounted = tuple(s for s in _CRITIC if s not in per_token and any(seconds[t].get(s, 0.0) > 0 for t in window))
+    uncounted = tuple(
+        s for s in _CRITIC if s not in per_token and s in sec and (sec[s][[at[t] for t in window]] > 0).any()
+    )
     result = MFUResult(
         per_step,
         fall.mfu,
@@ -434,16 +439,17 @@ def _missing(frames: RunFrames, tokens: pd.Series, seconds: pd.DataFrame) -> tup
 
 def _step_ledger(
     facts: RunFacts,
-    sec: Mapping[str, float],
-    flops: Mapping[str, float],
+    sec: Mapping[str, np.ndarray],
+    flops: Mapping[str, np.ndarray],
     *,
-    tail: float,
-    busy_share: float,
-    rollout_s: float,
+    tail: np.ndarray | float,
+    busy_share: np.ndarray,
+    rollout_s: np.ndarray,
 ) -> list[LedgerEntry]:
-    """One step's ledger: ``tail`` share of generation, and when pooled the rollout pool's busy
-    time: the measured ``rollout_s`` (at most the step), or under async streaming ``busy_share``
-    of the step (see :func:`topology.async_busy_share`), the tail being hidden."""
+    """The steps' ledger, each entry an array over the steps: ``tail`` share of generation, and when
+    pooled the rollout pool's busy time: the measured ``rollout_s`` (at most the step), or under
+    async streaming ``busy_share`` of the step (see :func:`topology.async_busy_share`), the tail
+    being hidden."""
     peak = float(facts.peak_flops or math.nan)
     if not facts.is_pooled:
         n = int(facts.n_gpus or 0)
@@ -451,7 +457,7 @@ def _step_ledger(
     if facts.kind == "async_streaming":
         rollout_s, tail_s = busy_share * sec["step"], 0.0
     else:
-        rollout_s = min(rollout_s, sec["step"])
+        rollout_s = np.where(sec["step"] < rollout_s, sec["step"], rollout_s)  # min(rollout_s, step), NaN kept
         tail_s = tail * rollout_s
     return ledger(
         sec,
@@ -469,12 +475,23 @@ def _unsplit(entries: list[LedgerEntry]) -> list[LedgerEntry]:
     return [dataclasses.replace(e, cause="decode_long_tail") if e.cause == "decode" else e for e in entries]
 
 
-def _efficiencies(entries: list[LedgerEntry]) -> dict[str, float]:
+def _entries_at(entries: list[LedgerEntry], i: int) -> list[LedgerEntry]:
+    """Step ``i``'s ledger of Python numbers, of the steps' ledger of arrays (or numbers)."""
+    return [LedgerEntry(e.cause, _item(e.gpu_s, i), _item(e.useful_gpu_s, i)) for e in entries]
+
+
+def _item(value: np.ndarray | float, i: int) -> float:
+    return float(value[i]) if isinstance(value, np.ndarray) else float(value)
+
+
+def _efficiencies(entries: list[LedgerEntry]) -> dict[str, np.ndarray]:
+    """Per step of the steps' ledger (arrays over the steps), each stage's useful share of its GPU-seconds."""
     by = {e.cause: e for e in entries}
 
-    def eta(*causes: str) -> float:
+    def eta(*causes: str) -> np.ndarray:
         gpu_s = sum(by[c].gpu_s for c in causes)
-        return sum(by[c].useful_gpu_s for c in causes) / gpu_s if gpu_s > 0 else math.nan
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(gpu_s > 0, sum(by[c].useful_gpu_s for c in causes) / gpu_s, math.nan)
 
     return {
         "eta_gen": eta("decode", "long_tail"),
