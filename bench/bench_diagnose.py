@@ -94,13 +94,13 @@ import pyarrow as pa, pyarrow.parquet as pq
 pa.set_memory_pool(pa.jemalloc_memory_pool())
 reads = {
     "trajectories": ["step", "finish_time", "aborted", "engine", "response_tokens", "trainer_version",
-                     "policy_version_start", "data_source", "reward", "reward_status", "reward_error"],
+                     "policy_version_start", "data_source", "reward", "reward_status"],
     "steps": ["step", "attempt", "time", "key", "value"],
     "gpu": ["time", "role", "util_pct"],
     "spans": ["step", "phase", "start", "end"],
     "logprob": ["step", "n_tokens", "abs_counts", "abs_max", "abs_mean", "is_clipped"],
 }
-text = ["engine", "data_source", "reward_status", "reward_error", "role", "phase"]
+text = ["engine", "data_source", "reward_status", "role", "phase"]
 rows = 0
 for table, columns in reads.items():
     for path in sorted(glob.glob(f"{sys.argv[1]}/{table}/*.parquet")):

@@ -311,3 +311,21 @@ def test_pivot_placed_refuses_two_rows_of_one_step_and_key():
     long = pd.DataFrame({"step": [1, 1], "key": ["a", "a"], "value": [1.0, 2.0]})
     with pytest.raises(ValueError, match="duplicate"):
         _data.pivot_placed(long)
+
+
+def test_reward_error_codes_are_read_only_where_a_reward_failed(run, tmp_path, monkeypatch):
+    reads: list[str] = []
+    read_files, scan = RunReader._read_files, RunReader._scan
+    monkeypatch.setattr(RunReader, "_read_files", lambda self, *a: reads.extend(a[2]) or read_files(self, *a))
+    monkeypatch.setattr(RunReader, "_scan", lambda self, *a, **k: reads.extend(a[2]) or scan(self, *a, **k))
+    assert analyze_run(RunReader(run)).rewards.errors.empty  # no reward_status: no error, no code read
+    assert "reward" in reads and "reward_error" not in reads
+    failed = tmp_path / "failed"
+    with Recorder(failed) as rec:
+        rows = [
+            {"traj_id": str(i), "reward": 0.0, "reward_status": "error", "reward_error": "timeout"} for i in range(2)
+        ]
+        rec.log_trajectories(1, [*rows, {"traj_id": "2", "reward": 1.0, "reward_status": "ok"}])
+    reads.clear()
+    errors = analyze_run(RunReader(failed)).rewards.errors
+    assert "reward_error" in reads and errors[["code", "count"]].values.tolist() == [["timeout", 2]]

@@ -848,8 +848,9 @@ class Trajectories:
 
     def labels_at(self, name: str, rows: np.ndarray, missing: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``labels(name, missing, ordered=False)`` of the rows at indices ``rows`` alone: codes for
-        a few rows (the errors among millions) cost no pass over the whole column."""
-        column = self._arrow(name, text=True)
+        a few rows (the errors among millions) cost no pass over the whole column; no rows, not
+        even its read (a run without reward errors never reads their codes)."""
+        column = self._arrow(name, text=True) if len(rows) else None
         if column is None:
             return _recode(*_codes(None, len(rows)), missing, False)
         # taken from each chunk in turn: Arrow's take over a chunked column first joins all its

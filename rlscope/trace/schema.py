@@ -91,7 +91,8 @@ TRAJECTORY_TIMES = ("submit_time", "finish_time")
 # the seconds since the step's rollout began; the Recorder warns of it, the readers leave it out
 CLOCK_TIME_S = 1e8
 # the trajectory columns every diagnosis reads (a fallback such as gen_s is read only where these
-# say nothing): `rlscope diagnose` starts reading them before it imports the analysis
+# say nothing, and reward_error only where reward_status says an error): `rlscope diagnose` starts
+# reading them before it imports the analysis
 ANALYZED_TRAJECTORIES = (
     "step",
     "finish_time",
@@ -103,7 +104,6 @@ ANALYZED_TRAJECTORIES = (
     "data_source",
     "reward",
     "reward_status",
-    "reward_error",
 )
 
 GPU = pa.schema(
