@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -356,6 +357,11 @@ def test_a_span_without_a_phase_counts_in_no_phase(tmp_path):
     assert list(result.by_step[result.by_step["role"] == "trainer"]["samples"]) == [100] * 4
 
 
+def _trainer_samples(idle: Callable[[int], bool]) -> list[dict]:
+    """One trainer GPU sampled each second for 200 s: 0% busy in the seconds ``idle`` says, else 90%."""
+    return [{"time": float(t), "gpu": 0, "role": "trainer", "util_pct": 0.0 if idle(t) else 90.0} for t in range(200)]
+
+
 def test_a_step_is_its_step_span_when_generation_overlaps_it(tmp_path):
     # one-step overlap: step 1's batch is generated during step 0 (gen span 50-100 s); the step
     # timers say step 0 is 0-100 s and step 1 is 100-200 s. The trainer GPU idles 100-150 s.
@@ -365,12 +371,7 @@ def test_a_step_is_its_step_span_when_generation_overlaps_it(tmp_path):
         rec.log_span(1, "step", 100.0, 200.0)
         rec.log_span(1, "gen", 50.0, 100.0, role="rollout")
         rec.log_span(1, "update_actor", 150.0, 200.0)
-        rec.log_gpu(
-            [
-                {"time": float(t), "gpu": 0, "role": "trainer", "util_pct": 0.0 if 100 <= t < 150 else 90.0}
-                for t in range(200)
-            ]
-        )
+        rec.log_gpu(_trainer_samples(lambda t: 100 <= t < 150))
     steps = gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
     # 100 samples a step, none counted twice; step 1 idles 50 of its 100 (the spans' union, 50-200 s, says 50 of 150)
     assert steps["samples"].tolist() == [100, 100]
@@ -387,17 +388,7 @@ def test_steps_with_and_without_a_step_span_each_get_their_own_window(tmp_path):
         rec.log_span(0, "update_actor", 60.0, 100.0)
         rec.log_span(1, "gen", 50.0, 100.0, role="rollout")
         rec.log_span(1, "step", 100.0, 200.0)
-        rec.log_gpu(
-            [
-                {
-                    "time": float(t),
-                    "gpu": 0,
-                    "role": "trainer",
-                    "util_pct": 0.0 if 40 <= t < 60 or 100 <= t < 150 else 90.0,
-                }
-                for t in range(200)
-            ]
-        )
+        rec.log_gpu(_trainer_samples(lambda t: 40 <= t < 60 or 100 <= t < 150))
     steps = gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
     assert steps["samples"].tolist() == [100, 100]
     assert steps["idle_share"].tolist() == [0.2, 0.5]
