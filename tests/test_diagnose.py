@@ -1579,6 +1579,31 @@ def test_the_trajectories_are_read_while_the_analysis_is_imported(tmp_path, comm
         assert json.loads(out[out.index("{") :])["run"]["steps"] == 10
 
 
+def test_a_progress_hook_that_raises_leaves_no_analyzer_waiting():
+    # Ctrl-C (KeyboardInterrupt) can land in the progress bar's tick, between two analyzers: the
+    # analysis must fail, and the second thread's analyzers waiting on the first's results with it
+    seen: list[str] = []
+
+    def tick(stage: str) -> None:
+        seen.append(stage)
+        if stage == "anatomy":
+            raise KeyboardInterrupt
+
+    finished = threading.Event()
+
+    def analyse() -> None:
+        with pytest.raises(KeyboardInterrupt):
+            analyze_run(str(SAMPLES / "agentic-failing-reward"), on_stage=tick)
+        finished.set()
+
+    threading.Thread(target=analyse, daemon=True).start()
+    assert finished.wait(timeout=120), "the analysis hung"
+    before = {t.name for t in threading.enumerate() if t.name.startswith("rlscope-analyze")}
+    for thread in [t for t in threading.enumerate() if t.name in before]:
+        thread.join(timeout=120)  # the engine balance, waiting on the anatomy, fails and ends
+        assert not thread.is_alive(), "an analyzer thread was left waiting"
+
+
 @pytest.mark.parametrize("name", ["rewards", "anatomy"])
 def test_an_analyzer_that_fails_on_either_thread_fails_the_analysis(monkeypatch, name):
     import importlib

@@ -179,13 +179,15 @@ def analyze_run(
     ]
 
     def run_all(plan: list[tuple[str, Callable[[], Any]]]) -> None:
-        for name, analyze in plan:
-            tick(name)
-            try:
+        try:
+            for name, analyze in plan:
+                tick(name)
                 done[name].set_result(analyze())
-            except BaseException as exc:  # the other thread's analyzers waiting for it fail too
-                done[name].set_exception(exc)
-                raise
+        except BaseException as exc:  # Ctrl-C too: the other thread's analyzers waiting on these fail with it
+            for name, _ in plan:
+                if not done[name].done():
+                    done[name].set_exception(exc)
+            raise
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="rlscope-analyze")
     try:

@@ -374,8 +374,9 @@ class RunReader:
     def _take_prefetched(
         self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]
     ) -> tuple[pa.Table, set[str]] | None:
-        """``cols`` from a prefetch over ``segs`` that holds them all untaken, encoded as asked, and
-        no segment left out; None if there is none, or it failed."""
+        """``cols`` from a prefetch over ``segs`` that holds them all untaken, encoded as asked (and
+        no segment left out: a prefetch reads every segment or fails); None if there is none, or
+        it failed."""
         key = (table, tuple(s.path for s in segs))
         with self._prefetch_lock:
             fetch = self._prefetched.get(key)
