@@ -329,3 +329,21 @@ def test_reward_error_codes_are_read_only_where_a_reward_failed(run, tmp_path, m
     reads.clear()
     errors = analyze_run(RunReader(failed)).rewards.errors
     assert "reward_error" in reads and errors[["code", "count"]].values.tolist() == [["timeout", 2]]
+
+
+def test_trajectories_line_up_over_the_segments_a_prefetch_reads(run, monkeypatch):
+    # diagnose begins the trajectory read before it imports the analysis; a segment landing meanwhile
+    # (a live run) must not make the analysis read every column again over the newer listing
+    reader = RunReader(run)
+    reader.prefetch("trajectories", ["step", "finish_time"])
+    with Recorder(run) as rec:
+        rec.log_trajectories(3, _rows(3, ["e-a"], [0]))
+    scans: list[str] = []
+    scan = RunReader._scan
+    monkeypatch.setattr(
+        RunReader, "_scan", lambda self, table, *a, **k: scans.append(table) or scan(self, table, *a, **k)
+    )
+    traj = Trajectories(reader)
+    assert traj.numbers("step").tolist() == [1, 1, 1, 2, 2, 2]  # the prefetch's segments: step 3 came after
+    assert traj.numbers("finish_time").size == 6 and scans == []
+    assert len(Trajectories(RunReader(run))) == 7

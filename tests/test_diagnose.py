@@ -1648,3 +1648,34 @@ def test_the_program_ends_at_once_with_all_it_wrote_and_its_exit_code(tmp_path):
         [sys.executable, "-m", "rlscope", "diagnose", str(unreadable)], capture_output=True, text=True
     )
     assert done.returncode == 1 and done.stderr.startswith("rlscope: ") and "no-run" in done.stderr
+    usage = subprocess.run([sys.executable, "-m", "rlscope", "diagnose", agentic, "--gpus", "x"], capture_output=True)
+    assert usage.returncode == 2  # argparse's exit, kept
+    # a report to a file with stdout closed (a cron job's >&-): nothing to flush, a clean exit
+    out = tmp_path / "r.json"
+    closed = subprocess.run(
+        f'"{sys.executable}" -m rlscope diagnose "{agentic}" --format json -o "{out}" >&-',
+        shell=True,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert closed.returncode == 0 and closed.stderr == "" and json.loads(out.read_text())["run"]["steps"] > 0
+
+
+def test_unreadable_segments_are_listed_by_path_whichever_thread_read_them(tmp_path, capsys):
+    # GPU idle reads the gpu table on the second thread while the steps are read on the first: the
+    # report lists what did not read in one order, by path, however the two threads ran
+    run = tmp_path / "run"
+    with Recorder(run, meta={"gpu": {"type": "H100", "count": 8}}) as rec:
+        for step in (1, 2):
+            rec.log_step(step, {"timing_s/gen": 10.0, "timing_s/step": 12.0})
+            rec.log_gpu(
+                [{"time": float(step * 10 + i), "gpu": 0, "role": "trainer", "util_pct": 50.0} for i in range(5)]
+            )
+            rec.flush()  # a segment per step and table
+    damage_column(sorted((run / "steps").glob("*.parquet"))[0], "value")
+    damage_column(sorted((run / "gpu").glob("*.parquet"))[0], "util_pct")
+    for _ in range(3):
+        code, doc = _run_json(capsys, str(run))
+        unread = [w for w in doc["run"]["warnings"] if "unreadable" in w]
+        assert code == 0 and len(unread) == 2
+        assert "/gpu/" in unread[0] and "/steps/" in unread[1]

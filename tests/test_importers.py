@@ -2470,3 +2470,16 @@ def test_tensorboard_keeps_the_record_tail_it_merged_with_the_fully_async_final_
     kept = df[(df.step == 3) & (df.key == "dynamic_resource/resource_utilization")]
     key = "dynamic_resource/resource_utilization"
     assert sorted(kept.value) == pytest.approx(sorted([update_2[key], update_3[key]]))
+
+
+def test_a_step_two_restarts_logged_again_is_one_step_logged_again(tmp_path, capsys):
+    # steps 1-3, a restart back to 2, another back to 2: steps 1..3, and 2 and 3 logged again (twice
+    # for 2, once for 3): two steps logged again, not three
+    log = tmp_path / "train.log"
+    lines = ["step:1 - timing_s/step:10.0", "step:2 - timing_s/step:10.0", "step:3 - timing_s/step:10.0"]
+    lines += ["step:2 - timing_s/step:11.0", "step:3 - timing_s/step:11.0", "step:2 - timing_s/step:12.0"]
+    log.write_text("\n".join(lines) + "\n")
+    code, out, _ = run_cli(capsys, "verl-log", log, "--out", tmp_path / "run")
+    assert code == 0 and out.startswith("verl-log: 3 steps (1..3; 2 logged again after restarts)")
+    importer = RunReader(tmp_path / "run").meta["importer"]
+    assert (importer["restarts"], importer["steps"], importer["steps_logged_again"]) == (2, 3, 2)

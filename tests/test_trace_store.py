@@ -574,3 +574,27 @@ def test_a_prefetch_that_meets_a_segment_that_does_not_read_leaves_the_warning_t
         assert reader.read("steps", ["step"]).column("step").to_pylist() == [0, 1, 2]  # its steps still read
         assert reader.read("steps", ["value"]).column("value").to_pylist() == [2.0]
     assert reader.warnings == [f"{first}: unreadable data in value ({reader.warnings[0].split('(', 1)[1]}"]
+
+
+def test_a_prefetch_over_a_newer_listing_replaces_the_one_before(tmp_path, monkeypatch):
+    # a live run writes a segment after a prefetch began: the next prefetch over the new listing
+    # lets the first go, and a reader lining its columns up takes the newest prefetch's segments
+    run = _run(tmp_path, [[0, 1]])
+    reader = RunReader(run)
+    reader.prefetch("steps", ["step"])
+    first = reader.prefetched_segments("steps")
+    assert [s.path for s in first] == [s.path for s in reader.segments("steps")]
+    write_segment(run, "steps", _steps([2]), writer_id="w", seq=7)
+    newer = RunReader(run).segments("steps")
+    reader.prefetch("steps", ["step"], segments=newer)
+    assert [s.path for s in reader.prefetched_segments("steps")] == [s.path for s in newer]
+    assert reader.read("steps", ["step"], segments=newer).column("step").to_pylist() == [0, 1, 2]
+    assert reader.prefetched_segments("steps") is None  # all taken: nothing held
+    assert reader.prefetched_segments("trajectories") is None
+
+
+def test_a_column_asked_for_twice_reads_as_a_read_does_after_a_prefetch(tmp_path):
+    run = _run(tmp_path, [[0, 1]])
+    reader = RunReader(run)
+    reader.prefetch("steps", ["step", "value"])
+    assert reader.read("steps", ["step", "step"]).column_names == ["step", "step"]

@@ -226,6 +226,7 @@ class StepSink:
         self._written_to: int | None = None  # the highest step in a segment written
         self._trained_to: int | None = None  # the highest step a record of a training step holds
         self._steps_seen: set[int] = set()  # a step logged again after a restart is counted once
+        self._steps_again: set[int] = set()
         self._skipped: Counter[str] = Counter()
         self._skipped_first: dict[str, str] = {}
         self._keys: set[str] = set()
@@ -376,7 +377,9 @@ class StepSink:
         s = self.summary
         trains = any(makes_step(key, value) for key, value in named.items())
         if new_step and step in self._steps_seen:
-            s.steps_again += 1
+            if step not in self._steps_again:  # a step two restarts redid is one step logged again
+                self._steps_again.add(step)
+                s.steps_again += 1
         elif new_step:
             s.steps += 1
             self._steps_seen.add(step)

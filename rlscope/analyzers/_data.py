@@ -637,8 +637,9 @@ class Trajectories:
 
     A run has millions of trajectory rows: a column nobody asks for (a fallback such as
     ``gen_s`` when ``response_tokens`` is logged) is never read, and nothing is converted to
-    pandas. Built from a reader (over the segments listed when built, so a segment landing
-    meanwhile cannot misalign the columns), an Arrow table or a pandas frame. A column the
+    pandas. Built from a reader (over the segments listed when built, or those a prefetch of the
+    reader's reads, so a segment landing meanwhile cannot misalign the columns), an Arrow table
+    or a pandas frame. A column the
     source lacks reads as all missing, as a column of a run that never logged it does.
 
     A segment whose data does not read (the reader warns) loses only what it must: if its
@@ -661,7 +662,7 @@ class Trajectories:
         self._keep: pa.Array | None = None  # the rows of each step's last attempt; None: every row
         if isinstance(source, RunReader):
             self._reader = source
-            self._segments = source.segments("trajectories")
+            self._segments = source.prefetched_segments("trajectories") or source.segments("trajectories")
             self._rows = -1  # until the step column is read
             self._names = frozenset(TABLES["trajectories"].names)
         else:

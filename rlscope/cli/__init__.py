@@ -141,15 +141,21 @@ def run() -> NoReturn:
     """The ``rlscope`` program (its console script and ``python -m rlscope``): :func:`main`, then
     the exit. A command of ``_ENDS_AT_ONCE`` flushes what it wrote and ends the process at once."""
     args = sys.argv[1:]
-    code = main(args)
     if not args or args[0] not in _ENDS_AT_ONCE:
-        sys.exit(code)
+        sys.exit(main(args))
     try:
-        sys.stdout.flush()
-    except OSError:  # a reader that went away (``| head``), as main says of it: exit 1
-        code = code or 1
-    try:
-        sys.stderr.flush()
-    except OSError:
-        pass
+        code = main(args)
+    except SystemExit as exc:  # argparse's usage error or --help: exited as Python would
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # a closed descriptor (>&-): there is nothing to flush
+                stream.flush()
+        except (OSError, ValueError) as exc:
+            if stream is sys.stdout:  # a reader gone (| head) as main says of it, or a full disk
+                code = code or 1
+                if not isinstance(exc, BrokenPipeError) and sys.stderr is not None:
+                    print(f"rlscope: cannot write the output: {exc}", file=sys.stderr)
     os._exit(code)

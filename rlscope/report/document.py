@@ -131,7 +131,7 @@ def read_warnings(
 ) -> list[str]:
     """What a run was read with in part or not at all, as diagnose's "Read with warnings" lists it: ignored
     meta.json values, what its import left out, timers logged as inf or NaN, shares of time logged
-    outside [0, 1], trajectory times logged as a clock's, and unreadable segments (the dashboard's notices
+    outside [0, 1], trajectory times logged as a clock's, and unreadable segments, by path (the dashboard's notices
     list the same, in the same words; of the steps that left its window they keep only a count and the
     first steps of timers and shares, see ``counts``).
 
@@ -148,7 +148,7 @@ def read_warnings(
         + _unfinite_warnings(unfinite, counts)
         + _out_of_range_warnings(out_of_range or {}, counts)
         + _clock_warnings(clock_times or {})
-        + list(unreadable)
+        + sorted(unreadable)  # by path: analyzers on two threads read the tables in no fixed order
     )
 
 

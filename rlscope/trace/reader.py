@@ -157,6 +157,7 @@ class _Prefetch:
     read: Future[dict[str, pa.ChunkedArray]]
     encoded: frozenset[str]
     untaken: set[str]
+    segments: list[SegmentInfo]
 
 
 class RunReader:
@@ -179,6 +180,7 @@ class RunReader:
         self._failed_reads: dict[str, tuple[int, float]] = {}  # path -> (failed reads, first failure)
         self._prefetched: dict[tuple[str, tuple[str, ...]], _Prefetch] = {}  # (table, segment paths) -> read
         self._prefetch_lock = threading.Lock()
+        self._warn_lock = threading.Lock()
 
     # -- discovery ---------------------------------------------------------------------
 
@@ -192,9 +194,10 @@ class RunReader:
             raise RunDirError(f"{loc.path}: empty directory, not an rlscope run directory")
 
     def _warn(self, message: str) -> None:
-        if message in self.warnings:  # a table read again (a column at a time) warns once
-            return
-        self.warnings.append(message)
+        with self._warn_lock:  # two threads may read at once (analyze_run's)
+            if message in self.warnings:  # a table read again (a column at a time) warns once
+                return
+            self.warnings.append(message)
         log.warning(message)
 
     def segments(self, table: str) -> list[SegmentInfo]:
@@ -351,7 +354,8 @@ class RunReader:
         them from it (each column once, so that its memory goes with the taker) instead of
         reading again: a command starts its big read, then imports its analysis meanwhile.
         If some segment does not read, the prefetch says nothing and holds nothing: each taker
-        reads again, and its read warns of what it could not read, as reads do.
+        reads again, and its read warns of what it could not read, as reads do. A prefetch over
+        another listing of the table (segments landed meanwhile) replaces the one before.
         """
         cols = self._columns(table, columns)
         encoded = frozenset(c for c in self._columns(table, dictionary) if c in cols)
@@ -360,15 +364,30 @@ class RunReader:
         with self._prefetch_lock:
             if not segs or key in self._prefetched:
                 return
+            for older in [k for k in self._prefetched if k[0] == table]:  # over an older listing: let go
+                del self._prefetched[older]
             pool = ThreadPoolExecutor(1, thread_name_prefix="rlscope-prefetch")
             read = pool.submit(self._read_columns, table, segs, cols, list(encoded))
             pool.shutdown(wait=False)
-            self._prefetched[key] = _Prefetch(read, encoded, set(cols))
+            self._prefetched[key] = _Prefetch(read, encoded, set(cols), segs)
+
+    def prefetched_segments(self, table: str) -> list[SegmentInfo] | None:
+        """The segments a prefetch of ``table`` reads, or None: a reader that lines its columns up
+        over one listing (``Trajectories``) takes this one, so that segments landing since the
+        prefetch began do not make it read everything again."""
+        with self._prefetch_lock:
+            fetches = [fetch for (name, _), fetch in self._prefetched.items() if name == table]
+        return list(fetches[0].segments) if fetches else None
 
     def _read_columns(
         self, table: str, segs: Sequence[SegmentInfo], cols: list[str], encoded: list[str]
     ) -> dict[str, pa.ChunkedArray]:
-        data = self._read_files(table, segs, cols, encoded)  # raises for a segment that does not read
+        # raises for a segment that does not read; a remote store's objects are fetched by a dataset
+        # scan, which overlaps their requests where a file at a time would wait on each in turn
+        if self.location.is_local:
+            data = self._read_files(table, segs, cols, encoded)
+        else:
+            data = self.dataset(table, segs, encoded).to_table(columns=cols)
         return dict(zip(data.column_names, data.columns, strict=True))
 
     def _take_prefetched(
@@ -381,6 +400,8 @@ class RunReader:
         with self._prefetch_lock:
             fetch = self._prefetched.get(key)
             if fetch is None or not fetch.untaken.issuperset(cols) or fetch.encoded & set(cols) != set(encoded):
+                return None
+            if len(set(cols)) < len(cols):  # a column asked for twice: each is taken once
                 return None
             fetch.untaken.difference_update(cols)
             if not fetch.untaken:
