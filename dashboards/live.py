@@ -134,6 +134,13 @@ class _WindowReader(RunReader):
         self.warnings: list[str] = []
         self._tables = tables
 
+    def prefetch(self, *_args: object, **_kwargs: object) -> None:
+        """Nothing to read in the background: the window is in memory."""
+
+    def prefetched_segments(self, table: str) -> list[SegmentInfo] | None:
+        """None: nothing is read in the background (see :meth:`prefetch`)."""
+        return None
+
     def segments(self, table: str) -> list[SegmentInfo]:
         """The window's table as one segment in memory (reads ignore which segments they are given);
         without a footer, its trajectory times may be a clock's."""

@@ -1908,3 +1908,14 @@ def test_one_broken_histogram_row_is_named_in_the_singular(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="rlscope"):
         run.refresh(force=True)
     assert "run: 1 log-prob histogram row without one count per bin; left out" in caplog.text
+
+
+def test_the_live_window_reader_reads_nothing_in_the_background():
+    from rlscope.analyzers._data import Trajectories
+    from rlscope.dashboards.live import _WindowReader
+
+    table = pa.table({"step": [1, 1, 2], "reward": [1.0, 0.0, 1.0], "data_source": ["a", "a", "b"]})
+    window = _WindowReader({}, {"trajectories": table})
+    window.prefetch("trajectories", ["step", "reward"])  # a no-op: the window is in memory
+    assert window.prefetched_segments("trajectories") is None
+    assert Trajectories(window).numbers("reward").tolist() == [1.0, 0.0, 1.0]
