@@ -13,7 +13,8 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -350,27 +351,24 @@ def tail_shares(
     if not runs and not bounds and not capped:
         return placeholder("no rollout timing yet (trajectories or response lengths)", title)
     fig = _figure(title, "step", "tail share (T_tail / rollout)")
-    for label, series in runs.items():
-        shown = thin(series.to_frame("f"))["f"]
-        fig.add_scatter(x=shown.index, y=shown, name=text(label), mode="lines+markers", line={"color": colors[label]})
-    for label, series in bounds.items():
-        shown = thin(series.to_frame("f"))["f"]
-        fig.add_scatter(
-            x=shown.index,
-            y=shown,
-            name=text(label) + ": at most (no estimate)",
-            mode="lines+markers",
-            line={"color": colors[label], "dash": "dot"},
-        )
-    for label, series in capped.items():
-        shown = thin(series.to_frame("f"))["f"]
-        fig.add_scatter(
-            x=shown.index,
-            y=shown,
-            name=text(label) + ": 0 at the length cap (tail cut short)",
-            mode="markers",
-            marker={"color": colors[label], "symbol": "x"},
-        )
+    # each run's shares as a line, its bounds dotted, its steps at the length cap as x markers apart
+    traces: list[tuple[dict[str, pd.Series], str, Callable[[str], dict[str, Any]]]] = [
+        (runs, "", lambda color: {"mode": "lines+markers", "line": {"color": color}}),
+        (
+            bounds,
+            ": at most (no estimate)",
+            lambda color: {"mode": "lines+markers", "line": {"color": color, "dash": "dot"}},
+        ),
+        (
+            capped,
+            ": 0 at the length cap (tail cut short)",
+            lambda color: {"mode": "markers", "marker": {"color": color, "symbol": "x"}},
+        ),
+    ]
+    for by_label, suffix, style in traces:
+        for label, series in by_label.items():
+            shown = thin(series.to_frame("f"))["f"]
+            fig.add_scatter(x=shown.index, y=shown, name=text(label) + suffix, **style(colors[label]))
     if bounds or capped:  # a lone trace hides the legend, and with it the name that says what the points are
         fig.update_layout(showlegend=True)
     fig.add_hline(y=LONG_TAIL_WARN, line={"dash": "dot", "color": "#E45756"}, annotation_text="warn")
