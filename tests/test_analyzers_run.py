@@ -168,6 +168,20 @@ def test_the_generation_share_trend_is_the_share_the_headline_gives(tmp_path):
     assert found["generation-share-growing"].evidence["last"] == pytest.approx(100 / 120)
 
 
+def test_a_step_that_timed_nothing_is_left_out_of_the_share_trend(tmp_path):
+    # step 0 timed 0 s: it has no share, so the quarters are of steps 1-8, where generation
+    # takes 40 + 10 s of 80 + 10 s: first (50 + 60) / (90 + 100), last (110 + 120) / (150 + 160)
+    steps = {s: {"timing_s/gen": 40 + 10 * s, "timing_s/update_actor": 40} for s in range(1, 9)}
+    steps[0] = {"timing_s/gen": 0, "timing_s/update_actor": 0}
+    r = anatomy.analyze(make_run(tmp_path / "r", {}, steps))
+    assert r.seconds.loc[0, "step"] == 0 and np.isnan(r.shares.loc[0, "gen"])
+    assert r.trend.loc["gen", "first"] == pytest.approx(110 / 190)
+    assert r.trend.loc["gen", "last"] == pytest.approx(230 / 310)
+    shares = [(40 + 10 * s) / (80 + 10 * s) for s in range(1, 9)]
+    assert r.trend.loc["gen", "slope_per_step"] == pytest.approx(np.polyfit(range(1, 9), shares, 1)[0])
+    assert r.trend.loc["update_actor", "last"] == pytest.approx(80 / 310)
+
+
 def test_anatomy_old_key_spelling_without_step_timer(tmp_path):
     metrics = {"timing/gen": 21.47, "timing/ref": 4.36, "timing/values": 5.8, "timing/adv": 0.109}
     metrics |= {"timing/update_critic": 15.664, "timing/update_actor": 20.314}

@@ -1142,18 +1142,19 @@ def kept(mask: np.ndarray) -> np.ndarray | slice:
     return slice(None) if mask.all() else mask
 
 
-def _quarter(n: int) -> int:
+def quarter(n: int) -> int:
+    """How many of ``n`` rows :func:`recent` and :func:`early` take."""
     return max(1, math.ceil(n * RECENT_FRACTION))
 
 
 def recent(frame: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
     """The last quarter of the rows (at least one): the run as it is now."""
-    return frame.iloc[len(frame) - _quarter(len(frame)) :]
+    return frame.iloc[len(frame) - quarter(len(frame)) :]
 
 
 def early(frame: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
     """The first quarter of the rows (at least one, as many as :func:`recent`): the run as it started."""
-    return frame.iloc[: _quarter(len(frame))]
+    return frame.iloc[: quarter(len(frame))]
 
 
 @dataclass(frozen=True)
@@ -1186,6 +1187,12 @@ def trend(series: pd.Series) -> Trend:
     s = series.dropna()
     if s.empty:
         return Trend(math.nan, math.nan, math.nan)
-    x = s.index.to_numpy(dtype=float)
-    slope = float(np.polyfit(x, s.to_numpy(dtype=float), 1)[0]) if len(s) >= 2 and np.ptp(x) > 0 else math.nan
-    return Trend(float(early(s).mean()), float(recent(s).mean()), slope)
+    return Trend(
+        float(early(s).mean()), float(recent(s).mean()), slope(s.index.to_numpy(dtype=float), s.to_numpy(dtype=float))
+    )
+
+
+def slope(x: np.ndarray, y: np.ndarray) -> float:
+    """The least-squares slope of ``y`` over ``x`` (no NaN in either); NaN with fewer than two
+    distinct ``x``."""
+    return float(np.polyfit(x, y, 1)[0]) if len(x) >= 2 and np.ptp(x) > 0 else math.nan
