@@ -76,6 +76,11 @@ def test_import_rlscope_stays_light(tmp_path):
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader"
     code = "import rlscope; print({'Recorder', 'RunReader', '__version__'} <= set(dir(rlscope)))"
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "True"
+    # diagnose starts reading a run as soon as it has the reader: pyarrow.compute (0.07 s) comes after
+    code = "import sys, rlscope.trace.reader; print('pyarrow.compute' in sys.modules)"
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "False"
+    code = "import rlscope.trace as t; print(t.Recorder.__name__, t.RunReader.__name__, 'steps' in t.TABLES)"
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader True"
 
 
 @pytest.mark.parametrize(("env", "backend"), [(None, "jemalloc"), ("system", "system")])

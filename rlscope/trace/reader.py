@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -34,6 +33,7 @@ from rlscope.trace.schema import CLOCK_TIME_S, TABLES, TRAJECTORY_TIMES
 from rlscope.trace.store import RunLocation, is_segment_name, locate, read_meta, require_directory
 
 if TYPE_CHECKING:
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
 __all__ = ["ORIGINS_KEY", "Cursor", "RunReader", "SegmentInfo", "error_line"]
