@@ -83,6 +83,21 @@ def test_import_rlscope_stays_light(tmp_path):
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader True"
 
 
+@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("4", "4")])
+def test_the_program_runs_blas_on_one_thread_unless_told(tmp_path, given, seen):
+    # OpenBLAS's worker threads spin after each call; the program's fits are tiny (0.18 s of
+    # diagnose's CPU went to the spinning). A user's own setting stands.
+    code = (
+        "import os, sys; from rlscope.cli import run; sys.argv = ['rlscope', '--version']\n"
+        "try:\n    run()\nexcept SystemExit:\n    print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.stdout.splitlines()[-1] == seen
+
+
 @pytest.mark.parametrize(("env", "backend"), [(None, "jemalloc"), ("system", "system")])
 def test_commands_allocate_arrow_memory_with_jemalloc_unless_told(tmp_path, env, backend):
     import pyarrow as pa
