@@ -11,6 +11,7 @@ from damage import damage_column
 from rlscope import Recorder, RunReader
 from rlscope.analyzers import _data, analyze_run, rewards, staleness, sync_balance
 from rlscope.analyzers._data import (
+    Pieces,
     RunFrames,
     Trajectories,
     chunks,
@@ -272,6 +273,42 @@ def test_each_column_is_read_from_the_run_once(run, monkeypatch):
     assert "?" in filled[1]
     traj.numbers("step"), traj.step_groups(), traj.numbers("step")
     assert sorted(reads) == [("engine",), ("step",)]
+
+
+def test_pieces_slice_as_the_joined_column_does():
+    parts = [np.arange(0, 3), np.arange(3, 3), np.arange(3, 7), np.arange(7, 8)]  # an empty chunk among them
+    pieces, whole = Pieces(parts), np.arange(8)
+    assert len(pieces) == 8 and pieces.dtype == whole.dtype and np.array_equal(pieces.joined(), whole)
+    for start in range(9):
+        for stop in range(start, 9):
+            assert np.array_equal(pieces[start:stop], whole[start:stop]), (start, stop)
+    assert np.shares_memory(pieces[4:6], parts[2])  # within one chunk: a view, nothing copied
+    assert np.array_equal(pieces[5:], whole[5:]) and np.array_equal(pieces[:-3], whole[:-3])
+    with pytest.raises(ValueError, match="consecutive"):
+        pieces[::2]
+
+
+def test_a_column_in_step_order_is_its_chunks_read_once(run, monkeypatch):
+    # rows written in step order: the reward column is sliced from its two segments' chunks, never
+    # joined; asked for whole afterwards, it is joined from them, not read again
+    reads: list[tuple[str, ...]] = []
+    original = RunReader.read_available
+
+    def counting(self, table, columns=None, *args, **kwargs):
+        reads.append(tuple(columns or ()))
+        return original(self, table, columns, *args, **kwargs)
+
+    monkeypatch.setattr(RunReader, "read_available", counting)
+    traj = Trajectories(RunReader(run))
+    rewards_in_order = traj.in_step_order("reward")
+    assert isinstance(rewards_in_order, Pieces)
+    expected = [float(i % 3 == 0) for i in range(3)] * 2
+    assert rewards_in_order[2:5].tolist() == expected[2:5]  # across the two segments
+    assert traj.numbers("reward").tolist() == expected
+    assert sorted(reads) == [("reward",), ("step",)]
+    # rows out of step order: the column is taken in step order, whole
+    frame = pd.DataFrame({"step": [2, 1, 2, 1], "reward": [0.5, 1.0, 0.25, 0.0]})
+    assert Trajectories(frame).in_step_order("reward").tolist() == [1.0, 0.0, 0.5, 0.25]
 
 
 def test_an_arrow_backed_pandas_column_reads_as_its_values_whole():

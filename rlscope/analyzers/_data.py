@@ -47,6 +47,7 @@ __all__ = [
     "TOPOLOGIES",
     "TRAJECTORY_COLUMNS",
     "Groups",
+    "Pieces",
     "RunFacts",
     "RunFrames",
     "Trajectories",
@@ -62,6 +63,7 @@ __all__ = [
     "last_attempt_rows",
     "last_attempt_table",
     "load",
+    "number_chunks",
     "numbers",
     "out_of_range_of",
     "out_of_range_shares",
@@ -744,8 +746,7 @@ class Trajectories:
             column, left_out = self._read_segments(name, text=text)
             if left_out:  # the segment's steps read, this column's data did not: missing for its rows
                 column = _with_gaps(column, self._segments, left_out)
-        # numbers become one buffer that numpy views; dictionary chunks are unified by labels()
-        return column if text or column.num_chunks == 1 else pa.chunked_array([column.combine_chunks()])
+        return column  # numbers() joins a column's chunks, labels() unifies their dictionaries
 
     def _arrow(self, name: str, *, text: bool = False) -> pa.ChunkedArray | None:
         """The column as Arrow (text dictionary-encoded), or None when the source lacks it."""
@@ -776,7 +777,25 @@ class Trajectories:
 
     def numbers(self, name: str) -> np.ndarray:
         """A numeric column: ints (and bools) stay as they are when none is missing, else float with NaN."""
-        return self._cached("numbers", name, None, lambda: numbers(self._arrow(name), len(self)))
+
+        def make() -> np.ndarray:
+            taken = self._cache.get(("pieces:" + name, None))  # read as pieces already: joined, not read again
+            return numbers(self._arrow(name), len(self)) if taken is None else taken.joined()
+
+        return self._cached("numbers", name, None, make)
+
+    def in_step_order(self, name: str) -> np.ndarray | Pieces:
+        """``step_groups().take(numbers(name))``, for slices of rows (a chunk of steps at a time).
+        Where the rows already are in step order, as they are written, the column's chunks as read
+        (:class:`Pieces`), never joined: joining an 8.2M-row column costs 35 ms (a page fault per
+        4 kB of the new array)."""
+        g = self.step_groups()
+        if g.order is not None:
+            return g.take(self.numbers(name))
+        joined = self._cache.get(("numbers:" + name, None))
+        if joined is not None:
+            return joined
+        return self._cached("pieces", name, None, lambda: Pieces(number_chunks(self._arrow(name), len(self))))
 
     def flags(self, name: str) -> np.ndarray:
         """A boolean column; a missing value is False."""
@@ -928,16 +947,67 @@ def _is_text(name: str) -> bool:
 def numbers(column: pa.ChunkedArray | pa.Array | None, rows: int = 0) -> np.ndarray:
     """A numeric Arrow column as numpy: ints (and bools) as they are when none is missing, else
     float with NaN; ``None`` stands for ``rows`` missing values."""
-    if isinstance(column, pa.Array):
-        column = pa.chunked_array([column])
-    if column is None or pa.types.is_null(column.type):
+    column = _numeric(column, rows)
+    if column is None:
         return np.full(rows, np.nan)
-    numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
-    if not numeric or column.null_count:
-        column = column.cast(pa.float64())  # a gap becomes NaN
     # one Arrow buffer viewed by numpy: ChunkedArray.to_numpy() would copy it a chunk at a time
     array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     return array.to_numpy(zero_copy_only=False)
+
+
+def number_chunks(column: pa.ChunkedArray | pa.Array | None, rows: int = 0) -> list[np.ndarray]:
+    """:func:`numbers` of each chunk of ``column`` (all typed alike), not joined."""
+    column = _numeric(column, rows)
+    if column is None:
+        return [np.full(rows, np.nan)]
+    return [chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks]
+
+
+def _numeric(column: pa.ChunkedArray | pa.Array | None, rows: int) -> pa.ChunkedArray | None:
+    """``column`` chunked, as float64 where it is not numeric or has a gap (NaN then); None for
+    a column of nothing but missing values."""
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column])
+    if column is None or pa.types.is_null(column.type):
+        return None
+    numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
+    if not numeric or column.null_count:
+        column = column.cast(pa.float64())  # a gap becomes NaN
+    return column
+
+
+class Pieces:
+    """A column as consecutive numpy arrays (the chunks it was read in), sliced by rows as one:
+    ``pieces[a:b]`` is a view where the rows lie in one chunk, joined only where they span
+    several. What a loop over a chunk of steps at a time needs, without the whole column
+    joined first."""
+
+    def __init__(self, arrays: list[np.ndarray]):
+        self._arrays = [a for a in arrays if a.size] or arrays[:1]
+        self._ends = np.cumsum([a.size for a in self._arrays], dtype=np.int64)
+        self._starts = self._ends - [a.size for a in self._arrays]
+        self.dtype = self._arrays[0].dtype if self._arrays else np.dtype(float)
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if self._ends.size else 0
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, stride = rows.indices(len(self))
+        if stride != 1:
+            raise ValueError("Pieces take slices of consecutive rows")
+        if stop <= start:
+            return np.empty(0, self.dtype)
+        first, last = np.searchsorted(self._ends, [start, stop - 1], side="right")
+        if first == last:
+            at = self._starts[first]
+            return self._arrays[first][start - at : stop - at]
+        head = self._arrays[first][start - self._starts[first] :]
+        tail = self._arrays[last][: stop - self._starts[last]]
+        return np.concatenate([head, *self._arrays[first + 1 : last], tail])
+
+    def joined(self) -> np.ndarray:
+        """The whole column as one array."""
+        return self[:] if len(self._arrays) != 1 else self._arrays[0]
 
 
 def labels(

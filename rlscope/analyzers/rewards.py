@@ -121,7 +121,7 @@ def _by_source(traj: Trajectories) -> RewardResult:
     if traj.empty:
         return RewardResult(available=False)
     g = traj.step_groups()
-    reward = g.take(traj.numbers("reward")).astype(float, copy=False)
+    reward = traj.in_step_order("reward")
     status, status_names = traj.labels("reward_status", ordered=False)
     status = g.take(status)
     # code -1 (a missing status) reads as ok
@@ -139,7 +139,7 @@ def _by_source(traj: Trajectories) -> RewardResult:
     errors_at: list[np.ndarray] = []
     said = False
     for steps, rows, local in chunks(g, min(rows_per_chunk, CHUNK_ROWS)):
-        r = reward[rows]
+        r = reward[rows].astype(float, copy=False)
         rated = r == r  # not NaN
         # the row's source and class first, in the source codes' narrower type, then its step's offset
         within = source[rows] * _CLASSES

@@ -273,7 +273,7 @@ def analyze(
     if traj.empty:
         return _from_verl(frames.steps, columns)
     g = traj.step_groups()
-    version, start = g.take(traj.numbers("trainer_version")), g.take(traj.numbers("policy_version_start"))
+    version, start = traj.in_step_order("trainer_version"), traj.in_step_order("policy_version_start")
     # a chunk of whole steps at a time: no table-sized temporaries
     parts = []
     for steps, rows, _ in chunks(g):
@@ -295,8 +295,8 @@ def analyze(
     window_lag = version[window] - start[window]
     known = ~np.isnan(window_lag) if window_lag.dtype.kind == "f" else slice(None)
     window_lag = window_lag[known]
-    tokens = traj.numbers("response_tokens")
-    window_len = g.take(tokens)[window][known].astype(float)
+    tokens = traj.in_step_order("response_tokens")
+    window_len = tokens[window][known].astype(float)
     sized = kept(~np.isnan(window_len)) if tokens.dtype.kind == "f" else slice(None)  # ints: none missing
     lag_s, len_s = window_lag[sized], window_len[sized]
     corr = math.nan
