@@ -9,7 +9,7 @@ import pytest
 from damage import damage_column
 
 from rlscope import Recorder, RunReader
-from rlscope.analyzers import _data, analyze_run, rewards, staleness, sync_balance
+from rlscope.analyzers import _data, analyze_run, longtail, rewards, staleness, sync_balance
 from rlscope.analyzers._data import (
     Pieces,
     RunFrames,
@@ -254,6 +254,28 @@ def test_analyzers_agree_on_frames_from_pandas_and_from_the_run(run):
     assert engines["heaviest_share"].tolist() == pytest.approx([2 / 3, 2 / 3])
     # e-b served in step 1 only, e-c in step 2 only: neither is there in the other step
     assert engines["n_engines"].tolist() == [2, 2] and engines["starved"].tolist() == [0, 0]
+
+
+def test_a_step_split_across_segments_reads_as_it_does_whole(tmp_path):
+    # step 2's rows lie in two segments: the analyzers that slice columns a chunk at a time
+    # (long tail, staleness, rewards) must give what they give over the same rows in one piece
+    rows = _rows(2, ["e-a", "e-c", "e-a", "e-b"], [3, 0, 3, 1])
+    with Recorder(tmp_path, meta={"gpu": {"count": 2}}) as rec:
+        rec.log_trajectories(1, _rows(1, ["e-b", "e-a", None], [0, 1, 2]))
+        rec.flush()
+        rec.log_trajectories(2, rows[:1])
+        rec.flush()
+        rec.log_trajectories(2, rows[1:])
+    reader = RunReader(tmp_path)
+    assert len(reader.segments("trajectories")) == 3
+    whole = RunFrames(pd.DataFrame(), reader.read("trajectories").to_pandas(), reader.meta)
+    pd.testing.assert_frame_equal(longtail.analyze(whole).per_step, longtail.analyze(reader).per_step)
+    pd.testing.assert_frame_equal(staleness.analyze(whole).per_step, staleness.analyze(reader).per_step)
+    pd.testing.assert_frame_equal(rewards.analyze(whole.trajectories).by_step, rewards.analyze(reader).by_step)
+    # step 2 finished at 1, 2, 3 and 4 s: under 10 trajectories, its slowest 10% is 0.1 x 4 of
+    # the last one's time past the one before, 0.4 x (4 - 3) s
+    measured = longtail.analyze(reader).per_step.loc[2]
+    assert measured["rollout_s"] == 4.0 and measured["t_tail_s"] == pytest.approx(0.4)
 
 
 def test_each_column_is_read_from_the_run_once(run, monkeypatch):

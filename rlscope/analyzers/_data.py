@@ -790,11 +790,14 @@ class Trajectories:
         (:class:`Pieces`), never joined: joining an 8.2M-row column costs 35 ms (a page fault per
         4 kB of the new array)."""
         g = self.step_groups()
-        if g.order is not None:
-            return g.take(self.numbers(name))
+        return g.take(self.numbers(name)) if g.order is not None else self._pieces(name)
+
+    def _pieces(self, name: str) -> Pieces:
+        """A numeric column's chunks as read, typed as :meth:`numbers` types them (one piece if
+        it was joined already)."""
         joined = self._cache.get(("numbers:" + name, None))
         if joined is not None:
-            return joined
+            return Pieces([joined])
         return self._cached("pieces", name, None, lambda: Pieces(number_chunks(self._arrow(name), len(self))))
 
     def flags(self, name: str) -> np.ndarray:
@@ -817,9 +820,10 @@ class Trajectories:
             if self._text(name):
                 # read once for both; a code of 0 or more is a value (the rows are not empty)
                 self._cache[key] = bool(self.labels(name, ordered=False)[0].max() >= 0)
-            else:  # a NaN is as missing as a null, whatever the source
-                values = self.numbers(name)
-                self._cache[key] = bool(values.size) and not (values.dtype.kind == "f" and np.isnan(values).all())
+            else:  # a NaN is as missing as a null, whatever the source; the chunks are not joined for this
+                self._cache[key] = any(
+                    a.size and not (a.dtype.kind == "f" and np.isnan(a).all()) for a in self._pieces(name).arrays
+                )
         return self._cache[key]
 
     def _text(self, name: str) -> bool:
@@ -988,6 +992,11 @@ class Pieces:
         self._starts = self._ends - [a.size for a in self._arrays]
         self.dtype = self._arrays[0].dtype if self._arrays else np.dtype(float)
 
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The chunks, in row order (none empty, but for a column of no rows)."""
+        return tuple(self._arrays)
+
     def __len__(self) -> int:
         return int(self._ends[-1]) if self._ends.size else 0
 
@@ -1006,8 +1015,10 @@ class Pieces:
         return np.concatenate([head, *self._arrays[first + 1 : last], tail])
 
     def joined(self) -> np.ndarray:
-        """The whole column as one array."""
-        return self[:] if len(self._arrays) != 1 else self._arrays[0]
+        """The whole column as one array (joined by Arrow, as :func:`numbers` joins a column)."""
+        if len(self._arrays) == 1:
+            return self._arrays[0]
+        return numbers(pa.chunked_array([pa.array(a) for a in self._arrays]) if self._arrays else None)
 
 
 def labels(

@@ -62,6 +62,8 @@ from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity, fmt_seconds
 from rlscope.advice.thresholds import LONG_TAIL_CRITICAL, LONG_TAIL_GROWTH_WARN, LONG_TAIL_WARN
 from rlscope.analyzers._data import (
+    Groups,
+    Pieces,
     RunFacts,
     RunFrames,
     Trajectories,
@@ -196,15 +198,29 @@ class LongTailResult:
 
 def _measured(trajectories: Trajectories, unmeasured: Sequence[int]) -> pd.DataFrame:
     """The split of each step with finish times, but the ``unmeasured`` steps'."""
+    aborted = trajectories.flags("aborted")
+    in_order = trajectories.in_step_order("finish_time")
+    if (
+        not unmeasured
+        and isinstance(in_order, Pieces)
+        and not aborted.any()
+        and all(np.isfinite(a).all() for a in in_order.arrays)
+    ):  # every row counts, in step order as read: each step's times sliced from the chunks
+        g = trajectories.step_groups()
+        splits = [_split(in_order[a:b].astype(float, copy=False)) for a, b in zip(g.starts, g.ends, strict=True)]
+        return _split_table(g, splits)
     finish = trajectories.numbers("finish_time").astype(float, copy=False)
     # n counts what the split reads: a missing or infinite time says nothing of when it finished
-    usable = np.isfinite(finish) & ~trajectories.flags("aborted")
+    usable = np.isfinite(finish) & ~aborted
     if unmeasured:
         usable &= ~np.isin(trajectories.numbers("step"), unmeasured)
     rows = kept(usable)
     g = trajectories.step_groups(rows)
     finish = g.take(finish[rows])
-    splits = [_split(finish[a:b]) for a, b in zip(g.starts, g.ends, strict=True)]
+    return _split_table(g, [_split(finish[a:b]) for a, b in zip(g.starts, g.ends, strict=True)])
+
+
+def _split_table(g: Groups, splits: list[TailSplit]) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "n": g.sizes,
