@@ -16,6 +16,7 @@ from rlscope.analyzers._data import (
     Trajectories,
     chunks,
     group_counts,
+    group_pieces,
     group_rows,
     labels,
     segment_ids,
@@ -308,6 +309,29 @@ def test_pieces_slice_as_the_joined_column_does():
     assert np.array_equal(pieces[5:], whole[5:]) and np.array_equal(pieces[:-3], whole[:-3])
     with pytest.raises(ValueError, match="consecutive"):
         pieces[::2]
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [[1, 1, 2], [2, 2, 3], [3], [4, 5]],  # groups running on into the next chunk, a chunk of one row
+        [[1, 2], [3, 3], [4]],  # each chunk starting a group
+        [[7, 7], [7, 7]],  # one group over both chunks
+        [[1, 3], [2, 4]],  # out of order across chunks: grouped as the joined keys are
+        [[2, 1], [3]],  # out of order within a chunk
+        [[5, 5, 6]],
+    ],
+)
+def test_keys_grouped_chunk_by_chunk_as_they_are_joined(parts):
+    got = group_pieces(Pieces([np.array(p, dtype=np.int64) for p in parts]))
+    want = group_rows(np.concatenate(parts).astype(np.int64))
+    for name in ("keys", "starts", "ends"):
+        assert (
+            np.array_equal(getattr(got, name), getattr(want, name))
+            and getattr(got, name).dtype == getattr(want, name).dtype
+        ), name
+    assert (got.order is None) == (want.order is None)
+    assert want.order is None or np.array_equal(got.order, want.order)
 
 
 def test_a_column_in_step_order_is_its_chunks_read_once(run, monkeypatch):

@@ -10,6 +10,7 @@ analyzers walk with :func:`group_rows` and :func:`group_counts` rather than pand
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import threading
@@ -55,6 +56,7 @@ __all__ = [
     "chunks",
     "early",
     "group_counts",
+    "group_pieces",
     "group_rows",
     "imported_job_firsts",
     "job_first_steps",
@@ -860,7 +862,7 @@ class Trajectories:
     def step_groups(self, rows: np.ndarray | slice = slice(None)) -> Groups:
         """The rows ``rows`` selects grouped by step; the grouping of all rows is shared."""
         if isinstance(rows, slice) and rows == slice(None):
-            return self._cached("groups", "step", None, lambda: group_rows(self.numbers("step")))
+            return self._cached("groups", "step", None, lambda: group_pieces(self._pieces("step")))
         return group_rows(self.numbers("step")[rows])
 
     def labels(self, name: str, missing: str | None = None, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -1178,6 +1180,26 @@ def group_rows(keys: np.ndarray) -> Groups:
     starts = np.r_[np.zeros(min(keys.size, 1), dtype=starts.dtype), starts]
     ends = np.r_[starts[1:], keys.size].astype(np.int64) if keys.size else starts.copy()
     return Groups(keys[starts], starts, ends, order)
+
+
+def group_pieces(keys: Pieces) -> Groups:
+    """``group_rows(keys.joined())`` without joining them where the rows are in key order across
+    the chunks, as a run writes them: each chunk is grouped alone, and a group running on into
+    the next chunk continues there."""
+    arrays = keys.arrays
+    in_order = all(a.size < 2 or bool(np.all(a[1:] >= a[:-1])) for a in arrays)
+    if len(arrays) < 2 or not in_order or any(b[0] < a[-1] for a, b in itertools.pairwise(arrays)):
+        return group_rows(keys.joined())
+    starts, firsts, offset = [], [], 0
+    for i, a in enumerate(arrays):
+        local = np.flatnonzero(a[1:] != a[:-1]) + 1
+        if i == 0 or a[0] != arrays[i - 1][-1]:  # a new group at the chunk's first row
+            local = np.r_[0, local]
+        firsts.append(a[local])
+        starts.append(local + offset)
+        offset += a.size
+    at = np.concatenate(starts)
+    return Groups(np.concatenate(firsts), at, np.r_[at[1:], offset].astype(np.int64), None)
 
 
 def chunks(groups: Groups, rows: int | None = None) -> Iterator[tuple[slice, slice, np.ndarray]]:

@@ -190,7 +190,8 @@ def _by_source(traj: Trajectories) -> RewardResult:
     error = np.concatenate(errors_at) if errors_at else np.zeros(0, dtype=np.intp)  # rows in step order
     # error codes of the error rows alone: a few among millions of rows
     codes, code_names = traj.labels_at("reward_error", error if g.order is None else g.order[error], "unknown")
-    errors = _errors(g.take(traj.numbers("step"))[error], source[error], codes, names, code_names)
+    error_steps = g.keys[np.searchsorted(g.starts, error, side="right") - 1]  # the groups the rows lie in
+    errors = _errors(error_steps, source[error], codes, names, code_names)
     result = RewardResult(True, by_step.drop(columns=["reward_sum"]), summary, errors)
     result.findings = _findings(summary, by_step, errors, recent_from)
     return result
