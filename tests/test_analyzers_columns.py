@@ -261,6 +261,7 @@ def test_a_step_split_across_segments_reads_as_it_does_whole(tmp_path):
     # step 2's rows lie in two segments: the analyzers that slice columns a chunk at a time
     # (long tail, staleness, rewards) must give what they give over the same rows in one piece
     rows = _rows(2, ["e-a", "e-c", "e-a", "e-b"], [3, 0, 3, 1])
+    rows[3]["response_tokens"] = 0  # e-b served step 2 a response of no tokens: it was there all the same
     with Recorder(tmp_path, meta={"gpu": {"count": 2}}) as rec:
         rec.log_trajectories(1, _rows(1, ["e-b", "e-a", None], [0, 1, 2]))
         rec.flush()
@@ -273,6 +274,9 @@ def test_a_step_split_across_segments_reads_as_it_does_whole(tmp_path):
     pd.testing.assert_frame_equal(longtail.analyze(whole).per_step, longtail.analyze(reader).per_step)
     pd.testing.assert_frame_equal(staleness.analyze(whole).per_step, staleness.analyze(reader).per_step)
     pd.testing.assert_frame_equal(rewards.analyze(whole.trajectories).by_step, rewards.analyze(reader).by_step)
+    engines = sync_balance.analyze(reader).engines
+    pd.testing.assert_frame_equal(sync_balance.analyze(whole).engines, engines)
+    assert engines.loc[2, "n_engines"] == 3 and engines.loc[2, "max_load"] == 100 + 300  # e-a's two responses
     # step 2 finished at 1, 2, 3 and 4 s: under 10 trajectories, its slowest 10% is 0.1 x 4 of
     # the last one's time past the one before, 0.4 x (4 - 3) s
     measured = longtail.analyze(reader).per_step.loc[2]

@@ -1218,10 +1218,13 @@ def chunks(groups: Groups, rows: int | None = None) -> Iterator[tuple[slice, sli
         i = j
 
 
-def group_counts(groups: Groups, codes: np.ndarray, n_codes: int, weights: np.ndarray | None = None) -> np.ndarray:
+def group_counts(
+    groups: Groups, codes: np.ndarray, n_codes: int, weights: np.ndarray | Pieces | None = None
+) -> np.ndarray:
     """(groups x ``n_codes``) table: per group, the rows of each code (or their summed ``weights``).
 
-    ``codes`` (0 <= code < ``n_codes``) and ``weights`` are in the rows' original order.
+    ``codes`` (0 <= code < ``n_codes``) and ``weights`` are in the rows' original order (weights
+    as :class:`Pieces` only where that is key order).
     Groups of many rows are counted one at a time: small arrays that stay in cache, where
     one bincount over all rows would first build a row-sized array of cell numbers.
     """
@@ -1233,7 +1236,8 @@ def group_counts(groups: Groups, codes: np.ndarray, n_codes: int, weights: np.nd
     if codes.size < _ROWS_PER_GROUP_LOOPED * n:
         cell = groups.ids * n_codes
         cell += codes
-        return np.bincount(cell, weights=weights, minlength=n * n_codes).reshape(n, n_codes)
+        whole = None if weights is None else weights[:]
+        return np.bincount(cell, weights=whole, minlength=n * n_codes).reshape(n, n_codes)
     out = np.empty((n, n_codes), dtype=float if weights is not None else np.int64)
     for i, (a, b) in enumerate(zip(groups.starts.tolist(), groups.ends.tolist(), strict=True)):
         out[i] = np.bincount(codes[a:b], None if weights is None else weights[a:b], minlength=n_codes)

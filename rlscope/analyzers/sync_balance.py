@@ -30,7 +30,7 @@ from rlscope.advice.catalogue import finding
 from rlscope.advice.finding import Finding, Severity, fmt_last_steps, fmt_seconds, fmt_steps
 from rlscope.advice.thresholds import ENGINE_CV_CRITICAL, ENGINE_CV_WARN, SYNC_BUBBLE_CRITICAL, SYNC_BUBBLE_WARN
 from rlscope.analyzers import anatomy as _anatomy
-from rlscope.analyzers._data import RunFrames, Trajectories, group_counts, kept, load, recent
+from rlscope.analyzers._data import Pieces, RunFrames, Trajectories, group_counts, kept, load, recent
 from rlscope.trace.reader import RunReader
 
 __all__ = ["EngineBalance", "SyncBalanceResult", "analyze", "engine_balance", "sync_bubble"]
@@ -94,15 +94,19 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     g = traj.step_groups(rows)
     # load and row count of every (step, engine) cell; an engine without rows is not in its step
     engine = engine[rows]
-    load = traj.numbers(unit)[rows]
-    load = np.where(np.isnan(load), 0.0, load) if load.dtype.kind == "f" else load  # a gap adds 0
+    # every row has an engine, in step order as read: the loads are sliced from their chunks
+    whole = isinstance(rows, slice) and g.order is None
+    load: np.ndarray | Pieces = traj.in_step_order(unit) if whole else traj.numbers(unit)[rows]
+    if load.dtype.kind == "f":  # a gap adds 0
+        load = np.nan_to_num(load[:], nan=0.0)
     by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
     loads = group_counts(g, engine, names.size, load)
     # which cells have rows, from their sums rather than a second pass counting every row: a cell
     # without rows sums to 0, one with rows only if it holds a load <= 0 (loads above 0 add up to
     # more), and those rows alone are looked up
     served = loads != 0
-    if load.min() <= 0:
+    if any(a.size and a.min() <= 0 for a in (load.arrays if isinstance(load, Pieces) else (load,))):
+        load = load[:]
         odd = np.flatnonzero(load <= 0)
         served[np.searchsorted(g.keys, traj.numbers("step")[rows][odd]), engine[odd]] = True
     loads, served = loads[:, by_name], served[:, by_name]
