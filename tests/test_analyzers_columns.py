@@ -43,6 +43,20 @@ def _rows(step: int, engines: list[str | None], lag: list[int]) -> list[dict]:
 
 
 @pytest.fixture
+def column_reads(monkeypatch) -> list[tuple[str, ...]]:
+    """The columns of each read a reader makes from now on, in order."""
+    reads: list[tuple[str, ...]] = []
+    original = RunReader.read_available
+
+    def counting(self, table, columns=None, *args, **kwargs):
+        reads.append(tuple(columns or ()))
+        return original(self, table, columns, *args, **kwargs)
+
+    monkeypatch.setattr(RunReader, "read_available", counting)
+    return reads
+
+
+@pytest.fixture
 def run(tmp_path):
     """Two segments of trajectories: the reader sees them as two chunks per column."""
     with Recorder(tmp_path, meta={"gpu": {"count": 2}}) as rec:
@@ -283,15 +297,8 @@ def test_a_step_split_across_segments_reads_as_it_does_whole(tmp_path):
     assert measured["rollout_s"] == 4.0 and measured["t_tail_s"] == pytest.approx(0.4)
 
 
-def test_each_column_is_read_from_the_run_once(run, monkeypatch):
-    reads: list[tuple[str, ...]] = []
-    original = RunReader.read_available
-
-    def counting(self, table, columns=None, *args, **kwargs):
-        reads.append(tuple(columns or ()))
-        return original(self, table, columns, *args, **kwargs)
-
-    monkeypatch.setattr(RunReader, "read_available", counting)
+def test_each_column_is_read_from_the_run_once(run, column_reads):
+    reads = column_reads
     traj = Trajectories(RunReader(run))
     traj.prefetch(["engine"])
     assert traj.has("engine")
@@ -338,17 +345,10 @@ def test_keys_grouped_chunk_by_chunk_as_they_are_joined(parts):
     assert want.order is None or np.array_equal(got.order, want.order)
 
 
-def test_a_column_in_step_order_is_its_chunks_read_once(run, monkeypatch):
+def test_a_column_in_step_order_is_its_chunks_read_once(run, column_reads):
     # rows written in step order: the reward column is sliced from its two segments' chunks, never
     # joined; asked for whole afterwards, it is joined from them, not read again
-    reads: list[tuple[str, ...]] = []
-    original = RunReader.read_available
-
-    def counting(self, table, columns=None, *args, **kwargs):
-        reads.append(tuple(columns or ()))
-        return original(self, table, columns, *args, **kwargs)
-
-    monkeypatch.setattr(RunReader, "read_available", counting)
+    reads = column_reads
     traj = Trajectories(RunReader(run))
     rewards_in_order = traj.in_step_order("reward")
     assert isinstance(rewards_in_order, Pieces)
