@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -343,6 +345,27 @@ def test_keys_grouped_chunk_by_chunk_as_they_are_joined(parts):
         ), name
     assert (got.order is None) == (want.order is None)
     assert want.order is None or np.array_equal(got.order, want.order)
+
+
+def test_steps_split_together_split_as_each_step_alone():
+    # steps of one size within a chunk are split as rows of one array; a step across chunks, of
+    # under 10 trajectories or of one, alone: each must split as tail_split splits it by itself
+    rng = np.random.default_rng(7)
+    sizes = [12, 12, 12, 5, 1, 20, 20, 9, 30, 30, 10]
+    keys = np.repeat(np.arange(len(sizes)), sizes)
+    times = rng.exponential(10.0, keys.size).round(3)  # ties too
+    cuts = [0, 30, 31, 80, 140, keys.size]  # chunks ending inside steps and between them
+    parts = [times[a:b] for a, b in itertools.pairwise(cuts)]
+    g = group_rows(keys)
+    got = longtail._splits(Pieces(parts), g)
+    for i, (a, b) in enumerate(zip(g.starts, g.ends, strict=True)):
+        alone = longtail.tail_split(times[a:b])
+        np.testing.assert_array_equal(got[:, i], [alone.rollout_s, alone.t_thr_s, alone.t_tail_s])
+    table = longtail._split_table(g, got)
+    assert table["tail_share"].tolist()[:3] == [
+        longtail.tail_split(times[a:b]).tail_share for a, b in [(0, 12), (12, 24), (24, 36)]
+    ]
+    assert np.isnan(table.loc[4, "tail_share"])  # one trajectory: no tail
 
 
 def test_a_column_in_step_order_is_its_chunks_read_once(run, column_reads):
