@@ -322,6 +322,15 @@ def test_pieces_slice_as_the_joined_column_does():
     assert np.array_equal(pieces[5:], whole[5:]) and np.array_equal(pieces[:-3], whole[:-3])
     with pytest.raises(ValueError, match="consecutive"):
         pieces[::2]
+    # typed as numbers() types the column whole: bools stay bools, a gap makes floats, no rows keep the type
+    for column in (
+        pa.chunked_array([[True, False], [True]]),
+        pa.chunked_array([[1, None], [3]]),
+        pa.chunked_array([], pa.int64()),
+    ):
+        joined = Pieces(_data.number_chunks(column)).joined()
+        assert joined.dtype == _data.numbers(column).dtype
+        np.testing.assert_array_equal(joined, _data.numbers(column))
 
 
 @pytest.mark.parametrize(

@@ -966,7 +966,8 @@ def number_chunks(column: pa.ChunkedArray | pa.Array | None, rows: int = 0) -> l
     column = _numeric(column, rows)
     if column is None:
         return [np.full(rows, np.nan)]
-    return [chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks]
+    # a column of no chunks (no rows) still gives its type
+    return [chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks or [pa.array([], column.type)]]
 
 
 def _numeric(column: pa.ChunkedArray | pa.Array | None, rows: int) -> pa.ChunkedArray | None:
