@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -299,6 +302,18 @@ def test_a_step_split_across_segments_reads_as_it_does_whole(tmp_path):
     assert measured["rollout_s"] == 4.0 and measured["t_tail_s"] == pytest.approx(0.4)
 
 
+def test_an_infinite_engine_load_stays_infinite_and_judges_nothing():
+    # a gap adds 0 to an engine's load; an infinite gen_s is no gap: it must not become the
+    # largest float, whose imbalance would read as a critical finding
+    rows = [{"step": s, "engine": e, "gen_s": g} for s in range(8) for e, g in (("a", 1.0), ("b", 1.1))]
+    rows[-2]["gen_s"] = math.inf
+    result = sync_balance.analyze(RunFrames(pd.DataFrame(index=pd.Index([], name="step")), pd.DataFrame(rows)))
+    last = result.engines.loc[7]
+    assert last["max_load"] == math.inf and math.isnan(last["cv"]) and math.isnan(last["utilisation"])
+    assert "engine-imbalanced" not in [f.id for f in result.findings]
+    assert result.engines.loc[0, "max_load"] == pytest.approx(1.1)
+
+
 def test_each_column_is_read_from_the_run_once(run, column_reads):
     reads = column_reads
     traj = Trajectories(RunReader(run))
@@ -342,14 +357,16 @@ def test_pieces_slice_as_the_joined_column_does():
         [[1, 3], [2, 4]],  # out of order across chunks: grouped as the joined keys are
         [[2, 1], [3]],  # out of order within a chunk
         [[5, 5, 6]],
+        [[1.0, 2.0], [np.nan], [3.0, 4.0]],  # a missing step in a chunk of its own: sorted last, as joined
     ],
 )
 def test_keys_grouped_chunk_by_chunk_as_they_are_joined(parts):
-    got = group_pieces(Pieces([np.array(p, dtype=np.int64) for p in parts]))
-    want = group_rows(np.concatenate(parts).astype(np.int64))
+    kind = np.float64 if any(isinstance(k, float) for p in parts for k in p) else np.int64
+    got = group_pieces(Pieces([np.array(p, dtype=kind) for p in parts]))
+    want = group_rows(np.concatenate(parts).astype(kind))
     for name in ("keys", "starts", "ends"):
         assert (
-            np.array_equal(getattr(got, name), getattr(want, name))
+            np.array_equal(getattr(got, name), getattr(want, name), equal_nan=kind is np.float64)
             and getattr(got, name).dtype == getattr(want, name).dtype
         ), name
     assert (got.order is None) == (want.order is None)
@@ -377,7 +394,7 @@ def test_steps_split_together_split_as_each_step_alone():
     assert np.isnan(table.loc[4, "tail_share"])  # one trajectory: no tail
 
 
-def test_a_column_in_step_order_is_its_chunks_read_once(run, column_reads):
+def test_a_column_in_step_order_is_its_chunks_read_once(run, column_reads, monkeypatch):
     # rows written in step order: the reward column is sliced from its two segments' chunks, never
     # joined; asked for whole afterwards, it is joined from them, not read again
     reads = column_reads
@@ -387,6 +404,23 @@ def test_a_column_in_step_order_is_its_chunks_read_once(run, column_reads):
     expected = [float(i % 3 == 0) for i in range(3)] * 2
     assert rewards_in_order[2:5].tolist() == expected[2:5]  # across the two segments
     assert traj.numbers("reward").tolist() == expected
+    assert sorted(reads) == [("reward",), ("step",)]
+    # asked for whole and as pieces at once, from two threads, a column is still read once (its
+    # read held up long enough for both to ask meanwhile)
+    reads.clear()
+    counting = RunReader.read_available
+
+    def slow(self, table, columns=None, *args, **kwargs):
+        if columns == ["reward"]:
+            time.sleep(0.3)
+        return counting(self, table, columns, *args, **kwargs)
+
+    monkeypatch.setattr(RunReader, "read_available", slow)
+    traj = Trajectories(RunReader(run))
+    traj.step_groups()
+    with ThreadPoolExecutor(2) as pool:
+        whole, pieces = pool.submit(traj.numbers, "reward"), pool.submit(traj.in_step_order, "reward")
+        assert whole.result().tolist() == pieces.result()[:].tolist() == expected
     assert sorted(reads) == [("reward",), ("step",)]
     # rows out of step order: the column is taken in step order, whole
     frame = pd.DataFrame({"step": [2, 1, 2, 1], "reward": [0.5, 1.0, 0.25, 0.0]})

@@ -597,6 +597,22 @@ def test_the_json_report_writes_a_number_from_meta_json_that_is_beyond_64_bits(t
     assert doc["run"]["framework"] == meta["framework"]
 
 
+def test_the_json_report_is_ascii_whatever_the_terminal_s_encoding(tmp_path):
+    import subprocess
+
+    # text beyond ASCII from the data (here the run's path) is escaped, as JSON allows, so that a
+    # stdout in latin-1 (a Windows pipe's cp1252, say) takes the report
+    run = tmp_path / "rün-数"
+    shutil.copytree(SAMPLES / "healthy-colocated", run)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlscope", "diagnose", str(run), "--format", "json"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert done.stdout.isascii() and json.loads(done.stdout)["run"]["source"] == str(run)
+
+
 def test_a_meta_json_value_the_analyzers_cannot_use_is_ignored_with_a_warning(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(SAMPLES / "longtail-8b", run)

@@ -81,6 +81,8 @@ def test_import_rlscope_stays_light(tmp_path):
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "False"
     code = "import rlscope.trace as t; print(t.Recorder.__name__, t.RunReader.__name__, 'steps' in t.TABLES)"
     assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader True"
+    code = "import rlscope.trace as t; print(t.store.write_meta is t.write_meta, hasattr(t, 'nothing'))"
+    assert _run([sys.executable, "-c", code], tmp_path).strip() == "True False"
 
 
 @pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("4", "4")])

@@ -781,8 +781,9 @@ class Trajectories:
         """A numeric column: ints (and bools) stay as they are when none is missing, else float with NaN."""
 
         def make() -> np.ndarray:
-            taken = self._cache.get(("pieces:" + name, None))  # read as pieces already: joined, not read again
-            return numbers(self._arrow(name), len(self)) if taken is None else taken.joined()
+            joined = self._pieces(name).joined()  # read once, whichever is asked for first
+            self._cache[("pieces:" + name, None)] = Pieces([joined])  # one copy held: the chunks go
+            return joined
 
         return self._cached("numbers", name, None, make)
 
@@ -795,11 +796,8 @@ class Trajectories:
         return g.take(self.numbers(name)) if g.order is not None else self._pieces(name)
 
     def _pieces(self, name: str) -> Pieces:
-        """A numeric column's chunks as read, typed as :meth:`numbers` types them (one piece if
-        it was joined already)."""
-        joined = self._cache.get(("numbers:" + name, None))
-        if joined is not None:
-            return Pieces([joined])
+        """A numeric column's chunks as read, typed as :meth:`numbers` types them (one piece once
+        it was joined)."""
         return self._cached("pieces", name, None, lambda: Pieces(number_chunks(self._arrow(name), len(self))))
 
     def flags(self, name: str) -> np.ndarray:
@@ -1189,7 +1187,8 @@ def group_pieces(keys: Pieces) -> Groups:
     the next chunk continues there."""
     arrays = keys.arrays
     in_order = all(a.size < 2 or bool(np.all(a[1:] >= a[:-1])) for a in arrays)
-    if len(arrays) < 2 or not in_order or any(b[0] < a[-1] for a, b in itertools.pairwise(arrays)):
+    # not (b >= a), where b < a would let a NaN through
+    if len(arrays) < 2 or not in_order or any(not b[0] >= a[-1] for a, b in itertools.pairwise(arrays)):
         return group_rows(keys.joined())
     starts, firsts, offset = [], [], 0
     for i, a in enumerate(arrays):

@@ -97,8 +97,9 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     # every row has an engine, in step order as read: the loads are sliced from their chunks
     whole = isinstance(rows, slice) and g.order is None
     load: np.ndarray | Pieces = traj.in_step_order(unit) if whole else traj.numbers(unit)[rows]
-    if load.dtype.kind == "f":  # a gap adds 0
-        load = np.nan_to_num(load[:], nan=0.0)
+    if load.dtype.kind == "f":  # a gap adds 0 (an infinite load stays one)
+        load = load[:]
+        load = np.where(np.isnan(load), 0.0, load)
     by_name = np.argsort(names, kind="stable")  # ties for the heaviest go to the first name
     loads = group_counts(g, engine, names.size, load)
     # which cells have rows, from their sums rather than a second pass counting every row: a cell
@@ -120,7 +121,8 @@ def _engines(traj: Trajectories) -> tuple[pd.DataFrame, str | None]:
     n = present.sum(axis=1)
     total = loads.sum(axis=1)
     mean = total / n
-    spread = np.sqrt(np.where(present, (loads - mean[:, None]) ** 2, 0.0).sum(axis=1) / n)
+    with np.errstate(invalid="ignore"):  # an infinite load's spread is NaN, as its cv
+        spread = np.sqrt(np.where(present, (loads - mean[:, None]) ** 2, 0.0).sum(axis=1) / n)
     high = np.where(present, loads, -np.inf)
     heaviest = high.argmax(axis=1)
     top = high[np.arange(n.size), heaviest]

@@ -459,15 +459,20 @@ def _render(fmt: str, doc: dict, diagnosis: Diagnosis, reader: RunReader, *, to_
 
 
 def json_text(doc: dict) -> str:
-    """``doc`` (clean: no NaN) as one line of JSON: orjson, 15x faster than the standard library
-    on a long run's 2 MB report, which stays for a number orjson cannot write (an integer
-    beyond 64 bits, from meta.json, say)."""
+    """``doc`` (clean: no NaN) as one line of ASCII JSON, which a terminal or pipe of any
+    encoding takes: orjson's, 15x faster than the standard library on a long run's 2 MB report,
+    where it is ASCII; the standard library's (which escapes the rest) for text beyond ASCII from
+    the data (a path, a source's name) and for a number orjson cannot write (an integer beyond
+    64 bits, from meta.json, say)."""
     import orjson
 
     try:
-        return orjson.dumps(doc).decode() + "\n"
+        text: str | None = orjson.dumps(doc).decode()
     except orjson.JSONEncodeError:
-        return json.dumps(doc, allow_nan=False) + "\n"
+        text = None
+    if text is None or not text.isascii():
+        text = json.dumps(doc, allow_nan=False)
+    return text + "\n"
 
 
 @contextmanager

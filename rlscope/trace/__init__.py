@@ -30,9 +30,14 @@ __all__ = ["SCHEMA_VERSION", "TABLES", "Cursor", "Recorder", "RunReader", "read_
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'rlscope.trace' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"rlscope.trace.{_HOMES[name]}"), name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"rlscope.trace.{_HOMES[name]}"), name)
+    try:  # a submodule (rlscope.trace.store), as the package's eager imports once made it
+        return importlib.import_module(f"rlscope.trace.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"rlscope.trace.{name}":
+            raise
+    raise AttributeError(f"module 'rlscope.trace' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
