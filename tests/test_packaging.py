@@ -21,6 +21,12 @@ def _run(args: list[str], cwd: Path, **kw) -> str:
     return done.stdout
 
 
+def _env_with(name: str, value: str | None) -> dict[str, str]:
+    """This environment with ``name`` set to ``value``, or without it (None)."""
+    env = {k: v for k, v in os.environ.items() if k != name}
+    return env if value is None else {**env, name: value}
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
@@ -93,11 +99,8 @@ def test_the_program_runs_blas_on_one_thread_unless_told(tmp_path, given, seen):
         "import os, sys; from rlscope.cli import run; sys.argv = ['rlscope', '--version']\n"
         "try:\n    run()\nexcept SystemExit:\n    print(os.environ.get('OPENBLAS_NUM_THREADS'))"
     )
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if given:
-        env["OPENBLAS_NUM_THREADS"] = given
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert done.stdout.splitlines()[-1] == seen
+    out = _run([sys.executable, "-c", code], tmp_path, env=_env_with("OPENBLAS_NUM_THREADS", given))
+    assert out.splitlines()[-1] == seen
 
 
 @pytest.mark.parametrize(("env", "backend"), [(None, "jemalloc"), ("system", "system")])
@@ -112,8 +115,6 @@ def test_commands_allocate_arrow_memory_with_jemalloc_unless_told(tmp_path, env,
         "import sys, pyarrow as pa; from rlscope.cli import main; "
         "assert main(['info', sys.argv[1]]) == 0; print(pa.default_memory_pool().backend_name)"
     )
-    run_env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    if env:
-        run_env["ARROW_DEFAULT_MEMORY_POOL"] = env
+    run_env = _env_with("ARROW_DEFAULT_MEMORY_POOL", env)
     out = _run([sys.executable, "-c", code, str(ROOT / "sample_traces" / "healthy-colocated")], tmp_path, env=run_env)
     assert out.strip().splitlines()[-1] == backend
