@@ -70,25 +70,29 @@ def test_console_script_and_module_entry_point(tmp_path):
 
 
 def test_import_rlscope_stays_light(tmp_path):
-    # a training job imports rlscope for its Recorder: pandas and pyarrow.dataset are the analyzers' business
-    code = (
-        "import sys, rlscope; print(sorted({'pandas', 'pyarrow.dataset', 'dash', 'pynvml', 'ray'} & set(sys.modules)))"
-    )
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "[]"
-    # the console script imports rlscope.cli before main() can catch a Ctrl-C: nothing slow there
-    code = "import sys, rlscope.cli; print(sorted({'pyarrow', 'numpy'} & set(sys.modules)))"
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "[]"
-    code = "import rlscope; from rlscope import Recorder, RunReader; print(Recorder.__name__, RunReader.__name__)"
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader"
-    code = "import rlscope; print({'Recorder', 'RunReader', '__version__'} <= set(dir(rlscope)))"
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "True"
-    # diagnose starts reading a run as soon as it has the reader: pyarrow.compute (0.07 s) comes after
-    code = "import sys, rlscope.trace.reader; print('pyarrow.compute' in sys.modules)"
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "False"
-    code = "import rlscope.trace as t; print(t.Recorder.__name__, t.RunReader.__name__, 'steps' in t.TABLES)"
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "Recorder RunReader True"
-    code = "import rlscope.trace as t; print(t.store.write_meta is t.write_meta, hasattr(t, 'nothing'))"
-    assert _run([sys.executable, "-c", code], tmp_path).strip() == "True False"
+    cases = [
+        # a training job imports rlscope for its Recorder: pandas and pyarrow.dataset are the analyzers' business
+        (
+            "import sys, rlscope; print(sorted({'pandas', 'pyarrow.dataset', 'dash', 'pynvml', 'ray'} & set(sys.modules)))",
+            "[]",
+        ),
+        # the console script imports rlscope.cli before main() can catch a Ctrl-C: nothing slow there
+        ("import sys, rlscope.cli; print(sorted({'pyarrow', 'numpy'} & set(sys.modules)))", "[]"),
+        (
+            "import rlscope; from rlscope import Recorder, RunReader; print(Recorder.__name__, RunReader.__name__)",
+            "Recorder RunReader",
+        ),
+        ("import rlscope; print({'Recorder', 'RunReader', '__version__'} <= set(dir(rlscope)))", "True"),
+        # diagnose starts reading a run as soon as it has the reader: pyarrow.compute (0.07 s) comes after
+        ("import sys, rlscope.trace.reader; print('pyarrow.compute' in sys.modules)", "False"),
+        (
+            "import rlscope.trace as t; print(t.Recorder.__name__, t.RunReader.__name__, 'steps' in t.TABLES)",
+            "Recorder RunReader True",
+        ),
+        ("import rlscope.trace as t; print(t.store.write_meta is t.write_meta, hasattr(t, 'nothing'))", "True False"),
+    ]
+    for code, printed in cases:
+        assert _run([sys.executable, "-c", code], tmp_path).strip() == printed, code
 
 
 @pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("4", "4")])
