@@ -362,17 +362,22 @@ def _trainer_samples(idle: Callable[[int], bool]) -> list[dict]:
     return [{"time": float(t), "gpu": 0, "role": "trainer", "util_pct": 0.0 if idle(t) else 90.0} for t in range(200)]
 
 
+def _trainer_steps(run: str, spans: list[tuple], idle: Callable[[int], bool]) -> pd.DataFrame:
+    """GPU idle's per-step table, by step, of a run of ``spans`` ((step, name, start, end[, role]))
+    beside :func:`_trainer_samples` of ``idle``."""
+    with Recorder(run) as rec:
+        for step, name, start, end, *role in spans:
+            rec.log_span(step, name, start, end, **({"role": role[0]} if role else {}))
+        rec.log_gpu(_trainer_samples(idle))
+    return gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
+
+
 def test_a_step_is_its_step_span_when_generation_overlaps_it(tmp_path):
     # one-step overlap: step 1's batch is generated during step 0 (gen span 50-100 s); the step
     # timers say step 0 is 0-100 s and step 1 is 100-200 s. The trainer GPU idles 100-150 s.
-    run = str(tmp_path / "overlap")
-    with Recorder(run) as rec:
-        rec.log_span(0, "step", 0.0, 100.0)
-        rec.log_span(1, "step", 100.0, 200.0)
-        rec.log_span(1, "gen", 50.0, 100.0, role="rollout")
-        rec.log_span(1, "update_actor", 150.0, 200.0)
-        rec.log_gpu(_trainer_samples(lambda t: 100 <= t < 150))
-    steps = gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
+    spans = [(0, "step", 0.0, 100.0), (1, "step", 100.0, 200.0), (1, "gen", 50.0, 100.0, "rollout")]
+    spans.append((1, "update_actor", 150.0, 200.0))
+    steps = _trainer_steps(str(tmp_path / "overlap"), spans, lambda t: 100 <= t < 150)
     # 100 samples a step, none counted twice; step 1 idles 50 of its 100 (the spans' union, 50-200 s, says 50 of 150)
     assert steps["samples"].tolist() == [100, 100]
     assert steps["idle_share"].tolist() == [0.0, 0.5]
@@ -382,14 +387,9 @@ def test_steps_with_and_without_a_step_span_each_get_their_own_window(tmp_path):
     # step 0 has no step timer: its window is its spans' union, 0-100 s; step 1's step span
     # (100-200 s) is its window although its gen span began at 50 s. The trainer idles 40-60 s
     # and 100-150 s: 20 of step 0's 100 samples, 50 of step 1's 100.
-    run = str(tmp_path / "mixed")
-    with Recorder(run) as rec:
-        rec.log_span(0, "gen", 0.0, 60.0)
-        rec.log_span(0, "update_actor", 60.0, 100.0)
-        rec.log_span(1, "gen", 50.0, 100.0, role="rollout")
-        rec.log_span(1, "step", 100.0, 200.0)
-        rec.log_gpu(_trainer_samples(lambda t: 40 <= t < 60 or 100 <= t < 150))
-    steps = gpu_idle.analyze(RunReader(run)).by_step.set_index("step")
+    spans = [(0, "gen", 0.0, 60.0), (0, "update_actor", 60.0, 100.0), (1, "gen", 50.0, 100.0, "rollout")]
+    spans.append((1, "step", 100.0, 200.0))
+    steps = _trainer_steps(str(tmp_path / "mixed"), spans, lambda t: 40 <= t < 60 or 100 <= t < 150)
     assert steps["samples"].tolist() == [100, 100]
     assert steps["idle_share"].tolist() == [0.2, 0.5]
 
