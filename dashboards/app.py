@@ -51,7 +51,9 @@ _TRACK_RENDERS = """
             const render = {};
             const done = () => renders.delete(render);
             renders.set(render, 0);
-            answer.then(done, done);
+            // done once the whole answer is in, not at its headers: Dash reads the body then, and a
+            // render asked for before that would be dropped for it
+            answer.then((response) => response.clone().arrayBuffer()).then(done, done);
         }
         return answer;
     };
@@ -149,7 +151,7 @@ def create_app(
         ]
     )
     # The tick passes once no render it drives is in flight. A request leaves the tracker when its
-    # answer arrives or its connection fails (a restarted server, a closed tunnel), so a lost answer
+    # whole answer has arrived or its connection fails (a restarted server, a closed tunnel), so a lost answer
     # costs nothing; one unanswered for STUCK_TICKS ticks (a tunnel that drops packets) is taken as
     # lost too, so it holds the refresh back once, that long, and not until the page is reloaded.
     app.clientside_callback(
